@@ -1,0 +1,23 @@
+// Subcommand registry of the `loom` command. Each cmd_*.cpp defines one `register_*` function
+// that adds its subcommand and a callback (CLI11's final_callback) doing the work; main() calls
+// register_all() and then run_selected(), which runs the parsed subcommand's action so errors
+// are caught in one place.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace loom::cli {
+
+// Stores the action of a subcommand; run_selected() calls the action of the one parsed.
+void set_action(CLI::App* sub, std::function<void()> action);
+void register_all(CLI::App& app);
+void run_selected(CLI::App& app);
+
+// Registration functions (one per cmd_*.cpp).
+void register_generate(CLI::App& app);
+void register_info(CLI::App& app);
+void register_synth(CLI::App& app);
+
+}  // namespace loom::cli

@@ -1,0 +1,35 @@
+#include <map>
+
+#include "cli/cli.h"
+
+namespace loom::cli {
+
+namespace {
+std::map<CLI::App*, std::function<void()>>& actions() {
+  static std::map<CLI::App*, std::function<void()>> m;
+  return m;
+}
+}  // namespace
+
+void set_action(CLI::App* sub, std::function<void()> action) { actions()[sub] = std::move(action); }
+
+void register_all(CLI::App& app) {
+  register_generate(app);
+  register_info(app);
+  register_synth(app);
+}
+
+// Runs the action of the deepest parsed subcommand that has one.
+void run_selected(CLI::App& app) {
+  CLI::App* cur = &app;
+  std::function<void()>* found = nullptr;
+  while (cur) {
+    auto it = actions().find(cur);
+    if (it != actions().end()) found = &it->second;
+    auto subs = cur->get_subcommands();
+    cur = subs.empty() ? nullptr : subs.front();
+  }
+  if (found) (*found)();
+}
+
+}  // namespace loom::cli

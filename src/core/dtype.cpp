@@ -1,0 +1,122 @@
+#include "core/dtype.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace loom {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view name) {
+  std::string s(name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s == "f32" || s == "float32") return DType::F32;
+  if (s == "f16" || s == "float16" || s == "fp16") return DType::F16;
+  if (s == "bf16" || s == "bfloat16") return DType::BF16;
+  if (s == "q8_0") return DType::Q8_0;
+  fail("unknown dtype '", name, "' (expected f32, f16, bf16 or q8_0)");
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  if (exp == 0) {
+    if (mant == 0) return bits_to_f32(sign);
+    // subnormal: value = mant * 2^-24
+    float v = std::ldexp(float(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (mant << 13));
+  return bits_to_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t u = f32_to_bits(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  const uint32_t absu = u & 0x7fffffffu;
+  if (absu > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (absu >= 0x477ff000u) return sign | 0x7c00;  // overflow (>= 65520 rounds to inf)
+  if (absu < 0x38800000u) {                       // below the smallest normal: subnormal or 0
+    // round(|f| * 2^24) with ties to even, done in float (exact: |f| < 2^-14)
+    const float a = bits_to_f32(absu);
+    const float scaled = a * 16777216.0f;  // 2^24
+    return sign | uint16_t(std::nearbyint(scaled));
+  }
+  // normal: rebias the exponent and round the mantissa to 10 bits, nearest even
+  uint32_t v = absu - (112u << 23);
+  v += 0xfffu + ((v >> 13) & 1u);
+  return sign | uint16_t(v >> 13);
+}
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case DType::F16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::Q8_0: {
+      LOOM_CHECK(n % kQ8BlockSize == 0, "n=", n);
+      auto* b = static_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < n / kQ8BlockSize; ++i) {
+        const float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < kQ8BlockSize; ++j) dst[i * kQ8BlockSize + j] = d * float(b[i].qs[j]);
+      }
+      return;
+    }
+  }
+}
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case DType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::Q8_0: {
+      LOOM_CHECK(n % kQ8BlockSize == 0, "n=", n);
+      auto* b = static_cast<BlockQ8_0*>(dst);
+      for (int64_t i = 0; i < n / kQ8BlockSize; ++i) {
+        const float* x = src + i * kQ8BlockSize;
+        float amax = 0.0f;
+        for (int j = 0; j < kQ8BlockSize; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = f32_to_f16(d);
+        for (int j = 0; j < kQ8BlockSize; ++j) b[i].qs[j] = int8_t(std::lround(x[j] * id));
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace loom

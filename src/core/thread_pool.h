@@ -1,0 +1,59 @@
+// A fixed pool of worker threads for data-parallel kernels.
+//
+// run(fn) calls fn(ith, nth) once for every ith in [0, nth) and returns when all are done; the
+// caller's thread is worker 0. Workers spin briefly before sleeping, so back-to-back kernel calls
+// in a decode step do not pay a futex wake-up each; they sleep when idle so ranks-as-threads do
+// not burn cores they share.
+//
+// Thread-safety: one run() at a time per pool (each rank owns its own pool).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  void run(const std::function<void(int ith, int nth)>& fn);
+
+  // Splits [0, n) into nth near-equal contiguous ranges and returns the ith one.
+  static std::pair<int64_t, int64_t> split(int64_t n, int ith, int nth) {
+    const int64_t base = n / nth, rem = n % nth;
+    const int64_t begin = ith * base + (ith < rem ? ith : rem);
+    return {begin, begin + base + (ith < rem ? 1 : 0)};
+  }
+
+ private:
+  void worker(int ith);
+
+  int n_threads_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable wake_;
+};
+
+// Runs fn(ith, nth) on `pool` when given, else once on the calling thread as (0, 1).
+inline void parallel_run(ThreadPool* pool, const std::function<void(int, int)>& fn) {
+  if (pool && pool->size() > 1) pool->run(fn); else fn(0, 1);
+}
+
+// The default thread count: LOOM_THREADS if set, else the hardware concurrency.
+int default_thread_count();
+
+}  // namespace loom

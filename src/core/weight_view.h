@@ -1,0 +1,30 @@
+// A view of a row-major matrix W[rows = out][cols = in] of any weight dtype, rows `row_stride`
+// bytes apart. Kernels take these; they never own memory. A column block of a row-major matrix
+// (the TP shard of Wo and W_down) is a view with fewer cols and the original stride.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace loom {
+
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0;        // output features (1 for vectors)
+  int64_t cols = 0;        // input features (elements per row)
+  int64_t row_stride = 0;  // bytes between consecutive rows
+
+  bool present() const { return data != nullptr; }
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_stride; }
+  const float* f32() const { return static_cast<const float*>(data); }
+  int64_t bytes() const { return rows * dtype_row_bytes(dtype, cols); }
+  // Rows [r0, r0 + n) as a view (TP column-parallel shard).
+  WeightView row_block(int64_t r0, int64_t n) const;
+  // Columns [c0, c0 + n) of every row as a view (TP row-parallel shard); c0 and n must be
+  // multiples of the dtype's block size.
+  WeightView col_block(int64_t c0, int64_t n) const;
+};
+
+}  // namespace loom

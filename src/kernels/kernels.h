@@ -1,0 +1,142 @@
+// CPU kernels: the public entry points. Each optimised kernel dispatches once, at run time, on
+// what the CPU has (AVX-512, AVX2+FMA, scalar) and has a naive reference beside it (`*_ref`)
+// that tests compare against. Kernels take raw pointers, shapes and strides only: no model,
+// rank or plan types.
+//
+// Shapes are written [rows, cols]; activations are f32 and row-major unless stated.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "core/weight_view.h"
+
+namespace loom::kernels {
+
+// ---------------------------------------------------------------- matmul (gemm / gemv)
+// y[n, w.rows] = x[n, w.cols] . W^T   (y row i at y + i*ldy, x row i at x + i*ldx)
+// W may be f32, f16, bf16 or q8_0 and may be a strided view (row_block / col_block).
+// n == 1 is the decode gemv (memory-bound: streams W once); n > 1 is the prefill gemm
+// (W tiles reused across rows of x). Work is split over output rows across the pool.
+// accumulate: y += x . W^T instead of y = x . W^T.
+void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
+            ThreadPool* pool, bool accumulate = false);
+void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
+                bool accumulate = false);
+
+// ---------------------------------------------------------------- elementwise
+// out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]   (out may alias x)
+void rmsnorm(float* out, const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps);
+void rmsnorm_ref(float* out, const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g))   (out may alias gate or up)
+void swiglu(float* out, const float* gate, const float* up, int64_t n);
+void swiglu_ref(float* out, const float* gate, const float* up, int64_t n);
+
+// Adds bias[cols] to every row of x[n, cols] (row stride ldx).
+void add_bias(float* x, int64_t n, int64_t ldx, const float* bias, int64_t cols);
+
+// ---------------------------------------------------------------- RoPE
+// Rotation frequencies of one head: inv_freq[i] = theta^(-2i/head_dim) for i < head_dim/2,
+// with Llama-3 scaling applied when `llama3` is set (HF's "rope_type": "llama3").
+struct RopeParams {
+  int head_dim = 0;
+  float theta = 10000.0f;
+  bool interleaved = true;  // pairs (2i, 2i+1) (llama2.c, GGUF llama) vs (i, i + head_dim/2) (HF)
+  bool llama3 = false;
+  float factor = 1.0f, low_freq_factor = 1.0f, high_freq_factor = 4.0f;
+  int original_max_position = 8192;
+};
+// Fills inv_freq[head_dim/2].
+void rope_inv_freq(const RopeParams& p, float* inv_freq);
+// Rotates x[n_tokens, n_heads, head_dim] in place; token t is at position pos[t]; rows of x are
+// ld floats apart (ld >= n_heads*head_dim).
+void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, const int32_t* pos, const RopeParams& p);
+void rope_ref(float* x, int64_t n_tokens, int64_t ld, int n_heads, const int32_t* pos, const RopeParams& p);
+
+// ---------------------------------------------------------------- attention
+// The K/V of one sequence, possibly paged. Element (pos, kv_head h, d) of K lives at
+//   k[block_table[pos / block_size] * block_stride + h * head_stride + (pos % block_size) * head_dim + d]
+// (head-major inside a block). A contiguous cache [n_ctx, n_kv_heads, head_dim] is the case
+// block_table == nullptr, block_size = n_ctx, block index 0, head_stride = head_dim,
+// and position stride n_kv_heads*head_dim: use KvView::contiguous().
+struct KvView {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int32_t* block_table = nullptr;  // nullptr: one block
+  int block_size = 0;                    // tokens per block
+  int64_t block_stride = 0;              // floats between blocks
+  int64_t head_stride = 0;               // floats between kv heads inside a block
+  int64_t pos_stride = 0;                // floats between consecutive positions inside a block
+
+  const float* k_at(int64_t pos, int h) const { return k + offset(pos, h); }
+  const float* v_at(int64_t pos, int h) const { return v + offset(pos, h); }
+  int64_t offset(int64_t pos, int h) const {
+    const int64_t b = pos / block_size, o = pos % block_size;
+    return (block_table ? int64_t(block_table[b]) : b) * block_stride + h * head_stride + o * pos_stride;
+  }
+  // K/V laid out [n_ctx, n_kv_heads, head_dim].
+  static KvView contiguous(const float* k, const float* v, int n_kv_heads, int head_dim, int64_t n_ctx) {
+    KvView kv;
+    kv.k = k;
+    kv.v = v;
+    kv.block_size = int(n_ctx > 0 ? n_ctx : 1);
+    kv.block_stride = 0;
+    kv.head_stride = head_dim;
+    kv.pos_stride = int64_t(n_kv_heads) * head_dim;
+    return kv;
+  }
+};
+
+struct AttentionShape {
+  int n_heads = 0;     // query heads handled by this call
+  int n_kv_heads = 0;  // KV heads in the view; query head q uses kv head q / (n_heads / n_kv_heads)
+  int head_dim = 0;
+  float scale = 0.0f;  // usually 1/sqrt(head_dim)
+};
+
+// Causal attention for one sequence. Query token t (q row t, ldq floats apart, heads contiguous
+// inside a row) at absolute position q_pos[t] attends keys at positions [kv_begin, q_pos[t]]
+// (clipped to kv_end); out[t, n_heads, head_dim] (ldo floats apart) is the softmax-weighted sum of V.
+// If lse != nullptr, lse[t * n_heads + h] = log(sum_j exp(score_j)) over the keys it saw, and
+// `out` is the normalised partial output for those keys (Helix merges partials with
+// merge_attention); a query that sees no key gets out = 0 and lse = -inf.
+// Both prefill (many queries) and decode (one query) use this entry point; the pool splits
+// over (query, head) pairs.
+void attention(const float* q, int64_t n_q, int64_t ldq, const int32_t* q_pos, const KvView& kv,
+               int64_t kv_begin, int64_t kv_end, const AttentionShape& s, float* out, int64_t ldo,
+               float* lse, ThreadPool* pool);
+void attention_ref(const float* q, int64_t n_q, int64_t ldq, const int32_t* q_pos, const KvView& kv,
+                   int64_t kv_begin, int64_t kv_end, const AttentionShape& s, float* out, int64_t ldo,
+                   float* lse);
+
+// Helix 3 (log-sum-exp merge): combines n_parts partial outputs of the same (token, head) rows
+// into one exact result: LSE = log sum_i exp(lse_i), out = sum_i exp(lse_i - LSE) * o_i.
+// parts[i] points to [n_rows, head_dim], lses[i] to [n_rows]. out_lse may be nullptr.
+void merge_attention(const float* const* parts, const float* const* lses, int n_parts, int64_t n_rows,
+                     int head_dim, float* out, float* out_lse);
+
+// ---------------------------------------------------------------- sampling
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy (argmax, lowest index on ties)
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // 1: off
+};
+// Index of the largest logit (lowest index on ties).
+int argmax(const float* logits, int n);
+// Samples a token from logits[n] (not modified) with temperature, top-k then top-p, using the
+// uniform draw u in [0, 1) (the caller owns the seeded Rng, so sequences repeat exactly).
+int sample(const float* logits, int n, const SamplingParams& p, float u);
+int sample_ref(const float* logits, int n, const SamplingParams& p, float u);
+
+// ---------------------------------------------------------------- CPU features
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false;
+};
+const CpuFeatures& cpu_features();
+// The kernel path chosen for this process: "avx512", "avx2" or "scalar". LOOM_KERNELS=scalar|avx2
+// forces a lower one (tests use it to cover every path).
+const char* kernel_path();
+
+}  // namespace loom::kernels

@@ -1,0 +1,46 @@
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace loom {
+
+void ModelConfig::validate() const {
+  auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) fail("model config: ", key, " = ", v, " (must be positive)");
+  };
+  positive("hidden_size (d_model)", d_model);
+  positive("num_hidden_layers", n_layers);
+  positive("num_attention_heads", n_heads);
+  positive("num_key_value_heads", n_kv_heads);
+  positive("head_dim", head_dim);
+  positive("intermediate_size", ffn_dim);
+  positive("vocab_size", vocab_size);
+  positive("max_position_embeddings (context)", max_seq_len);
+  if (n_heads % n_kv_heads != 0)
+    fail("model config: num_attention_heads = ", n_heads, " is not a multiple of num_key_value_heads = ",
+         n_kv_heads);
+  if (head_dim % 2 != 0) fail("model config: head_dim = ", head_dim, " must be even for RoPE");
+  if (!(rms_eps > 0.0f)) fail("model config: rms_norm_eps = ", rms_eps, " (must be positive)");
+  if (!(rope_theta > 0.0f)) fail("model config: rope_theta = ", rope_theta, " (must be positive)");
+  if (bos_id >= vocab_size || eos_id >= vocab_size)
+    fail("model config: bos/eos token id (", bos_id, "/", eos_id, ") outside vocab_size = ", vocab_size);
+  if (rope_scaling.llama3 && !(rope_scaling.factor >= 1.0f))
+    fail("model config: rope_scaling.factor = ", rope_scaling.factor, " (must be >= 1)");
+}
+
+int64_t ModelConfig::param_count() const {
+  const int64_t d = d_model, q = q_dim(), kv = kv_dim(), f = ffn_dim, v = vocab_size;
+  int64_t per_layer = d * q + 2 * d * kv + q * d + 3 * d * f + 2 * d;
+  if (qkv_bias) per_layer += q + 2 * kv;
+  return v * d * (tied_embeddings ? 1 : 2) + int64_t(n_layers) * per_layer + d;
+}
+
+std::string ModelConfig::summary() const {
+  return cat(arch, ": d_model ", d_model, ", layers ", n_layers, ", heads ", n_heads, " (kv ", n_kv_heads,
+             ", head_dim ", head_dim, "), ffn ", ffn_dim, ", vocab ", vocab_size, ", context ", max_seq_len,
+             ", rope ", rope_style == RopeStyle::Interleaved ? "interleaved" : "half-split", " theta ",
+             rope_theta, rope_scaling.llama3 ? " (llama3 scaling)" : "", tied_embeddings ? ", tied embeddings" : "",
+             qkv_bias ? ", qkv bias" : "");
+}
+
+}  // namespace loom

@@ -1,0 +1,57 @@
+// Model hyper-parameters, whatever file they came from (HF config.json, GGUF metadata,
+// llama2.c header). Every loader fills one ModelConfig and calls validate() before any weight
+// is touched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+// How RoPE pairs the dimensions of a head:
+//  - Interleaved: pairs (x[2i], x[2i+1]), as llama2.c and GGUF llama checkpoints (whose Q/K rows
+//    the converters permute);
+//  - HalfSplit: pairs (x[i], x[i + head_dim/2]), as HF transformers ("rotate_half") and GGUF
+//    qwen2 (NEOX).
+enum class RopeStyle { Interleaved, HalfSplit };
+
+// Llama-3 frequency scaling ("rope_type": "llama3" in HF config.json).
+struct RopeScaling {
+  bool llama3 = false;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position = 8192;
+};
+
+struct ModelConfig {
+  std::string arch = "llama";  // llama | mistral | qwen2
+  int d_model = 0;             // hidden size
+  int n_layers = 0;
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
+  int head_dim = 0;    // usually d_model / n_heads
+  int ffn_dim = 0;     // SwiGLU intermediate size
+  int vocab_size = 0;
+  int max_seq_len = 0;  // context length
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeStyle rope_style = RopeStyle::Interleaved;
+  RopeScaling rope_scaling;
+  bool tied_embeddings = false;  // classifier shares the token embedding
+  bool qkv_bias = false;         // Qwen2 has biases on Q, K and V
+  int bos_id = 1;
+  int eos_id = 2;
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+  int group_size() const { return n_heads / n_kv_heads; }
+
+  // Throws loom::Error naming the first inconsistent key with its value and the expected one.
+  void validate() const;
+  // Number of parameters implied by the shapes (embedding counted once when tied).
+  int64_t param_count() const;
+  std::string summary() const;  // one line: arch, dims, heads, layers, vocab, context
+};
+
+}  // namespace loom

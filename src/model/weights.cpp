@@ -1,0 +1,61 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace loom {
+
+WeightView Model::own_f32(const float* values, int64_t n) {
+  auto buf = std::shared_ptr<float[]>(new float[size_t(n)]);
+  std::memcpy(buf.get(), values, size_t(n) * sizeof(float));
+  storage.push_back(std::shared_ptr<const void>(buf, buf.get()));
+  WeightView v;
+  v.data = buf.get();
+  v.dtype = DType::F32;
+  v.rows = 1;
+  v.cols = n;
+  v.row_stride = n * 4;
+  return v;
+}
+
+std::vector<std::pair<std::string, WeightView>> Model::tensors() const {
+  std::vector<std::pair<std::string, WeightView>> out;
+  out.emplace_back("token_embd", tok_embd);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const auto& L = layers[l];
+    const std::string p = cat("blk.", l, ".");
+    const std::pair<const char*, const WeightView*> items[] = {
+        {"attn_norm", &L.attn_norm}, {"attn_q", &L.wq},       {"attn_k", &L.wk},
+        {"attn_v", &L.wv},           {"attn_output", &L.wo},  {"attn_q.bias", &L.bq},
+        {"attn_k.bias", &L.bk},      {"attn_v.bias", &L.bv},  {"ffn_norm", &L.ffn_norm},
+        {"ffn_gate", &L.w_gate},     {"ffn_up", &L.w_up},     {"ffn_down", &L.w_down}};
+    for (auto& [n, w] : items)
+      if (w->present()) out.emplace_back(p + n, *w);
+  }
+  out.emplace_back("output_norm", out_norm);
+  if (output.present() && output.data != tok_embd.data) out.emplace_back("output", output);
+  return out;
+}
+
+WeightView make_view(const std::string& name, const void* bytes, int64_t available_bytes, DType dtype,
+                     int64_t rows, int64_t cols) {
+  const int be = dtype_block_elems(dtype);
+  if (cols % be != 0)
+    fail("tensor '", name, "': ", cols, " columns is not a multiple of the ", dtype_name(dtype), " block size ",
+         be);
+  const int64_t row_bytes = dtype_row_bytes(dtype, cols);
+  const int64_t need = rows * row_bytes;
+  if (available_bytes != need)
+    fail("tensor '", name, "': expected ", need, " bytes for [", rows, ", ", cols, "] ", dtype_name(dtype),
+         ", found ", available_bytes);
+  WeightView v;
+  v.data = bytes;
+  v.dtype = dtype;
+  v.rows = rows;
+  v.cols = cols;
+  v.row_stride = row_bytes;
+  return v;
+}
+
+}  // namespace loom

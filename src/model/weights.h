@@ -1,0 +1,50 @@
+// A loaded model: config plus views of every weight, wherever the bytes live (a memory-mapped
+// file, or a buffer the loader converted into). Views never own; `storage` keeps the owners
+// alive for as long as the Model lives.
+//
+// Matrices are W[rows = out][cols = in], row-major, rows `row_stride` bytes apart (a column block
+// of a row-major matrix, as TP shards of Wo and W_down use, is a view with a smaller `cols` and
+// the original stride). Norm weights and biases are always f32 (loaders convert them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "core/dtype.h"
+#include "core/weight_view.h"
+
+namespace loom {
+
+struct LayerWeights {
+  WeightView attn_norm;           // [d_model] f32
+  WeightView wq, wk, wv, wo;      // [q_dim, d], [kv_dim, d], [kv_dim, d], [d, q_dim]
+  WeightView bq, bk, bv;          // Qwen2 biases [q_dim], [kv_dim], [kv_dim] f32, else absent
+  WeightView ffn_norm;            // [d_model] f32
+  WeightView w_gate, w_up, w_down;  // [ffn, d], [ffn, d], [d, ffn]
+};
+
+struct Model {
+  ModelConfig config;
+  std::string path;    // what it was loaded from
+  std::string format;  // "llama2c", "gguf", "safetensors"
+  WeightView tok_embd; // [vocab, d]
+  WeightView out_norm; // [d] f32
+  WeightView output;   // [vocab, d]; == tok_embd when tied
+  std::vector<LayerWeights> layers;
+  std::vector<std::shared_ptr<const void>> storage;  // keeps mappings / converted buffers alive
+
+  // Copies `n` f32 values into a buffer owned by this model and returns a view of it.
+  WeightView own_f32(const float* values, int64_t n);
+  // Every distinct weight tensor (name, view), for `loom info` and checks.
+  std::vector<std::pair<std::string, WeightView>> tensors() const;
+};
+
+// Makes a view over `bytes` holding a [rows, cols] matrix of `dtype`, checking the size.
+// Throws loom::Error naming `name` with the expected and found byte counts.
+WeightView make_view(const std::string& name, const void* bytes, int64_t available_bytes, DType dtype,
+                     int64_t rows, int64_t cols);
+
+}  // namespace loom
