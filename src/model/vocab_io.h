@@ -1,0 +1,59 @@
+// Reading, writing and synthesising vocabularies (see vocab.h for the two kinds).
+//  - llama2.c tokenizer file: int32 max_token_length, then per token: float32 score, int32 len,
+//    len bytes. Always Spm, bos 1, eos 2, unk 0, pieces use a plain ' ' as the word marker.
+//  - HF tokenizer.json with model.type "BPE" (byte-level: GPT-2 / Llama-3 / Qwen2), plus the
+//    tokenizer_config.json beside it when present (bos/eos tokens, chat_template, add_bos_token).
+//  - synth_vocab: deterministic synthetic vocabularies for `loom synth`.
+// All functions throw loom::Error on a malformed or unsupported file, naming the file and value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/vocab.h"
+
+namespace loom {
+
+// Reads a llama2.c tokenizer with exactly vocab_size tokens (the count is not in the file; it
+// comes from the checkpoint header). Errors when the file is shorter than vocab_size tokens.
+Vocab load_llama2c_vocab(const std::string& path, int vocab_size);
+// Writes v in the llama2.c tokenizer format (pieces and scores; max_token_length computed).
+// Only meaningful for Spm vocabularies whose pieces use ' ' (llama2.c's convention); U+2581
+// pieces are written as they are.
+void write_llama2c_vocab(const Vocab& v, const std::string& path);
+// The same format as bytes (for tests and for writers that stream).
+std::string llama2c_vocab_bytes(const Vocab& v);
+
+// Reads an HF tokenizer.json (model.type "BPE"). Reads tokenizer_config.json from the same
+// directory when it exists. Vocab::pre is detected from the pre_tokenizer's Split regex
+// ("llama3", "qwen2", "gpt2"; plain ByteLevel -> "gpt2").
+Vocab load_tokenizer_json(const std::string& path);
+// The same from text; config_json may be "" (no tokenizer_config.json).
+Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string& config_json = "",
+                           const std::string& what = "tokenizer.json");
+// Serialises a Bpe vocabulary as an HF-compatible tokenizer.json (loadable by the `tokenizers`
+// library): version, truncation/padding null, added_tokens (the Control/UserDefined tokens),
+// normalizer null, pre_tokenizer Sequence[Split(regex of v.pre), ByteLevel], post_processor
+// ByteLevel (or TemplateProcessing adding BOS when v.add_bos), decoder ByteLevel, model BPE.
+// Throws loom::Error for an Spm vocabulary.
+std::string vocab_to_tokenizer_json(const Vocab& v);
+// The companion tokenizer_config.json: bos_token, eos_token, add_bos_token, chat_template.
+std::string vocab_to_tokenizer_config_json(const Vocab& v);
+
+// Deterministic synthetic vocabulary of exactly `size` tokens (same (kind, size, seed) -> same
+// vocabulary on every machine).
+//  - Bpe: synth_bpe_vocab(size, seed, "llama3").
+//  - Spm: <unk>, <s>, </s>, <0x00>..<0xFF>, then pieces (' ' as word marker) with scores.
+// Throws loom::Error when size is too small to hold the required tokens (Bpe: 256 + specials;
+// Spm: 259).
+Vocab synth_vocab(VocabKind kind, int size, uint64_t seed);
+// Byte-level BPE: 256 byte tokens in the GPT-2 byte-to-unicode alphabet, then merges (each
+// merge's result is a new token; learned greedily from pair frequencies of a small built-in
+// English text, then seeded random pairs of existing tokens), then the special tokens of `pre`
+// at the end: "llama3": <|begin_of_text|> (bos), <|end_of_text|> (eos), <|start_header_id|>,
+// <|end_header_id|>, <|eot_id|>; "qwen2": <|endoftext|> (eos), <|im_start|>, <|im_end|>
+// (no bos, add_bos false); "gpt2": <|endoftext|> (bos and eos). Merges are unique and every
+// merge's parts are tokens defined before its result.
+Vocab synth_bpe_vocab(int size, uint64_t seed, const std::string& pre);
+
+}  // namespace loom
