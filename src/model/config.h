@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -22,6 +23,10 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position = 8192;
+  // Per-frequency divisors as GGUF stores Llama-3 scaling (tensor rope_freqs.weight,
+  // [head_dim/2] f32): the angle of pair i is pos * rope_theta^(-2i/head_dim) / freq_factors[i].
+  // Empty: none. When set, `llama3` is false (the factors already encode it).
+  std::vector<float> freq_factors;
 };
 
 struct ModelConfig {
@@ -42,6 +47,8 @@ struct ModelConfig {
   bool qkv_bias = false;         // Qwen2 has biases on Q, K and V
   int bos_id = 1;
   int eos_id = 2;
+  std::vector<int> eos_ids;  // every end-of-sequence id the file lists (HF eos may be a list);
+                             // eos_id is the first; may be empty (= {eos_id})
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
