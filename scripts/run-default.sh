@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The main job of `make run` on the built-in default: a synthetic model that `loom synth` writes
+# on first use (random weights, so its text is gibberish by design), then generation on it.
+set -euo pipefail
+loom=${1:-build/loom}
+models=${LOOM_MODELS_DIR:-models}
+model="$models/small-q8_0.gguf"
+mkdir -p "$models"
+if [ ! -f "$model" ]; then
+  echo "== first run: writing the built-in default model with 'loom synth' -> $model"
+  "$loom" synth --shape small --dtype q8_0 --format gguf --seed 1 -o "$model"
+fi
+"$loom" info "$model"
+echo
+echo "== loom generate (random weights: the text is gibberish by design)"
+"$loom" generate --model "$model" --prompt "Once upon a time" -n 64 --temperature 0.8 --seed 7
+echo
+echo "To run a real checkpoint, point --model at it, for example:"
+echo "  $loom generate --model ../shared/models/stories260K/stories260K.bin --tokenizer ../shared/models/stories260K/tok512.bin --prompt 'Once upon a time' -n 200"
+echo "  (GGUF files, and HF safetensors directories with config.json and tokenizer.json, load the same way.)"

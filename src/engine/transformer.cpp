@@ -1,0 +1,189 @@
+#include "engine/transformer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace loom {
+
+Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool,
+                         AllReduce all_reduce)
+    : model_(std::move(model)), shard_(shard), pool_(pool), all_reduce_(std::move(all_reduce)) {
+  const ModelConfig& c = model_->config;
+  const int dh = c.head_dim;
+  LOOM_CHECK(shard_.n_q_heads > 0 && shard_.n_kv_heads > 0 && shard_.ffn_len > 0);
+  LOOM_CHECK(shard_.q_head_begin + shard_.n_q_heads <= c.n_heads);
+  LOOM_CHECK(shard_.kv_head_begin + shard_.n_kv_heads <= c.n_kv_heads);
+  LOOM_CHECK(shard_.ffn_begin + shard_.ffn_len <= c.ffn_dim);
+  // Every local query head must find its KV head locally (PLANS.md TP: q uses kv head q / G).
+  for (int h = 0; h < shard_.n_q_heads; ++h) {
+    const int kv = (shard_.q_head_begin + h) / c.group_size();
+    LOOM_CHECK(kv >= shard_.kv_head_begin && kv < shard_.kv_head_begin + shard_.n_kv_heads,
+               "query head ", shard_.q_head_begin + h, " needs kv head ", kv);
+  }
+  for (const LayerWeights& L : model_->layers) {
+    LayerShard s;
+    s.wq = L.wq.row_block(int64_t(shard_.q_head_begin) * dh, int64_t(shard_.n_q_heads) * dh);
+    s.wk = L.wk.row_block(int64_t(shard_.kv_head_begin) * dh, int64_t(shard_.n_kv_heads) * dh);
+    s.wv = L.wv.row_block(int64_t(shard_.kv_head_begin) * dh, int64_t(shard_.n_kv_heads) * dh);
+    s.wo = L.wo.col_block(int64_t(shard_.q_head_begin) * dh, int64_t(shard_.n_q_heads) * dh);
+    s.w_gate = L.w_gate.row_block(shard_.ffn_begin, shard_.ffn_len);
+    s.w_up = L.w_up.row_block(shard_.ffn_begin, shard_.ffn_len);
+    s.w_down = L.w_down.col_block(shard_.ffn_begin, shard_.ffn_len);
+    if (L.bq.present()) {
+      s.bq = L.bq.f32() + shard_.q_head_begin * dh;
+      s.bk = L.bk.f32() + shard_.kv_head_begin * dh;
+      s.bv = L.bv.f32() + shard_.kv_head_begin * dh;
+    }
+    layers_.push_back(s);
+  }
+  rope_.head_dim = dh;
+  rope_.theta = c.rope_theta;
+  rope_.interleaved = c.rope_style == RopeStyle::Interleaved;
+  rope_.llama3 = c.rope_scaling.llama3;
+  rope_.factor = c.rope_scaling.factor;
+  rope_.low_freq_factor = c.rope_scaling.low_freq_factor;
+  rope_.high_freq_factor = c.rope_scaling.high_freq_factor;
+  rope_.original_max_position = c.rope_scaling.original_max_position;
+}
+
+void Transformer::ensure_scratch(int64_t n) {
+  if (n <= scratch_tokens_) return;
+  const ModelConfig& c = config();
+  const int64_t d = c.d_model, q = int64_t(shard_.n_q_heads) * c.head_dim,
+                kv = int64_t(shard_.n_kv_heads) * c.head_dim, f = shard_.ffn_len;
+  x_.resize(size_t(n * d));
+  xn_.resize(size_t(n * d));
+  q_.resize(size_t(n * q));
+  k_.resize(size_t(n * kv));
+  v_.resize(size_t(n * kv));
+  att_.resize(size_t(n * q));
+  proj_.resize(size_t(n * d));
+  gate_.resize(size_t(n * f));
+  up_.resize(size_t(n * f));
+  scratch_tokens_ = n;
+}
+
+int Transformer::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits) {
+  const ModelConfig& c = config();
+  const int64_t n_tokens = int64_t(batch.tokens.size());
+  const int64_t d = c.d_model, dh = c.head_dim;
+  const int hq = shard_.n_q_heads, hk = shard_.n_kv_heads;
+  const int64_t q_dim = hq * dh, kv_dim = hk * dh, ffn = shard_.ffn_len;
+  const KvLayout& lay = kv.layout;
+  LOOM_CHECK(lay.n_kv_heads == hk && lay.head_dim == dh && lay.n_layers == c.n_layers, "kv layout mismatch");
+  if (n_tokens == 0) return 0;
+  ensure_scratch(n_tokens);
+
+  // Absolute position of every token; validate the sequences cover the batch.
+  pos_.resize(size_t(n_tokens));
+  {
+    int64_t t = 0;
+    for (const ForwardSeq& s : batch.seqs) {
+      LOOM_CHECK(s.n_tokens >= 0 && t + s.n_tokens <= n_tokens);
+      const int64_t need_blocks = (s.start_pos + s.n_tokens + lay.block_size - 1) / lay.block_size;
+      LOOM_CHECK(s.n_blocks >= need_blocks, "sequence needs ", need_blocks, " blocks, has ", s.n_blocks);
+      for (int i = 0; i < s.n_tokens; ++i) pos_[size_t(t + i)] = int32_t(s.start_pos + i);
+      t += s.n_tokens;
+    }
+    LOOM_CHECK(t == n_tokens, "sequences cover ", t, " of ", n_tokens, " tokens");
+  }
+
+  // Embedding lookup: x[t] = dequantize(tok_embd[token t])  // [T, d]
+  float* x = x_.data();
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int32_t tok = batch.tokens[size_t(t)];
+    LOOM_CHECK(tok >= 0 && tok < c.vocab_size, "token id ", tok);
+    dequantize_row(model_->tok_embd.dtype, model_->tok_embd.row(tok), x + t * d, d);
+  }
+
+  const float scale = 1.0f / std::sqrt(float(dh));
+  kernels::AttentionShape ashape{hq, hk, int(dh), scale};
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& LW = model_->layers[size_t(l)];
+    const LayerShard& L = layers_[size_t(l)];
+    float* kl = kv.k.data() + l * lay.floats_per_layer();
+    float* vl = kv.v.data() + l * lay.floats_per_layer();
+
+    // --- attention block
+    kernels::rmsnorm(xn_.data(), x, LW.attn_norm.f32(), n_tokens, d, c.rms_eps);
+    kernels::matmul(xn_.data(), n_tokens, d, L.wq, q_.data(), q_dim, pool_);
+    kernels::matmul(xn_.data(), n_tokens, d, L.wk, k_.data(), kv_dim, pool_);
+    kernels::matmul(xn_.data(), n_tokens, d, L.wv, v_.data(), kv_dim, pool_);
+    if (L.bq) {
+      kernels::add_bias(q_.data(), n_tokens, q_dim, L.bq, q_dim);
+      kernels::add_bias(k_.data(), n_tokens, kv_dim, L.bk, kv_dim);
+      kernels::add_bias(v_.data(), n_tokens, kv_dim, L.bv, kv_dim);
+    }
+    kernels::rope(q_.data(), n_tokens, q_dim, hq, pos_.data(), rope_);
+    kernels::rope(k_.data(), n_tokens, kv_dim, hk, pos_.data(), rope_);
+
+    // Scatter the new K/V into the paged cache, then attend per sequence.
+    int64_t t0 = 0;
+    for (const ForwardSeq& s : batch.seqs) {
+      for (int i = 0; i < s.n_tokens; ++i) {
+        const int64_t t = t0 + i, p = s.start_pos + i;
+        const int64_t blk = s.block_table[p / lay.block_size];
+        const int in_blk = int(p % lay.block_size);
+        for (int h = 0; h < hk; ++h) {
+          const int64_t off = lay.offset_in_layer(blk, h, in_blk);
+          std::memcpy(kl + off, k_.data() + t * kv_dim + h * dh, size_t(dh) * sizeof(float));
+          std::memcpy(vl + off, v_.data() + t * kv_dim + h * dh, size_t(dh) * sizeof(float));
+        }
+      }
+      t0 += s.n_tokens;
+    }
+    t0 = 0;
+    for (const ForwardSeq& s : batch.seqs) {
+      if (s.n_tokens > 0) {
+        kernels::KvView view;
+        view.k = kl;
+        view.v = vl;
+        view.block_table = s.block_table;
+        view.block_size = lay.block_size;
+        view.block_stride = lay.floats_per_block();
+        view.head_stride = lay.floats_per_head_block();
+        view.pos_stride = dh;
+        kernels::attention(q_.data() + t0 * q_dim, s.n_tokens, q_dim, pos_.data() + t0, view, 0,
+                           s.start_pos + s.n_tokens, ashape, att_.data() + t0 * q_dim, q_dim, nullptr, pool_);
+      }
+      t0 += s.n_tokens;
+    }
+    kernels::matmul(att_.data(), n_tokens, q_dim, L.wo, proj_.data(), d, pool_);
+    if (all_reduce_) all_reduce_(proj_.data(), n_tokens * d);
+    for (int64_t i = 0; i < n_tokens * d; ++i) x[i] += proj_[size_t(i)];
+
+    // --- feed-forward block (SwiGLU)
+    kernels::rmsnorm(xn_.data(), x, LW.ffn_norm.f32(), n_tokens, d, c.rms_eps);
+    kernels::matmul(xn_.data(), n_tokens, d, L.w_gate, gate_.data(), ffn, pool_);
+    kernels::matmul(xn_.data(), n_tokens, d, L.w_up, up_.data(), ffn, pool_);
+    kernels::swiglu(gate_.data(), gate_.data(), up_.data(), n_tokens * ffn);
+    kernels::matmul(gate_.data(), n_tokens, ffn, L.w_down, proj_.data(), d, pool_);
+    if (all_reduce_) all_reduce_(proj_.data(), n_tokens * d);
+    for (int64_t i = 0; i < n_tokens * d; ++i) x[i] += proj_[size_t(i)];
+  }
+
+  // Final norm and classifier, only for the last token of each sampling sequence.
+  int n_out = 0;
+  for (const ForwardSeq& s : batch.seqs) n_out += s.want_logits && s.n_tokens > 0;
+  logits.resize(size_t(n_out) * size_t(c.vocab_size));
+  // Gather the last hidden state of each sampling sequence, then one batched classifier matmul
+  // (the classifier is streamed once per step, not once per sequence). Every rank holds the
+  // whole classifier (it is not sharded), so no reduction is needed.
+  int row = 0;
+  int64_t t0 = 0;
+  for (const ForwardSeq& s : batch.seqs) {
+    t0 += s.n_tokens;
+    if (!s.want_logits || s.n_tokens == 0) continue;
+    std::memcpy(xn_.data() + int64_t(row) * d, x + (t0 - 1) * d, size_t(d) * sizeof(float));
+    ++row;
+  }
+  kernels::rmsnorm(xn_.data(), xn_.data(), model_->out_norm.f32(), n_out, d, c.rms_eps);
+  if (n_out > 0)
+    kernels::matmul(xn_.data(), n_out, d, model_->output, logits.data(), c.vocab_size, pool_);
+  return n_out;
+}
+
+}  // namespace loom

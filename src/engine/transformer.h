@@ -1,0 +1,111 @@
+// The Llama-family forward pass on one rank, over one batch of tokens from many sequences
+// (mixed prefill chunks and decode tokens), with a paged KV cache.
+//
+// A rank computes a shard of the model (TP, ../shared/docs/PLANS.md "TP(t) — Megatron"): query
+// heads [q_head_begin, +n_q_heads), KV heads [kv_head_begin, +n_kv_heads) (which may be one
+// head replicated on several ranks when t > K), FFN columns [ffn_begin, +ffn_len). Wq/Wk/Wv/
+// W_gate/W_up are row blocks, Wo/W_down column blocks (views: the weights are never copied).
+// After Wo and after W_down the partial sums of the shard are combined by `all_reduce`
+// (identity on one rank). The single-rank engine is the shard that owns everything.
+//
+// Per layer (shapes for a step of T tokens, local sizes):
+//   xn = rmsnorm(x)                       // [T, d]
+//   q = xn Wq^T (+bq), k, v               // [T, hq*dh], [T, hk*dh], [T, hk*dh]
+//   rope(q), rope(k) at each token's absolute position
+//   K/V cache[block(pos)][head][pos % B] = k, v
+//   a = attention(q, cache)               // [T, hq*dh], causal per sequence
+//   x += all_reduce(a Wo^T)               // [T, d]
+//   x += all_reduce(W_down(silu(xn2 Wg^T) * (xn2 Wu^T)))
+// Logits only for the tokens that sample: logits = rmsnorm(x) Wout^T  // [n_sample, vocab]
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kv/kv_layout.h"
+#include "model/weights.h"
+
+namespace loom {
+
+// Which part of the model this rank computes (everything, on one rank).
+struct ShardSpec {
+  int q_head_begin = 0, n_q_heads = 0;
+  int kv_head_begin = 0, n_kv_heads = 0;
+  int64_t ffn_begin = 0, ffn_len = 0;
+  static ShardSpec full(const ModelConfig& c) {
+    return ShardSpec{0, c.n_heads, 0, c.n_kv_heads, 0, c.ffn_dim};
+  }
+};
+
+// K and V storage for every layer: KvLayout's [n_layers][num_blocks][n_kv_heads][block][head_dim].
+struct KvStorage {
+  KvLayout layout;
+  AlignedBuffer<float> k, v;
+  explicit KvStorage(const KvLayout& l) : layout(l) {
+    layout.validate();
+    k.resize(size_t(l.floats_per_arena()));
+    v.resize(size_t(l.floats_per_arena()));
+  }
+  int64_t bytes() const { return 2 * layout.floats_per_arena() * int64_t(sizeof(float)); }
+};
+
+// One sequence's slice of a step.
+struct ForwardSeq {
+  int64_t start_pos = 0;          // absolute position of its first token in this step
+  int n_tokens = 0;               // tokens of this sequence in the step (consecutive in the batch)
+  const int32_t* block_table = nullptr;  // physical KV blocks, logical order; covers start_pos + n_tokens
+  int n_blocks = 0;
+  bool want_logits = false;       // compute logits for its last token of the step
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;    // [T] token ids, sequence after sequence
+  std::vector<ForwardSeq> seqs;
+};
+
+class Transformer {
+ public:
+  using AllReduce = std::function<void(float* data, int64_t n)>;
+
+  // `model` must outlive the Transformer. `all_reduce` combines partial sums across the TP group
+  // (nullptr: single rank).
+  Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool,
+              AllReduce all_reduce = nullptr);
+
+  const ModelConfig& config() const { return model_->config; }
+  const ShardSpec& shard() const { return shard_; }
+
+  // Runs one step. Writes the K/V of every token into `kv`, and for each sequence with
+  // want_logits the logits of its last token into `logits` ([n_want, vocab], in sequence order).
+  // Returns the number of logit rows written.
+  int forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits);
+
+ private:
+  struct LayerShard {
+    WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+    const float* bq = nullptr;
+    const float* bk = nullptr;
+    const float* bv = nullptr;
+  };
+  void ensure_scratch(int64_t n_tokens);
+
+  std::shared_ptr<const Model> model_;
+  ShardSpec shard_;
+  ThreadPool* pool_;
+  AllReduce all_reduce_;
+  std::vector<LayerShard> layers_;
+  kernels::RopeParams rope_;
+  std::vector<float> inv_freq_;
+
+  // Scratch, grown to the largest step seen: [T, d], [T, q], [T, kv], [T, ffn] ...
+  int64_t scratch_tokens_ = 0;
+  AlignedBuffer<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_;
+  std::vector<int32_t> pos_;
+};
+
+}  // namespace loom
