@@ -1,0 +1,291 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace loom {
+
+void SchedulerConfig::validate() const {
+  if (max_num_seqs < 1) fail("scheduler: max_num_seqs must be >= 1, found ", max_num_seqs);
+  if (max_tokens_per_step < 1)
+    fail("scheduler: max_tokens_per_step must be >= 1, found ", max_tokens_per_step);
+  if (block_size < 1) fail("scheduler: block_size must be >= 1, found ", block_size);
+  if (num_blocks < 1) fail("scheduler: num_blocks must be >= 1, found ", num_blocks);
+  if (max_model_len < 2) fail("scheduler: max_model_len must be >= 2, found ", max_model_len);
+  if (!(watermark >= 0 && watermark < 1))
+    fail("scheduler: watermark must be in [0, 1), found ", watermark);
+}
+
+namespace {
+const SchedulerConfig& validated(const SchedulerConfig& c) {
+  c.validate();
+  return c;
+}
+int64_t blocks_for(int64_t tokens, int block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(validated(config)),
+      alloc_(config.num_blocks),
+      watermark_blocks_(int(std::floor(config.watermark * config.num_blocks))) {}
+
+bool Scheduler::more_urgent(const Sequence& a, const Sequence& b) const {
+  if (a.request.priority != b.request.priority) return a.request.priority < b.request.priority;
+  if (a.request.arrival_s != b.request.arrival_s) return a.request.arrival_s < b.request.arrival_s;
+  return a.id() < b.id();
+}
+
+void Scheduler::insert_waiting(Sequence* s) {
+  auto it = std::upper_bound(waiting_.begin(), waiting_.end(), s,
+                             [&](const Sequence* a, const Sequence* b) { return more_urgent(*a, *b); });
+  waiting_.insert(it, s);
+}
+
+AddResult Scheduler::add_request(Request request) {
+  if (known_ids_.count(request.id)) fail("request id ", request.id, " is already in use");
+  known_ids_.insert(request.id);
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  seq->block_table = BlockTable(config_.block_size);
+  const Request& r = seq->request;
+  const int64_t total = int64_t(r.prompt_len()) + r.max_tokens;
+  std::string reason;
+  if (r.prompt_len() <= 0) {
+    reason = cat("request ", r.id, ": empty prompt");
+  } else if (r.max_tokens < 1) {
+    reason = cat("request ", r.id, ": max_tokens must be >= 1, found ", r.max_tokens);
+  } else if (total > config_.max_model_len) {
+    reason = cat("request ", r.id, ": prompt (", r.prompt_len(), ") + max_tokens (", r.max_tokens,
+                 ") = ", total, " tokens exceeds max_model_len ", config_.max_model_len);
+  } else if (blocks_for(total, config_.block_size) > config_.num_blocks) {
+    reason = cat("request ", r.id, ": prompt + max_tokens = ", total, " tokens needs ",
+                 blocks_for(total, config_.block_size), " KV blocks, the whole cache has ",
+                 config_.num_blocks);
+  } else if (!config_.enable_chunked_prefill && r.prompt_len() > config_.max_tokens_per_step) {
+    reason = cat("request ", r.id, ": prompt of ", r.prompt_len(),
+                 " tokens exceeds max_tokens_per_step ", config_.max_tokens_per_step,
+                 " and chunked prefill is off");
+  }
+  if (!reason.empty()) {
+    seq->status = SeqStatus::kFinished;
+    seq->finish_reason = FinishReason::kRejected;
+    seq->finish_detail = reason;
+    finished_.push_back(std::move(*seq));
+    return {false, reason};
+  }
+  Sequence* s = seq.get();
+  live_.emplace(s->id(), std::move(seq));
+  insert_waiting(s);
+  return {};
+}
+
+void Scheduler::preempt(Sequence* s) {
+  s->block_table.release(alloc_);
+  s->num_computed = 0;
+  s->status = SeqStatus::kPreempted;
+  ++s->num_preemptions;
+  ++num_preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  insert_waiting(s);
+}
+
+void Scheduler::finish(Sequence* s, FinishReason reason, std::string detail) {
+  s->block_table.release(alloc_);
+  if (s->status == SeqStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), s));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+  }
+  s->status = SeqStatus::kFinished;
+  s->finish_reason = reason;
+  s->finish_detail = std::move(detail);
+  auto it = live_.find(s->id());
+  LOOM_CHECK(it != live_.end());
+  finished_.push_back(std::move(*it->second));
+  live_.erase(it);
+}
+
+ScheduledSeq Scheduler::make_entry(const Sequence& s, int n) const {
+  ScheduledSeq e;
+  e.seq_id = s.id();
+  e.start = s.num_computed;
+  e.num_tokens = n;
+  e.is_prefill = !s.is_decode();
+  e.sample = e.start + n == s.num_tokens();
+  e.token_ids.reserve(size_t(n));
+  for (int p = e.start; p < e.start + n; ++p) e.token_ids.push_back(s.token_at(p));
+  e.block_ids = s.block_table.blocks();
+  e.sampling = s.request.sampling;
+  e.priority = s.request.priority;
+  LOOM_CHECK(s.block_table.num_slots() >= e.start + n, "seq ", s.id(), " has ",
+             s.block_table.num_slots(), " slots, step needs ", e.start + n);
+  return e;
+}
+
+StepBatch Scheduler::schedule() {
+  StepBatch b;
+  b.step_index = next_step_++;
+  b.block_size = config_.block_size;
+  int budget = config_.max_tokens_per_step;
+  std::unordered_set<const Sequence*> in_batch;
+  auto add = [&](Sequence* s, int n) {
+    b.seqs.push_back(make_entry(*s, n));
+    const ScheduledSeq& e = b.seqs.back();
+    in_batch.insert(s);
+    budget -= n;
+    b.num_tokens += n;
+    (e.is_prefill ? b.num_prefill_tokens : b.num_decode_tokens) += n;
+    b.num_sampled += e.sample ? 1 : 0;
+  };
+  auto seq_slot_left = [&] { return int(b.seqs.size()) < config_.max_num_seqs; };
+
+  // 1. Decodes, most urgent first; preempt the least urgent unscheduled sequence when a decode
+  // needs a block and none is free (vLLM 4.5: recomputation).
+  const std::vector<Sequence*> order = running_;
+  for (Sequence* s : order) {
+    if (s->status != SeqStatus::kRunning || !s->is_decode()) continue;
+    if (budget < 1 || !seq_slot_left()) break;
+    const int need = s->num_tokens() - s->block_table.num_slots();
+    while (!s->block_table.append_slots(std::max(need, 0), alloc_)) {
+      Sequence* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        if (!in_batch.count(*it)) {
+          victim = *it;
+          break;
+        }
+      }
+      LOOM_CHECK(victim != nullptr, "seq ", s->id(), " is itself unscheduled");
+      b.preempted.push_back(victim->id());
+      preempt(victim);
+      if (victim == s) break;
+    }
+    if (s->status != SeqStatus::kRunning) continue;
+    add(s, 1);
+  }
+
+  // 2. Continuing prefill chunks (blocks reserved at admission) (Sarathi 4: chunked prefill).
+  for (Sequence* s : std::vector<Sequence*>(running_)) {
+    if (in_batch.count(s) || s->is_decode() || s->num_uncomputed() <= 0) continue;
+    if (budget < 1 || !seq_slot_left()) break;
+    const int n = config_.enable_chunked_prefill ? std::min(s->num_uncomputed(), budget)
+                                                 : s->num_uncomputed();
+    if (n > budget) continue;
+    add(s, n);
+  }
+
+  // 3. Admission, strictly by (priority, arrival, id); none in a step that preempted (the cache
+  // is short: admitting would only preempt again).
+  while (b.preempted.empty() && !waiting_.empty()) {
+    Sequence* s = waiting_.front();
+    if (budget < 1 || !seq_slot_left() || int(running_.size()) >= config_.max_num_seqs) break;
+    const int tokens = s->num_tokens();
+    const int n = config_.enable_chunked_prefill ? std::min(tokens, budget) : tokens;
+    if (n > budget) break;
+    const int blocks = s->block_table.blocks_needed(tokens);
+    const int watermark = running_.empty() ? 0 : watermark_blocks_;
+    if (alloc_.num_free() - blocks < watermark) break;
+    const bool ok = s->block_table.append_slots(tokens, alloc_);
+    LOOM_CHECK(ok);
+    waiting_.pop_front();
+    s->status = SeqStatus::kRunning;
+    if (s->admit_order < 0) s->admit_order = next_admit_++;
+    auto it = std::upper_bound(running_.begin(), running_.end(), s,
+                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
+    running_.insert(it, s);
+    add(s, n);
+  }
+  return b;
+}
+
+bool Scheduler::apply_stops(Sequence* s) {
+  const TokenId tok = s->output.back();
+  const StopConditions& st = s->request.stop;
+  if (!st.ignore_eos && std::find(st.eos_ids.begin(), st.eos_ids.end(), tok) != st.eos_ids.end()) {
+    finish(s, FinishReason::kStop, cat("eos token ", tok));
+    return true;
+  }
+  for (size_t i = 0; i < st.stop_token_seqs.size(); ++i) {
+    const auto& q = st.stop_token_seqs[i];
+    if (q.empty() || q.size() > s->output.size()) continue;
+    if (std::equal(q.rbegin(), q.rend(), s->output.rbegin())) {
+      finish(s, FinishReason::kStop, cat("stop token sequence ", i));
+      return true;
+    }
+  }
+  if (stop_check_ && stop_check_(*s)) {
+    finish(s, FinishReason::kStop, "stop string");
+    return true;
+  }
+  if (s->num_output() >= s->request.max_tokens) {
+    finish(s, FinishReason::kLength, cat("max_tokens ", s->request.max_tokens));
+    return true;
+  }
+  if (s->num_tokens() >= config_.max_model_len) {
+    finish(s, FinishReason::kLength, cat("max_model_len ", config_.max_model_len));
+    return true;
+  }
+  return false;
+}
+
+StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& result) {
+  LOOM_CHECK(int(result.sampled.size()) == batch.num_sampled, "step ", batch.step_index,
+             " sampled ", result.sampled.size(), " tokens, batch asks for ", batch.num_sampled);
+  std::unordered_map<RequestId, TokenId> tokens;
+  for (const SampledToken& t : result.sampled) {
+    const bool fresh = tokens.emplace(t.seq_id, t.token).second;
+    LOOM_CHECK(fresh, "two tokens for seq ", t.seq_id);
+  }
+  StepOutcome out;
+  for (const ScheduledSeq& e : batch.seqs) {
+    auto it = live_.find(e.seq_id);
+    if (it == live_.end()) continue;  // cancelled since schedule()
+    Sequence* s = it->second.get();
+    if (s->status != SeqStatus::kRunning || s->num_computed != e.start) continue;
+    s->num_computed += e.num_tokens;
+    if (!e.sample) continue;
+    auto t = tokens.find(e.seq_id);
+    LOOM_CHECK(t != tokens.end(), "no sampled token for seq ", e.seq_id);
+    s->output.push_back(t->second);
+    TokenEvent ev{e.seq_id, t->second, false, FinishReason::kNone};
+    if (apply_stops(s)) {
+      ev.finished = true;
+      ev.reason = finished_.back().finish_reason;
+      ++out.num_finished;
+    }
+    out.tokens.push_back(ev);
+  }
+  return out;
+}
+
+void Scheduler::on_step_failed(const StepBatch& batch, const std::string& what) {
+  for (const ScheduledSeq& e : batch.seqs) {
+    auto it = live_.find(e.seq_id);
+    if (it == live_.end()) continue;
+    finish(it->second.get(), FinishReason::kError, what);
+  }
+}
+
+bool Scheduler::cancel(RequestId id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  finish(it->second.get(), FinishReason::kAbort, "cancelled");
+  return true;
+}
+
+std::vector<Sequence> Scheduler::drain_finished() {
+  std::vector<Sequence> out;
+  out.swap(finished_);
+  return out;
+}
+
+const Sequence* Scheduler::find(RequestId id) const {
+  auto it = live_.find(id);
+  return it == live_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace loom

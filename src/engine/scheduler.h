@@ -1,0 +1,156 @@
+// Continuous-batching scheduler shared by the engine and the simulator.
+//
+// Iteration-level scheduling (Orca, section 4.2): the batch is rebuilt every step, so requests
+// join and leave between steps. Chunked prefill under a per-step token budget with decodes
+// piggybacked in the same step (Sarathi-Serve, section 4: stall-free batching). Paged KV blocks
+// with admission bounded by free blocks and preemption by recomputation (vLLM/PagedAttention,
+// section 4.5).
+//
+// Usage (one thread; EngineLoop does this):
+//   add_request(r) ...                     // any time
+//   StepBatch b = schedule();              // decide step k
+//   StepResult res = executor.execute(b);  // run it
+//   StepOutcome o = on_step_done(b, res);  // apply sampled tokens, stop conditions
+//   drain_finished()                       // collect finished / rejected / cancelled sequences
+//
+// Policy of schedule(), in this order, within max_tokens_per_step tokens and max_num_seqs
+// sequences:
+//   1. Decodes of running sequences, most urgent first (priority, then arrival, then id). A
+//      decode that needs a new block when none is free preempts the least urgent running
+//      sequence not yet in this batch (itself when it is the least urgent): its blocks are
+//      freed, num_computed = 0, and it waits again (sorted by priority, then arrival: ahead of
+//      later arrivals of its priority). Victims are recomputed as a prefill of prompt+outputs.
+//   2. Continuing prefill chunks of running sequences (their blocks were reserved at admission),
+//      each min(remaining, budget left) tokens (whole remainder when chunking is off).
+//   3. Admission of waiting sequences by (priority, arrival, id), strictly in that order (the
+//      first that does not fit stops admission: no overtaking, so big requests do not starve).
+//      A sequence is admitted when, after reserving blocks for all its current tokens, at least
+//      watermark_blocks stay free (the watermark is waived when nothing is running, so any
+//      request that fits the cache can always run), a sequence slot is free, and budget is left
+//      (chunking off: the whole prompt must fit the budget).
+// Rejection (at add_request, the request alone, with a reason): prompt_len == 0, max_tokens < 1,
+// prompt_len + max_tokens > max_model_len, blocks for prompt_len + max_tokens > num_blocks,
+// or (chunking off) prompt_len > max_tokens_per_step. Such a request never blocks others.
+// Never crashes on load: with any cache size >= one maximal request it makes progress.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/step.h"
+#include "kv/block_allocator.h"
+
+namespace loom {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;          // running sequences (and sequences per step) at most
+  int max_tokens_per_step = 2048;  // token budget of one step (prefill + decode tokens)
+  int block_size = kDefaultKvBlockSize;
+  int num_blocks = 0;              // KV cache size in blocks (kv_cache_num_blocks())
+  int max_model_len = 4096;        // prompt + output tokens at most
+  bool enable_chunked_prefill = true;
+  double watermark = 0.01;  // fraction of num_blocks kept free when admitting (vLLM's watermark)
+
+  // Throws loom::Error naming the field when a value is out of range.
+  void validate() const;
+};
+
+struct AddResult {
+  bool accepted = true;
+  std::string reason;  // why it was rejected (empty when accepted)
+};
+
+// One token produced by a step, after stop conditions.
+struct TokenEvent {
+  RequestId seq_id = 0;
+  TokenId token = 0;
+  bool finished = false;  // this token ended the sequence
+  FinishReason reason = FinishReason::kNone;
+};
+
+struct StepOutcome {
+  std::vector<TokenEvent> tokens;  // one per sampled sequence still live at step end
+  int num_finished = 0;
+};
+
+// Called after a token is appended (before the built-in stop checks of the next step): return
+// true to stop the sequence with FinishReason::kStop. For stop strings: the caller detokenises.
+using StopCheck = std::function<bool(const Sequence& seq)>;
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  const SchedulerConfig& config() const { return config_; }
+
+  // Queues a request. Rejected requests finish at once (FinishReason::kRejected) and appear in
+  // drain_finished(). Throws loom::Error when the id is already known.
+  AddResult add_request(Request request);
+
+  // Builds the next step (possibly empty when there is nothing to do or nothing fits). Reserves
+  // the blocks of every scheduled sequence; may preempt (batch.preempted).
+  StepBatch schedule();
+
+  // Applies the executor's result for `batch` (the last value returned by schedule()):
+  // num_computed advances by each scheduled count, sampled tokens are appended and the stop
+  // conditions applied in this order: eos (unless ignore_eos), stop token sequence, stop
+  // check callback, max_tokens / max_model_len. Finished sequences free their blocks.
+  // Sequences cancelled since schedule() are skipped. LOOM_CHECK when a sampling sequence has
+  // no token in `result`.
+  StepOutcome on_step_done(const StepBatch& batch, const StepResult& result);
+
+  // The step failed: every live sequence of `batch` finishes with kError, blocks freed.
+  void on_step_failed(const StepBatch& batch, const std::string& what);
+
+  // Cancels a request in any state: frees every block it holds, finishes it with kAbort.
+  // Returns false when the id is unknown or already finished.
+  bool cancel(RequestId id);
+
+  void set_stop_check(StopCheck check) { stop_check_ = std::move(check); }
+
+  // Finished sequences since the last call (in finishing order), removed from the scheduler.
+  std::vector<Sequence> drain_finished();
+
+  // Live (unfinished) sequence, or nullptr.
+  const Sequence* find(RequestId id) const;
+
+  int num_waiting() const { return int(waiting_.size()); }  // including preempted
+  int num_running() const { return int(running_.size()); }
+  int num_free_blocks() const { return alloc_.num_free(); }
+  int num_used_blocks() const { return alloc_.num_used(); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  int64_t num_steps() const { return next_step_; }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  const BlockAllocator& allocator() const { return alloc_; }
+  int watermark_blocks() const { return watermark_blocks_; }
+
+ private:
+  bool more_urgent(const Sequence& a, const Sequence& b) const;
+  void insert_waiting(Sequence* s);
+  void preempt(Sequence* s);
+  void finish(Sequence* s, FinishReason reason, std::string detail);
+  ScheduledSeq make_entry(const Sequence& s, int n) const;
+  bool apply_stops(Sequence* s);
+
+  SchedulerConfig config_;
+  BlockAllocator alloc_;
+  int watermark_blocks_ = 0;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> live_;
+  std::deque<Sequence*> waiting_;   // sorted by urgency
+  std::vector<Sequence*> running_;  // sorted by urgency
+  std::vector<Sequence> finished_;
+  std::unordered_set<RequestId> known_ids_;  // every id ever added (duplicate check)
+  StopCheck stop_check_;
+  int64_t next_step_ = 0;
+  int64_t next_admit_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,114 @@
+// The step descriptor, and the two interfaces through which the shared scheduler drives either
+// real kernels (engine) or a cost model (simulator):
+//   StepExecutor: executes one StepBatch (engine: forward pass on ranks + sampling; simulator:
+//                 prices the batch and advances its simulated clock).
+//   Clock:        the time base of the loop (WallClock in the engine, a simulated clock in sim).
+// Neither depends on kernels or models (ARCHITECTURE.md: the engine and the simulator share the
+// scheduler and the policies).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "kv/block_allocator.h"
+
+namespace loom {
+
+// One sequence's work in a step: compute positions [start, start + num_tokens), writing their
+// K/V into the slots given by block_ids (position p lives in block_ids[p / block_size] at offset
+// p % block_size) and attending over [0, start + num_tokens) causally.
+struct ScheduledSeq {
+  RequestId seq_id = 0;
+  int start = 0;       // first position computed this step (== tokens already in the KV cache)
+  int num_tokens = 0;  // >= 1
+  bool is_prefill = false;  // a prompt (or recomputation) chunk; false = one decode token
+  // True when start + num_tokens == the sequence's length: this step samples its next token
+  // (last chunk of a prefill, or a decode). Intermediate prefill chunks sample nothing.
+  bool sample = false;
+  std::vector<TokenId> token_ids;   // [num_tokens]: the tokens at positions [start, start+n)
+  std::vector<BlockId> block_ids;   // physical blocks covering at least [0, start + num_tokens)
+  SamplingParams sampling;          // used by the executor when `sample`
+  int priority = 0;                 // copied from the request (for policies / cost models)
+
+  int context_len() const { return start + num_tokens; }
+};
+
+// Everything one forward step does. Built by Scheduler::schedule(), possibly annotated by a
+// layout policy (plan), broadcast by rank 0, executed by a StepExecutor.
+// Order of `seqs`: decodes first, then prefill chunks (continuing, then newly admitted).
+struct StepBatch {
+  int64_t step_index = 0;  // 0, 1, 2, ... per scheduler
+  std::vector<ScheduledSeq> seqs;
+  int block_size = kDefaultKvBlockSize;
+  int num_tokens = 0;          // sum of seqs[i].num_tokens (<= max_tokens_per_step)
+  int num_prefill_tokens = 0;  // of which in prefill chunks
+  int num_decode_tokens = 0;   // of which decodes
+  int num_sampled = 0;         // sequences with sample == true
+  std::vector<RequestId> preempted;  // sequences preempted while building this batch (info)
+  std::string plan;                  // name of the layout plan; set by policies, "" = default
+
+  bool empty() const { return seqs.empty(); }
+};
+
+struct SampledToken {
+  RequestId seq_id = 0;
+  TokenId token = 0;
+};
+
+// Result of one step: exactly one token for every sequence of the batch with sample == true
+// (any order). It is the executor's job to sample (with ScheduledSeq::sampling).
+struct StepResult {
+  std::vector<SampledToken> sampled;
+};
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  // Executes one non-empty batch. Must not keep references into `batch` after returning.
+  // Throws on failure (the loop then finishes the batch's sequences with FinishReason::kError).
+  virtual StepResult execute(const StepBatch& batch) = 0;
+  // A sequence left the running set for good (finished, cancelled, rejected) or was preempted:
+  // drop any per-sequence state (its blocks are already back in the allocator). Optional.
+  virtual void release(RequestId /*seq_id*/) {}
+};
+
+// Seconds on a monotonic time base.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual double now() = 0;
+  // Returns once now() >= t (wall clock: sleeps; simulated clock: jumps). Used by the loop
+  // when it is idle until the next arrival.
+  virtual void wait_until(double t) = 0;
+};
+
+// Monotonic wall time, 0 at construction.
+class WallClock : public Clock {
+ public:
+  WallClock();
+  double now() override;
+  void wait_until(double t) override;
+
+ private:
+  double origin_s_;
+};
+
+// A clock that moves only when told to: tests and the simulator (whose executor calls
+// advance(step duration) inside execute()).
+class ManualClock : public Clock {
+ public:
+  explicit ManualClock(double t0 = 0) : t_(t0) {}
+  double now() override { return t_; }
+  void wait_until(double t) override {
+    if (t > t_) t_ = t;
+  }
+  void advance(double dt_s) { t_ += dt_s; }
+  void set(double t) { t_ = t; }
+
+ private:
+  double t_;
+};
+
+}  // namespace loom

@@ -1,0 +1,129 @@
+#include "kv/block_allocator.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace loom {
+
+BlockAllocator::BlockAllocator(int num_blocks) {
+  if (num_blocks < 0) fail("BlockAllocator: num_blocks must be >= 0, found ", num_blocks);
+  ref_counts_.assign(size_t(num_blocks), 0);
+  free_.reserve(size_t(num_blocks));
+  for (int i = num_blocks - 1; i >= 0; --i) free_.push_back(i);  // back() = 0 first
+}
+
+BlockId BlockAllocator::allocate() {
+  LOOM_CHECK(!free_.empty(), "no free KV block (test can_allocate first)");
+  const BlockId id = free_.back();
+  free_.pop_back();
+  LOOM_CHECK(ref_counts_[size_t(id)] == 0, "free block ", id, " has references");
+  ref_counts_[size_t(id)] = 1;
+  return id;
+}
+
+bool BlockAllocator::allocate(int n, std::vector<BlockId>* out) {
+  LOOM_CHECK(n >= 0);
+  if (!can_allocate(n)) return false;
+  for (int i = 0; i < n; ++i) out->push_back(allocate());
+  return true;
+}
+
+void BlockAllocator::share(BlockId id) {
+  LOOM_CHECK(id >= 0 && id < num_blocks(), "block id ", id, " out of range");
+  LOOM_CHECK(ref_counts_[size_t(id)] > 0, "share of free block ", id);
+  ++ref_counts_[size_t(id)];
+}
+
+void BlockAllocator::free(BlockId id) {
+  LOOM_CHECK(id >= 0 && id < num_blocks(), "block id ", id, " out of range");
+  LOOM_CHECK(ref_counts_[size_t(id)] > 0, "double free of block ", id);
+  if (--ref_counts_[size_t(id)] == 0) free_.push_back(id);
+}
+
+int BlockAllocator::ref_count(BlockId id) const {
+  LOOM_CHECK(id >= 0 && id < num_blocks(), "block id ", id, " out of range");
+  return ref_counts_[size_t(id)];
+}
+
+BlockTable::BlockTable(int block_size) : block_size_(block_size) {
+  LOOM_CHECK(block_size > 0, "block_size ", block_size);
+}
+
+int BlockTable::blocks_needed(int n_more) const {
+  LOOM_CHECK(n_more >= 0);
+  const int64_t want = (int64_t(num_slots_) + n_more + block_size_ - 1) / block_size_;
+  return want > num_blocks() ? int(want - num_blocks()) : 0;
+}
+
+bool BlockTable::append_slots(int n_more, BlockAllocator& alloc) {
+  const int need = blocks_needed(n_more);
+  if (!alloc.allocate(need, &blocks_)) return false;
+  num_slots_ += n_more;
+  return true;
+}
+
+BlockId BlockTable::block_of(int pos) const {
+  LOOM_CHECK(pos >= 0 && pos < num_slots_, "position ", pos, " outside ", num_slots_, " slots");
+  return blocks_[size_t(pos / block_size_)];
+}
+
+BlockTable BlockTable::fork(BlockAllocator& alloc) const {
+  BlockTable copy = *this;
+  for (BlockId b : blocks_) alloc.share(b);
+  return copy;
+}
+
+void BlockTable::release(BlockAllocator& alloc) {
+  for (BlockId b : blocks_) alloc.free(b);
+  blocks_.clear();
+  num_slots_ = 0;
+}
+
+int64_t kv_bytes_per_block(const KvLayout& layout, DType kv_dtype) {
+  layout.validate();
+  if (layout.head_dim % dtype_block_elems(kv_dtype) != 0)
+    fail("KV dtype ", dtype_name(kv_dtype), " needs head_dim to be a multiple of ",
+         dtype_block_elems(kv_dtype), ", found ", layout.head_dim);
+  return 2 * int64_t(layout.n_layers) * layout.n_kv_heads * layout.block_size *
+         dtype_row_bytes(kv_dtype, layout.head_dim);
+}
+
+int64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  if (!in) fail("cannot read /proc/meminfo to size the KV cache; pass --kv-cache-bytes");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ls(line.substr(13));
+    int64_t kb = -1;
+    std::string unit;
+    ls >> kb >> unit;
+    if (kb < 0 || unit != "kB") fail("/proc/meminfo: cannot parse '", line, "'");
+    return kb * 1024;
+  }
+  fail("/proc/meminfo has no MemAvailable line; pass --kv-cache-bytes");
+}
+
+int64_t kv_cache_num_blocks(int64_t bytes_per_block, std::optional<int64_t> kv_cache_bytes,
+                            double fraction_of_free) {
+  LOOM_CHECK(bytes_per_block > 0, "bytes_per_block ", bytes_per_block);
+  int64_t budget = 0;
+  if (kv_cache_bytes) {
+    if (*kv_cache_bytes <= 0) fail("--kv-cache-bytes must be > 0, found ", *kv_cache_bytes);
+    budget = *kv_cache_bytes;
+  } else {
+    if (!(fraction_of_free > 0 && fraction_of_free <= 1))
+      fail("KV cache fraction of free memory must be in (0, 1], found ", fraction_of_free);
+    budget = int64_t(std::floor(double(mem_available_bytes()) * fraction_of_free));
+  }
+  const int64_t n = budget / bytes_per_block;
+  if (n < 1)
+    fail("KV cache budget of ", budget, " bytes holds no block of ", bytes_per_block, " bytes");
+  return n;
+}
+
+}  // namespace loom

@@ -1,0 +1,98 @@
+// Paged KV-cache bookkeeping: physical block allocation with reference counts, per-sequence
+// block tables, and sizing the cache from a byte budget (vLLM's PagedAttention, sections 4.2-4.3).
+//
+// Only ids are managed here; the K/V storage lives in the executor's arena (kv_layout.h).
+// Not thread-safe: owned by the scheduler on rank 0, which is single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kv/kv_layout.h"
+
+namespace loom {
+
+using BlockId = int32_t;  // physical block index in [0, num_blocks)
+inline constexpr BlockId kNoBlock = -1;
+
+// Fixed pool of `num_blocks` physical blocks.
+// Invariants: every block is either on the free list (ref_count 0) or referenced (ref_count > 0),
+// never both; num_free() + number of referenced blocks == num_blocks(). Freeing a block whose
+// count is already 0 is a programmer error (LOOM_CHECK, "double free").
+// Blocks are handed out lowest id first from a fresh pool; a freed block is reused first (LIFO),
+// which keeps runs deterministic.
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int num_blocks);
+
+  int num_blocks() const { return int(ref_counts_.size()); }
+  int num_free() const { return int(free_.size()); }
+  int num_used() const { return num_blocks() - num_free(); }
+  bool can_allocate(int n) const { return n <= num_free(); }
+
+  // Takes one free block (ref_count becomes 1). LOOM_CHECK when none is free: callers test
+  // can_allocate() first.
+  BlockId allocate();
+  // All-or-nothing: appends n fresh blocks to *out and returns true, or changes nothing.
+  bool allocate(int n, std::vector<BlockId>* out);
+  // Prefix sharing / fork: one more owner of a referenced block.
+  void share(BlockId id);
+  // One owner fewer; at 0 the block returns to the free list.
+  void free(BlockId id);
+  int ref_count(BlockId id) const;
+
+ private:
+  std::vector<int> ref_counts_;  // [num_blocks]
+  std::vector<BlockId> free_;    // stack; back() is handed out next
+};
+
+// Logical -> physical mapping of one sequence: logical block i holds positions
+// [i*block_size, (i+1)*block_size) at physical block blocks()[i].
+// num_slots() = positions with a reserved slot (<= capacity() = blocks().size() * block_size).
+class BlockTable {
+ public:
+  explicit BlockTable(int block_size = kDefaultKvBlockSize);
+
+  int block_size() const { return block_size_; }
+  const std::vector<BlockId>& blocks() const { return blocks_; }
+  int num_blocks() const { return int(blocks_.size()); }
+  int num_slots() const { return num_slots_; }
+  int capacity() const { return num_blocks() * block_size_; }
+
+  // Extra physical blocks needed so that n_more further positions have slots.
+  int blocks_needed(int n_more) const;
+  // Reserves slots for n_more positions, taking blocks from `alloc`. All-or-nothing: returns
+  // false (and changes nothing) when the allocator has too few free blocks.
+  bool append_slots(int n_more, BlockAllocator& alloc);
+  // Physical block and offset inside it of position `pos` (< num_slots()).
+  BlockId block_of(int pos) const;
+  int offset_in_block(int pos) const { return pos % block_size_; }
+  // A copy that shares every block (ref_count + 1 each): prefix sharing / parallel sampling.
+  BlockTable fork(BlockAllocator& alloc) const;
+  // Drops every block reference (returning blocks at count 0 to the free list); empty afterwards.
+  void release(BlockAllocator& alloc);
+
+ private:
+  int block_size_;
+  int num_slots_ = 0;
+  std::vector<BlockId> blocks_;
+};
+
+// Bytes of one physical block across all layers, K and V:
+//   2 * n_layers * n_kv_heads(local) * block_size * head_dim * sizeof(kv dtype)
+// (for Q8_0, head_dim must be a multiple of 32 and the row size of head_dim elements is used).
+int64_t kv_bytes_per_block(const KvLayout& layout, DType kv_dtype);
+
+// MemAvailable from /proc/meminfo in bytes; throws loom::Error when it cannot be read.
+int64_t mem_available_bytes();
+
+// Number of blocks for the KV cache: floor(budget / bytes_per_block), where budget is
+// `kv_cache_bytes` when given (--kv-cache-bytes) or else `fraction_of_free` (0, 1] of
+// MemAvailable. Throws loom::Error when the budget does not hold a single block or the
+// arguments are out of range (naming the value and the limit).
+int64_t kv_cache_num_blocks(int64_t bytes_per_block, std::optional<int64_t> kv_cache_bytes,
+                            double fraction_of_free = 0.9);
+
+}  // namespace loom
