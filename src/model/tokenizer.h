@@ -27,8 +27,13 @@ class Tokenizer {
   // builds the lookup tables. Throws loom::Error on an invalid vocabulary.
   static std::unique_ptr<Tokenizer> create(Vocab v);
 
-  // Token ids of text; BOS first when add_bos and the vocabulary has one.
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
+  // Token ids of text; BOS first when add_bos and the vocabulary has one. With parse_special,
+  // the text of Control and UserDefined tokens (e.g. "<|eot_id|>", "<s>") is matched first,
+  // longest match wins, and becomes that token (HF added-token and llama.cpp parse_special
+  // behaviour; llama2.c itself never does this, which only differs for text containing the
+  // exact spelling of such a token). Spm then adds the dummy-prefix space to each text
+  // fragment that starts the text or follows a special token (llama.cpp's rule).
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
   // Concatenated bytes of ids (each via token_piece_bytes with its predecessor; the first
   // token's predecessor is -1). May end in an incomplete UTF-8 sequence.
   std::string decode(const std::vector<int32_t>& ids) const;
@@ -50,8 +55,15 @@ class Tokenizer {
 
  protected:
   explicit Tokenizer(Vocab v);
+  // Appends the tokens of a fragment holding no special token. first_or_after_special: the
+  // fragment starts the text or follows a special token (Spm's dummy prefix rule).
+  virtual void encode_fragment(std::string_view text, bool first_or_after_special,
+                               std::vector<int32_t>& out) const = 0;
+
   Vocab vocab_;
   std::vector<int32_t> eog_ids_;  // sorted
+  // Special tokens matched in text, grouped by first byte, longest first.
+  std::vector<std::vector<std::pair<std::string, int32_t>>> specials_by_byte_;
 };
 
 // Turns a stream of token ids into complete UTF-8 text: bytes of an incomplete multi-byte
