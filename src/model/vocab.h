@@ -31,6 +31,10 @@ struct Vocab {
   bool add_bos = true;                // prepend BOS when encoding a prompt
   bool add_space_prefix = true;       // Spm: prepend a space to non-empty text (llama2.c)
   std::string chat_template;          // Jinja text from the file, if any
+  // Bpe: a pre-token that is itself a token is emitted whole, without applying merges (HF
+  // tokenizer.json model.ignore_merges; Llama-3 sets it, and llama.cpp sets it for pre
+  // "llama3", so GGUF loaders should set it when pre == "llama3").
+  bool ignore_merges = false;
 
   int size() const { return int(tokens.size()); }
 };
