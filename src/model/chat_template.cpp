@@ -1,10 +1,119 @@
 #include "model/chat_template.h"
 
+#include <algorithm>
+
 namespace loom {
 
-ChatFormat detect_chat_format(const Vocab& v) { return ChatFormat::Plain; }
-const char* chat_format_name(ChatFormat f) { return "plain"; }
-std::string apply_chat_template(const Vocab& v, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) { return apply_chat_template(detect_chat_format(v), msgs, add_generation_prompt); }
-std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) { return {}; }
+namespace {
+
+bool has_token(const Vocab& v, const char* piece) {
+  return std::find(v.tokens.begin(), v.tokens.end(), piece) != v.tokens.end();
+}
+
+// Jinja's `| trim` and Meta's reference code's .strip(): ASCII whitespace at both ends.
+std::string trim(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) + 1 - b);
+}
+
+// Llama-2 chat (Meta's llama/generation.py chat_completion): the system prompt is folded into
+// the first user turn as "<<SYS>>\n{system}\n<</SYS>>\n\n"; each user/assistant pair is
+// "<s>[INST] {user} [/INST] {assistant} </s>"; a final user turn is "<s>[INST] {user} [/INST]"
+// (the model answers after it, so add_generation_prompt adds nothing). Contents are stripped.
+std::string render_llama2(const std::vector<ChatMessage>& msgs) {
+  std::string out, system;
+  bool in_turn = false;  // an [INST] ... [/INST] is open, awaiting the assistant's answer
+  for (const auto& m : msgs) {
+    if (m.role == "system") {
+      system += trim(m.content);
+    } else if (m.role == "assistant") {
+      if (!in_turn) out += "<s>";  // an assistant message with no user before it
+      out += " " + trim(m.content) + " </s>";
+      in_turn = false;
+    } else {  // "user" and any other role speak inside [INST]
+      std::string content = trim(m.content);
+      if (!system.empty()) {
+        content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+        system.clear();
+      }
+      out += "<s>[INST] " + content + " [/INST]";
+      in_turn = true;
+    }
+  }
+  if (!system.empty()) out += "<s>[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n [/INST]";
+  return out;
+}
+
+// Llama-3 instruct (Meta's model card / tokenizer_config chat_template): "<|begin_of_text|>"
+// once, then per message "<|start_header_id|>{role}<|end_header_id|>\n\n{content | trim}
+// <|eot_id|>"; the generation prompt is the assistant header.
+std::string render_llama3(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out = "<|begin_of_text|>";
+  for (const auto& m : msgs)
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// ChatML (OpenAI's ChatML document, used by Qwen): "<|im_start|>{role}\n{content}<|im_end|>\n"
+// per message, content as given; the generation prompt is "<|im_start|>assistant\n". No
+// default system message is inserted (Qwen's own templates add one; ours leaves that to the
+// caller).
+std::string render_chatml(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out;
+  for (const auto& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  if (gen) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Plain: "{role}: {content}\n" per message; the generation prompt is "assistant:".
+std::string render_plain(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out;
+  for (const auto& m : msgs) out += m.role + ": " + m.content + "\n";
+  if (gen) out += "assistant:";
+  return out;
+}
+
+}  // namespace
+
+ChatFormat detect_chat_format(const Vocab& v) {
+  const std::string& t = v.chat_template;
+  if (!t.empty()) {
+    if (t.find("<|start_header_id|>") != std::string::npos) return ChatFormat::Llama3;
+    if (t.find("<|im_start|>") != std::string::npos) return ChatFormat::ChatML;
+    if (t.find("[INST]") != std::string::npos) return ChatFormat::Llama2;
+  }
+  if (has_token(v, "<|start_header_id|>")) return ChatFormat::Llama3;
+  if (has_token(v, "<|im_start|>")) return ChatFormat::ChatML;
+  return ChatFormat::Plain;
+}
+
+const char* chat_format_name(ChatFormat f) {
+  switch (f) {
+    case ChatFormat::Llama2: return "llama2";
+    case ChatFormat::Llama3: return "llama3";
+    case ChatFormat::ChatML: return "chatml";
+    case ChatFormat::Plain: return "plain";
+  }
+  return "plain";
+}
+
+std::string apply_chat_template(const Vocab& v, const std::vector<ChatMessage>& msgs,
+                                bool add_generation_prompt) {
+  return apply_chat_template(detect_chat_format(v), msgs, add_generation_prompt);
+}
+
+std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& msgs,
+                                bool add_generation_prompt) {
+  switch (f) {
+    case ChatFormat::Llama2: return render_llama2(msgs);
+    case ChatFormat::Llama3: return render_llama3(msgs, add_generation_prompt);
+    case ChatFormat::ChatML: return render_chatml(msgs, add_generation_prompt);
+    case ChatFormat::Plain: return render_plain(msgs, add_generation_prompt);
+  }
+  return render_plain(msgs, add_generation_prompt);
+}
 
 }  // namespace loom
