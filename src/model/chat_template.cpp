@@ -30,7 +30,9 @@ std::string render_llama2(const std::vector<ChatMessage>& msgs) {
       system += trim(m.content);
     } else if (m.role == "assistant") {
       if (!in_turn) out += "<s>";  // an assistant message with no user before it
-      out += " " + trim(m.content) + " </s>";
+      out += ' ';
+      out += trim(m.content);
+      out += " </s>";
       in_turn = false;
     } else {  // "user" and any other role speak inside [INST]
       std::string content = trim(m.content);
