@@ -1,0 +1,129 @@
+#include "engine/engine_loop.h"
+
+#include <exception>
+
+#include "core/error.h"
+
+namespace loom {
+
+EngineLoop::EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock,
+                       Metrics& metrics)
+    : sched_(scheduler), exec_(executor), clock_(clock), metrics_(metrics) {}
+
+void EngineLoop::submit(Request r) {
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  inbox_.push_back(std::move(r));
+}
+
+void EngineLoop::cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  cancels_.push_back(id);
+}
+
+void EngineLoop::add_arrival(Request r) {
+  const double t = r.arrival_s;
+  pending_.emplace(t, std::move(r));
+}
+
+bool EngineLoop::idle() const {
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  return pending_.empty() && inbox_.empty() && cancels_.empty() && !sched_.has_unfinished();
+}
+
+void EngineLoop::inject_due() {
+  std::vector<Request> inbox;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  const double now = clock_.now();
+  while (!pending_.empty() && pending_.begin()->first <= now) {
+    inbox.push_back(std::move(pending_.begin()->second));
+    pending_.erase(pending_.begin());
+  }
+  for (Request& r : inbox) {
+    metrics_.on_arrival(r, r.arrival_s);
+    sched_.add_request(std::move(r));
+  }
+  for (RequestId id : cancels) sched_.cancel(id);
+  collect_finished();  // rejections and cancellations
+}
+
+void EngineLoop::collect_finished() {
+  const double now = clock_.now();
+  for (Sequence& s : sched_.drain_finished()) {
+    exec_.release(s.id());
+    metrics_.on_finish(s, now);
+    if (on_finish) on_finish(s);
+  }
+}
+
+bool EngineLoop::step() {
+  inject_due();
+  StepBatch batch = sched_.schedule();
+  for (RequestId id : batch.preempted) exec_.release(id);
+  if (batch.empty()) return false;
+  if (on_batch) on_batch(batch);
+  StepMetrics sm;
+  sm.index = batch.step_index;
+  sm.start_s = clock_.now();
+  sm.num_tokens = batch.num_tokens;
+  sm.num_seqs = int(batch.seqs.size());
+  sm.num_prefill_tokens = batch.num_prefill_tokens;
+  sm.num_decode_tokens = batch.num_decode_tokens;
+  sm.kv_blocks_used = sched_.num_used_blocks();
+  sm.num_preempted = int(batch.preempted.size());
+  sm.plan = batch.plan;
+  StepResult result;
+  try {
+    result = exec_.execute(batch);
+  } catch (const std::exception& e) {
+    sched_.on_step_failed(batch, e.what());
+    sm.end_s = clock_.now();
+    metrics_.on_step(sm);
+    collect_finished();
+    return true;
+  }
+  sm.end_s = clock_.now();
+  metrics_.on_step(sm);
+  const StepOutcome out = sched_.on_step_done(batch, result);
+  for (const TokenEvent& ev : out.tokens) {
+    metrics_.on_token(ev.seq_id, sm.end_s);
+    if (on_token) on_token(ev);
+  }
+  collect_finished();
+  return true;
+}
+
+int64_t EngineLoop::run_until_idle() {
+  int64_t steps = 0;
+  while (!idle()) {
+    if (step()) {
+      ++steps;
+      continue;
+    }
+    // Nothing ran. With unfinished work that is a scheduler bug (it always makes progress when
+    // the cache holds one maximal request); otherwise wait for the next arrival.
+    bool has_inbox;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      has_inbox = !inbox_.empty() || !cancels_.empty();
+    }
+    if (has_inbox) continue;
+    LOOM_CHECK(!sched_.has_unfinished(), "scheduler made no progress with ", sched_.num_waiting(),
+               " waiting and ", sched_.num_running(), " running sequences");
+    if (!pending_.empty()) clock_.wait_until(pending_.begin()->first);
+  }
+  return steps;
+}
+
+int64_t run_until_idle(Scheduler& scheduler, StepExecutor& executor, Clock& clock,
+                       Metrics& metrics, std::vector<Request> arrivals) {
+  EngineLoop loop(scheduler, executor, clock, metrics);
+  for (Request& r : arrivals) loop.add_arrival(std::move(r));
+  return loop.run_until_idle();
+}
+
+}  // namespace loom
