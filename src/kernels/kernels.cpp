@@ -1,47 +1,89 @@
-// Public kernel entry points (first version: forwards to the references so the forward pass links).
+// Public kernel entry points: argument checks, threading over the pool, and the dispatch to the
+// active path's table (dispatch.h). Kernels that gain nothing from hand-written SIMD (rope,
+// add_bias, merge_attention, argmax, sample) are written once here.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
 namespace loom::kernels {
 
+// ---------------------------------------------------------------- matmul
 void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
             ThreadPool* pool, bool accumulate) {
-  matmul_ref(x, n, ldx, w, y, ldy, accumulate);
+  LOOM_CHECK(n >= 0 && w.rows >= 0 && w.cols >= 0, "n=", n, " rows=", w.rows, " cols=", w.cols);
+  LOOM_CHECK(w.cols % dtype_block_elems(w.dtype) == 0, "cols=", w.cols, " dtype=", dtype_name(w.dtype));
+  LOOM_CHECK(n <= 1 || (ldx >= w.cols && ldy >= w.rows), "ldx=", ldx, " ldy=", ldy);
+  if (n == 0 || w.rows == 0) return;
+  detail::MatmulArgs a;
+  a.x = x;
+  a.n = n;
+  a.ldx = ldx;
+  a.w = static_cast<const uint8_t*>(w.data);
+  a.dtype = w.dtype;
+  a.rows = w.rows;
+  a.cols = w.cols;
+  a.row_stride = w.row_stride;
+  a.y = y;
+  a.ldy = ldy;
+  a.accumulate = accumulate;
+  const detail::KernelTable& tab = detail::active_table();
+  // Threads take contiguous ranges of 16-row units (whole register tiles, no shared y lines
+  // inside a unit). Small products stay on the calling thread: waking workers costs more.
+  constexpr int64_t kUnit = 16;
+  const int64_t units = (w.rows + kUnit - 1) / kUnit;
+  const bool small = double(n) * double(w.rows) * double(w.cols) < 64.0 * 1024;
+  if (small || !pool || pool->size() == 1 || units == 1) {
+    tab.matmul_rows(a, 0, w.rows);
+    return;
+  }
+  pool->run([&](int ith, int nth) {
+    const auto [u0, u1] = ThreadPool::split(units, ith, nth);
+    const int64_t r0 = u0 * kUnit, r1 = std::min(u1 * kUnit, w.rows);
+    if (r0 < r1) tab.matmul_rows(a, r0, r1);
+  });
 }
 
+// ---------------------------------------------------------------- elementwise
 void rmsnorm(float* out, const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps) {
-  rmsnorm_ref(out, x, weight, n_tokens, dim, eps);
+  detail::active_table().rmsnorm(out, x, weight, n_tokens, dim, eps);
 }
 
-void swiglu(float* out, const float* gate, const float* up, int64_t n) { swiglu_ref(out, gate, up, n); }
+void swiglu(float* out, const float* gate, const float* up, int64_t n) {
+  detail::active_table().swiglu(out, gate, up, n);
+}
 
 void add_bias(float* x, int64_t n, int64_t ldx, const float* bias, int64_t cols) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < cols; ++c) x[i * ldx + c] += bias[c];
+  for (int64_t i = 0; i < n; ++i) {
+    float* xi = x + i * ldx;
+    for (int64_t c = 0; c < cols; ++c) xi[c] += bias[c];
+  }
 }
 
+// ---------------------------------------------------------------- RoPE
 void rope_inv_freq(const RopeParams& p, float* inv_freq) {
+  LOOM_CHECK(p.head_dim > 0 && p.head_dim % 2 == 0, "head_dim=", p.head_dim);
   const int half = p.head_dim / 2;
   for (int i = 0; i < half; ++i) {
     double f = std::pow(double(p.theta), -2.0 * i / double(p.head_dim));
     if (p.llama3) {
-      // HF transformers _compute_llama3_parameters.
+      // HF transformers' _compute_llama3_parameters: high frequencies (short wavelengths) kept,
+      // low frequencies divided by `factor`, a linear blend in between.
       const double pi = 3.14159265358979323846;
-      const double low_wavelen = p.original_max_position / p.low_freq_factor;
-      const double high_wavelen = p.original_max_position / p.high_freq_factor;
+      const double orig = p.original_max_position;
+      const double low_wavelen = orig / p.low_freq_factor, high_wavelen = orig / p.high_freq_factor;
       const double wavelen = 2.0 * pi / f;
       if (wavelen < high_wavelen) {
-        // high frequency: kept
+        // kept
       } else if (wavelen > low_wavelen) {
         f = f / p.factor;
       } else {
-        const double smooth = (p.original_max_position / wavelen - p.low_freq_factor) /
-                              (p.high_freq_factor - p.low_freq_factor);
+        const double smooth = (orig / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
         f = (1.0 - smooth) * f / p.factor + smooth * f;
       }
     }
@@ -50,18 +92,86 @@ void rope_inv_freq(const RopeParams& p, float* inv_freq) {
 }
 
 void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, const int32_t* pos, const RopeParams& p) {
-  rope_ref(x, n_tokens, ld, n_heads, pos, p);
+  const int head_dim = p.head_dim, half = head_dim / 2;
+  LOOM_CHECK(head_dim > 0 && head_dim % 2 == 0 && ld >= int64_t(n_heads) * head_dim, "head_dim=", head_dim,
+             " ld=", ld);
+  std::vector<float> inv_freq(static_cast<size_t>(half)), cs(static_cast<size_t>(head_dim));
+  rope_inv_freq(p, inv_freq.data());
+  float* c = cs.data();
+  float* s = cs.data() + half;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    // The angle in double (pos * inv_freq reaches 1e5 rad at long contexts), once per token.
+    for (int i = 0; i < half; ++i) {
+      const double angle = double(pos[t]) * double(inv_freq[size_t(i)]);
+      c[i] = float(std::cos(angle));
+      s[i] = float(std::sin(angle));
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + t * ld + int64_t(h) * head_dim;
+      if (p.interleaved) {
+        for (int i = 0; i < half; ++i) {
+          const float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * c[i] - b * s[i];
+          v[2 * i + 1] = a * s[i] + b * c[i];
+        }
+      } else {
+        float* v2 = v + half;
+        for (int i = 0; i < half; ++i) {  // vectorised by the compiler
+          const float a = v[i], b = v2[i];
+          v[i] = a * c[i] - b * s[i];
+          v2[i] = a * s[i] + b * c[i];
+        }
+      }
+    }
+  }
 }
 
+// ---------------------------------------------------------------- attention
 void attention(const float* q, int64_t n_q, int64_t ldq, const int32_t* q_pos, const KvView& kv,
                int64_t kv_begin, int64_t kv_end, const AttentionShape& s, float* out, int64_t ldo,
                float* lse, ThreadPool* pool) {
-  attention_ref(q, n_q, ldq, q_pos, kv, kv_begin, kv_end, s, out, ldo, lse);
+  LOOM_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "n_heads=", s.n_heads,
+             " n_kv_heads=", s.n_kv_heads);
+  LOOM_CHECK(s.head_dim > 0 && s.head_dim <= detail::kMaxHeadDim, "head_dim=", s.head_dim, " limit ",
+             detail::kMaxHeadDim);
+  LOOM_CHECK(kv.block_size > 0, "block_size=", kv.block_size);
+  detail::AttentionArgs a;
+  a.q = q;
+  a.ldq = ldq;
+  a.q_pos = q_pos;
+  a.kv = kv;
+  a.kv_begin = kv_begin;
+  a.kv_end = kv_end;
+  a.n_heads = s.n_heads;
+  a.n_kv_heads = s.n_kv_heads;
+  a.head_dim = s.head_dim;
+  a.scale = s.scale;
+  a.out = out;
+  a.ldo = ldo;
+  a.lse = lse;
+  const detail::KernelTable& tab = detail::active_table();
+  const int64_t items = n_q * s.n_heads;
+  if (items == 0) return;
+  if (!pool || pool->size() == 1 || items == 1) {
+    tab.attention_items(a, 0, items);
+    return;
+  }
+  // Causal rows differ in length: threads take small chunks from a shared counter.
+  std::atomic<int64_t> next{0};
+  const int64_t chunk = std::max<int64_t>(1, items / (int64_t(pool->size()) * 8));
+  pool->run([&](int, int) {
+    for (;;) {
+      const int64_t i0 = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (i0 >= items) break;
+      tab.attention_items(a, i0, std::min(items, i0 + chunk));
+    }
+  });
 }
 
 void merge_attention(const float* const* parts, const float* const* lses, int n_parts, int64_t n_rows,
                      int head_dim, float* out, float* out_lse) {
   const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> wgt(static_cast<size_t>(std::max(n_parts, 1)));
   for (int64_t r = 0; r < n_rows; ++r) {
     float m = ninf;
     for (int i = 0; i < n_parts; ++i) m = std::max(m, lses[i][r]);
@@ -71,44 +181,100 @@ void merge_attention(const float* const* parts, const float* const* lses, int n_
       if (out_lse) out_lse[r] = ninf;
       continue;
     }
+    // Weights relative to the largest LSE: exp(lse_i - m) in (0, 1], a -inf part weighs 0.
     double total = 0.0;
-    for (int i = 0; i < n_parts; ++i) total += std::exp(double(lses[i][r]) - m);
-    std::vector<double> acc(static_cast<size_t>(head_dim), 0.0);
     for (int i = 0; i < n_parts; ++i) {
-      const double wgt = std::exp(double(lses[i][r]) - m) / total;
-      if (wgt == 0.0) continue;
-      const float* pi = parts[i] + r * head_dim;
-      for (int d = 0; d < head_dim; ++d) acc[size_t(d)] += wgt * pi[d];
+      wgt[size_t(i)] = float(std::exp(double(lses[i][r]) - double(m)));
+      total += wgt[size_t(i)];
     }
-    for (int d = 0; d < head_dim; ++d) o[d] = float(acc[size_t(d)]);
-    if (out_lse) out_lse[r] = float(m + std::log(total));
+    const float inv_total = float(1.0 / total);
+    std::fill(o, o + head_dim, 0.0f);
+    for (int i = 0; i < n_parts; ++i) {
+      const float wi = wgt[size_t(i)] * inv_total;
+      if (wi == 0.0f) continue;
+      const float* pi = parts[i] + r * head_dim;
+      for (int d = 0; d < head_dim; ++d) o[d] += wi * pi[d];
+    }
+    if (out_lse) out_lse[r] = float(double(m) + std::log(total));
   }
 }
 
+// ---------------------------------------------------------------- sampling
 int argmax(const float* logits, int n) {
+  LOOM_CHECK(n > 0, "n=", n);
   int best = 0;
+  float bv = logits[0];
   for (int i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
+    if (logits[i] > bv) {
+      bv = logits[i];
+      best = i;
+    }
   return best;
 }
 
-int sample(const float* logits, int n, const SamplingParams& p, float u) { return sample_ref(logits, n, p, u); }
-
-const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = [] {
-    CpuFeatures c;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    c.avx2 = __builtin_cpu_supports("avx2");
-    c.fma = __builtin_cpu_supports("fma");
-    c.avx512f = __builtin_cpu_supports("avx512f");
-    c.avx512bw = __builtin_cpu_supports("avx512bw");
-#endif
-    return c;
-  }();
-  return f;
+// Same procedure and the same floating-point operations as sample_ref (see kernels.h), without
+// sorting the whole vocabulary: top-k selects with nth_element, top-p sorts a growing prefix.
+int sample(const float* logits, int n, const SamplingParams& p, float u) {
+  LOOM_CHECK(n > 0, "n=", n);
+  if (p.temperature <= 0.0f || p.top_k == 1) return argmax(logits, n);
+  auto before = [logits](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const int top = argmax(logits, n);
+  const double inv_t = 1.0 / double(p.temperature);
+  const double zmax = double(logits[top]) * inv_t;
+  // The kept set is always a prefix of the order: token i is kept iff it is not after `last`.
+  int last = -1;  // -1: all tokens kept
+  std::vector<int> order;
+  int kept = n;
+  if (p.top_k > 0 && p.top_k < n) {
+    order.resize(size_t(n));
+    for (int i = 0; i < n; ++i) order[size_t(i)] = i;
+    std::nth_element(order.begin(), order.begin() + (p.top_k - 1), order.end(), before);
+    order.resize(size_t(p.top_k));
+    kept = p.top_k;
+    last = *std::max_element(order.begin(), order.end(), before);  // the k-th in the order
+  }
+  auto in_set = [&](int i) { return last < 0 || !before(last, i); };
+  double total = 0.0;
+  for (int i = 0; i < n; ++i)
+    if (in_set(i)) total += std::exp(double(logits[i]) * inv_t - zmax);
+  if (p.top_p < 1.0f) {
+    if (order.empty()) {  // no top-k: candidates are all tokens
+      order.resize(size_t(n));
+      for (int i = 0; i < n; ++i) order[size_t(i)] = i;
+    }
+    // Sort a prefix of m candidates; if its mass does not reach top_p, sort a longer one.
+    for (int m = std::min(kept, 64);; m = std::min(kept, m * 8)) {
+      std::partial_sort(order.begin(), order.begin() + m, order.end(), before);
+      double cum = 0.0;
+      int r = 0;
+      bool reached = false;
+      while (r < m) {
+        cum += std::exp(double(logits[order[size_t(r)]]) * inv_t - zmax) / total;
+        ++r;
+        if (cum >= double(p.top_p)) {
+          reached = true;
+          break;
+        }
+      }
+      if (reached || m == kept) {
+        last = order[size_t(r - 1)];
+        break;
+      }
+    }
+  }
+  double mass = 0.0;
+  for (int i = 0; i < n; ++i)
+    if (in_set(i)) mass += std::exp(double(logits[i]) * inv_t - zmax);
+  const double target = double(u) * mass;
+  double cum = 0.0;
+  int chosen = -1;
+  for (int i = 0; i < n; ++i) {
+    if (!in_set(i)) continue;
+    cum += std::exp(double(logits[i]) * inv_t - zmax);
+    chosen = i;
+    if (cum > target) return i;
+  }
+  return chosen;
 }
-
-const char* kernel_path() { return "scalar"; }
 
 }  // namespace loom::kernels

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -127,16 +128,36 @@ struct SamplingParams {
 int argmax(const float* logits, int n);
 // Samples a token from logits[n] (not modified) with temperature, top-k then top-p, using the
 // uniform draw u in [0, 1) (the caller owns the seeded Rng, so sequences repeat exactly).
+// The exact procedure (sample and sample_ref return the same token for the same inputs):
+//  0. temperature <= 0 or top_k == 1: argmax (lowest index on ties).
+//  1. Order tokens by logit, descending, ties by lower index (a total order).
+//  2. top_k > 0: keep the first min(top_k, n) of that order.
+//  3. p_i = exp(logit_i / T - max_logit / T) in double over the kept set; total = their sum
+//     taken in index order.
+//  4. top_p < 1: keep the shortest prefix of the order (at least one token) whose cumulative
+//     p_i / total, summed in that order, is >= top_p.
+//  5. mass = sum of the kept p_i in index order; walk the kept tokens in index order and return
+//     the first whose running sum of p_i exceeds u * mass (the last kept one if none does).
 int sample(const float* logits, int n, const SamplingParams& p, float u);
 int sample_ref(const float* logits, int n, const SamplingParams& p, float u);
 
 // ---------------------------------------------------------------- CPU features
+// What the CPU and the OS support (cpuid + xgetbv: the OS must save the ymm/zmm state).
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false;
+  bool avx512vl = false, avx512dq = false, avx512_bf16 = false, avx512_vnni = false;
 };
 const CpuFeatures& cpu_features();
 // The kernel path chosen for this process: "avx512", "avx2" or "scalar". LOOM_KERNELS=scalar|avx2
-// forces a lower one (tests use it to cover every path).
+// forces a lower one (tests use it to cover every path). The best path the CPU runs is used
+// otherwise; a LOOM_KERNELS naming a path the CPU lacks falls back to the best it has, and an
+// unknown name throws loom::Error on first use.
 const char* kernel_path();
+// Paths this CPU can run, lowest first (always starts with "scalar").
+std::vector<const char*> available_kernel_paths();
+// Tests and benchmarks: makes `path` the kernel path of this process (overrides LOOM_KERNELS).
+// Throws loom::Error if the path is unknown or the CPU cannot run it. Call it only while no
+// kernel runs.
+void set_kernel_path_for_testing(const char* path);
 
 }  // namespace loom::kernels

@@ -1,0 +1,63 @@
+// Internal: the one run-time dispatch point of the CPU kernels.
+//
+// Each instruction-set path (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp) fills one
+// KernelTable with its single-threaded bodies; kernels.cpp picks the table once per process
+// (cpu_features() + LOOM_KERNELS, or set_kernel_path_for_testing) and does the threading,
+// argument checks and the kernels that need no SIMD. The ISA files only take plain structs and
+// raw pointers: they call no inline function of other headers, so no function compiled with
+// AVX-512 can be merged (as a COMDAT) into code that runs on a CPU without it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+
+namespace loom::kernels::detail {
+
+// y[t, r] (= y[t*ldy + r]) for t < n over a row range of W; see matmul() in kernels.h.
+struct MatmulArgs {
+  const float* x = nullptr;  // [n, cols], rows ldx floats apart
+  int64_t n = 0, ldx = 0;
+  const uint8_t* w = nullptr;  // W row 0; row r at w + r*row_stride
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0, row_stride = 0;
+  float* y = nullptr;  // [n, rows], rows ldy floats apart
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
+
+// One attention call; work item i is (query t = i / n_heads, head h = i % n_heads).
+struct AttentionArgs {
+  const float* q = nullptr;
+  int64_t ldq = 0;
+  const int32_t* q_pos = nullptr;
+  KvView kv;
+  int64_t kv_begin = 0, kv_end = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;
+  float* out = nullptr;
+  int64_t ldo = 0;
+  float* lse = nullptr;
+};
+
+// The largest head_dim the optimised attention takes (its accumulator lives on the stack).
+inline constexpr int kMaxHeadDim = 1024;
+
+struct KernelTable {
+  const char* name;
+  // Output rows [r0, r1) of W (columns [r0, r1) of y) for all n tokens.
+  void (*matmul_rows)(const MatmulArgs& a, int64_t r0, int64_t r1);
+  void (*rmsnorm)(float* out, const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps);
+  void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);
+  // Work items [i0, i1).
+  void (*attention_items)(const AttentionArgs& a, int64_t i0, int64_t i1);
+};
+
+const KernelTable& table_scalar();
+const KernelTable& table_avx2();
+const KernelTable& table_avx512();
+// The table of the current path (kernel_path()).
+const KernelTable& active_table();
+
+}  // namespace loom::kernels::detail

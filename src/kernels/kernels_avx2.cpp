@@ -1,0 +1,67 @@
+// AVX2 + FMA + F16C path: 8 floats per vector. Called only after cpu_features() reports
+// avx2, fma and f16c (see kernels.cpp).
+#include <immintrin.h>
+
+#include "kernels/dispatch.h"
+
+namespace loom::kernels::detail {
+namespace {
+
+struct Avx2 {
+  using V = __m256;
+  static constexpr int kW = 8;
+  static constexpr int kGemvRows = 4, kGemmRows = 2, kGemmTokens = 4;
+  static constexpr int64_t kGemmKc = 1024;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float f) { return _mm256_set1_ps(f); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float hsum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 sh = _mm_movehdup_ps(s);
+    s = _mm_add_ps(s, sh);
+    sh = _mm_movehl_ps(sh, s);
+    return _mm_cvtss_f32(_mm_add_ss(s, sh));
+  }
+  static V load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static V load_bf16(const uint16_t* p) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  static V load_q8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static float f16(uint16_t h) { return _cvtsh_ss(h); }
+  // e^x, Cephes' expf polynomial after range reduction x = n*ln2 + r; max rel. error ~2 ulp.
+  static V exp(V x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, set1(-87.3365448f)), set1(88.3762626f));
+    const V n = _mm256_round_ps(_mm256_mul_ps(x, set1(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, set1(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    V y = set1(1.9875691500e-4f);
+    y = fma(y, r, set1(1.3981999507e-3f));
+    y = fma(y, r, set1(8.3334519073e-3f));
+    y = fma(y, r, set1(4.1665795894e-2f));
+    y = fma(y, r, set1(1.6666665459e-1f));
+    y = fma(y, r, set1(5.0000001201e-1f));
+    y = add(fma(y, mul(r, r), r), set1(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return mul(y, _mm256_castsi256_ps(e));
+  }
+};
+
+#include "kernels/kernels_impl.h"
+
+}  // namespace
+
+const KernelTable& table_avx2() { return make_table<Avx2>("avx2"); }
+
+}  // namespace loom::kernels::detail

@@ -1,0 +1,294 @@
+// Internal: kernel bodies written once over a small SIMD vector type S, instantiated by each ISA
+// file (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp) inside its own anonymous
+// namespace, so every instantiation has internal linkage and carries that file's ISA flags.
+//
+// S provides: V (vector of kW floats), zero, set1, load, store, add, mul, fma(a, b, c) = a*b + c,
+// max, hsum, hmax, exp (elementwise), load_f16 / load_bf16 / load_q8 (kW weights -> floats) and
+// f16 (one f16 -> float).
+//
+// Include only from an ISA file, inside `namespace loom::kernels::detail { namespace { ... } }`.
+
+// ---------------------------------------------------------------- matmul
+// Micro-kernel: R rows of W x T tokens of x over columns [k0, k1): R*T vector accumulators, each
+// weight vector is loaded (and converted) once and used T times, each x vector R times.
+// n == 1 (decode gemv) uses R = kGemvRows, T = 1: R independent row streams, R accumulators.
+
+template <class S, DType D>
+inline typename S::V load_w(const uint8_t* row, int64_t k) {
+  if constexpr (D == DType::F32) return S::load(reinterpret_cast<const float*>(row) + k);
+  if constexpr (D == DType::F16) return S::load_f16(reinterpret_cast<const uint16_t*>(row) + k);
+  if constexpr (D == DType::BF16) return S::load_bf16(reinterpret_cast<const uint16_t*>(row) + k);
+  return S::zero();
+}
+
+template <class S, DType D>
+inline float load_w_scalar(const uint8_t* row, int64_t k) {
+  if constexpr (D == DType::F32) return reinterpret_cast<const float*>(row)[k];
+  if constexpr (D == DType::F16) return S::f16(reinterpret_cast<const uint16_t*>(row)[k]);
+  if constexpr (D == DType::BF16) {
+    const uint32_t u = uint32_t(reinterpret_cast<const uint16_t*>(row)[k]) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+  }
+  return 0.0f;
+}
+
+// y[t0 + t, r0 + r] (+)= sum_{k in [k0, k1)} x[t0 + t, k] * W[r0 + r, k]; `init` overwrites.
+template <class S, DType D, int R, int T>
+void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64_t k1, bool init) {
+  using V = typename S::V;
+  constexpr int W = S::kW;
+  const uint8_t* wr[R];
+  const float* xt[T];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) wr[r] = a.w + (r0 + r) * a.row_stride;
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) xt[t] = a.x + (t0 + t) * a.ldx;
+  V acc[R][T];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[r][t] = S::zero();
+  float tail[R][T] = {};
+
+  if constexpr (D == DType::Q8_0) {
+    // k0, k1 are multiples of 32: whole blocks. Dequantize on the fly: w = d * q (one mul per
+    // weight vector, amortised over T tokens), then the same FMA as f32.
+    for (int64_t b = k0 / kQ8BlockSize; b < k1 / kQ8BlockSize; ++b) {
+      V dv[R];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) dv[r] = S::set1(S::f16(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].d));
+#pragma GCC unroll 32
+      for (int sub = 0; sub < kQ8BlockSize; sub += W) {
+        V wv[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+          wv[r] = S::mul(S::load_q8(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].qs + sub), dv[r]);
+        const int64_t k = b * kQ8BlockSize + sub;
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+          const V xv = S::load(xt[t] + k);
+#pragma GCC unroll 16
+          for (int r = 0; r < R; ++r) acc[r][t] = S::fma(wv[r], xv, acc[r][t]);
+        }
+      }
+    }
+  } else {
+    int64_t k = k0;
+    for (; k + W <= k1; k += W) {
+      V wv[R];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) wv[r] = load_w<S, D>(wr[r], k);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const V xv = S::load(xt[t] + k);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) acc[r][t] = S::fma(wv[r], xv, acc[r][t]);
+      }
+    }
+    for (; k < k1; ++k)  // odd column counts: fewer than kW columns left
+      for (int r = 0; r < R; ++r) {
+        const float wk = load_w_scalar<S, D>(wr[r], k);
+        for (int t = 0; t < T; ++t) tail[r][t] += wk * xt[t][k];
+      }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    float* yt = a.y + (t0 + t) * a.ldy + r0;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const float s = S::hsum(acc[r][t]) + tail[r][t];
+      yt[r] = init ? s : yt[r] + s;
+    }
+  }
+}
+
+// Rows [r0, r1) x tokens [t0, t0 + T) over [k0, k1): R-row tiles, then single rows.
+template <class S, DType D, int R, int T>
+void matmul_strip(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t k0, int64_t k1, bool init) {
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) matmul_micro<S, D, R, T>(a, r, t0, k0, k1, init);
+  for (; r < r1; ++r) matmul_micro<S, D, 1, T>(a, r, t0, k0, k1, init);
+}
+
+// The last n_left < kGemmTokens tokens: one strip of exactly n_left tokens.
+template <class S, DType D, int R, int T>
+void matmul_tail_tokens(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t n_left, int64_t k0,
+                        int64_t k1, bool init) {
+  if (n_left == T) {
+    matmul_strip<S, D, R, T>(a, r0, r1, t0, k0, k1, init);
+  } else if constexpr (T > 1) {
+    matmul_tail_tokens<S, D, R, T - 1>(a, r0, r1, t0, n_left, k0, k1, init);
+  }
+}
+
+template <class S, DType D>
+void matmul_rows_t(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  constexpr int kTok = S::kGemmTokens, kRows = S::kGemmRows;
+  const int64_t n = a.n, cols = a.cols;
+  if (cols == 0) {
+    if (!a.accumulate)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = r0; r < r1; ++r) a.y[t * a.ldy + r] = 0.0f;
+    return;
+  }
+  if (n == 1) {  // decode gemv: stream each row once, whole rows
+    matmul_strip<S, D, S::kGemvRows, 1>(a, r0, r1, 0, 0, cols, !a.accumulate);
+    return;
+  }
+  // Prefill gemm: columns in chunks of kc so the x panel [n, kc] stays in L2 while the R-row
+  // W tile [R, kc] is reused from L1 across all token blocks.
+  const int64_t kc = n <= kTok ? cols : S::kGemmKc;
+  const int64_t rb = 16;  // W rows per pass over the token blocks
+  for (int64_t k0 = 0; k0 < cols; k0 += kc) {
+    const int64_t k1 = k0 + kc < cols ? k0 + kc : cols;
+    const bool init = k0 == 0 && !a.accumulate;
+    for (int64_t rr = r0; rr < r1; rr += rb) {
+      const int64_t re = rr + rb < r1 ? rr + rb : r1;
+      int64_t t = 0;
+      for (; t + kTok <= n; t += kTok) matmul_strip<S, D, kRows, kTok>(a, rr, re, t, k0, k1, init);
+      if (t < n) matmul_tail_tokens<S, D, kRows, kTok - 1>(a, rr, re, t, n - t, k0, k1, init);
+    }
+  }
+}
+
+template <class S>
+void matmul_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  switch (a.dtype) {
+    case DType::F32: matmul_rows_t<S, DType::F32>(a, r0, r1); return;
+    case DType::F16: matmul_rows_t<S, DType::F16>(a, r0, r1); return;
+    case DType::BF16: matmul_rows_t<S, DType::BF16>(a, r0, r1); return;
+    case DType::Q8_0: matmul_rows_t<S, DType::Q8_0>(a, r0, r1); return;
+  }
+}
+
+// ---------------------------------------------------------------- elementwise
+template <class S>
+float dot_impl(const float* a, const float* b, int64_t n) {
+  using V = typename S::V;
+  constexpr int W = S::kW;
+  V s0 = S::zero(), s1 = S::zero();
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    s0 = S::fma(S::load(a + i), S::load(b + i), s0);
+    s1 = S::fma(S::load(a + i + W), S::load(b + i + W), s1);
+  }
+  for (; i + W <= n; i += W) s0 = S::fma(S::load(a + i), S::load(b + i), s0);
+  float s = S::hsum(S::add(s0, s1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+template <class S>
+void rmsnorm_impl(float* out, const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps) {
+  using V = typename S::V;
+  constexpr int W = S::kW;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * dim;
+    float* ot = out + t * dim;
+    const float inv = 1.0f / __builtin_sqrtf(dot_impl<S>(xt, xt, dim) / float(dim) + eps);
+    const V iv = S::set1(inv);
+    int64_t i = 0;
+    for (; i + W <= dim; i += W) S::store(ot + i, S::mul(S::mul(S::load(xt + i), iv), S::load(weight + i)));
+    for (; i < dim; ++i) ot[i] = xt[i] * inv * weight[i];
+  }
+}
+
+template <class S>
+void swiglu_impl(float* out, const float* gate, const float* up, int64_t n) {
+  using V = typename S::V;
+  constexpr int W = S::kW;
+  const V one = S::set1(1.0f), neg = S::set1(-1.0f);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const V g = S::load(gate + i);
+    const V silu = S::div(g, S::add(one, S::exp(S::mul(g, neg))));
+    S::store(out + i, S::mul(silu, S::load(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + __builtin_expf(-gate[i])) * up[i];
+}
+
+// ---------------------------------------------------------------- attention
+// Online softmax (FlashAttention's running max / sum), keys in chunks of kKeyChunk: the chunk's
+// scores are computed first (vectorised dots over head_dim), then one rescale of the running
+// output per chunk, then exp of the whole chunk (vector exp) and the V accumulation.
+template <class S>
+void attention_items_impl(const AttentionArgs& a, int64_t i0, int64_t i1) {
+  using V = typename S::V;
+  constexpr int W = S::kW;
+  constexpr int kKeyChunk = 64;
+  const int head_dim = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const KvView& kv = a.kv;
+  alignas(64) float acc[kMaxHeadDim];
+  alignas(64) float sc[kKeyChunk + 16];
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t t = item / a.n_heads;
+    const int h = int(item % a.n_heads), kvh = h / group;
+    const float* qh = a.q + t * a.ldq + int64_t(h) * head_dim;
+    float* oh = a.out + t * a.ldo + int64_t(h) * head_dim;
+    const int64_t end = int64_t(a.q_pos[t]) + 1 < a.kv_end ? int64_t(a.q_pos[t]) + 1 : a.kv_end;
+    const int64_t begin = a.kv_begin;
+    if (end <= begin) {
+      for (int d = 0; d < head_dim; ++d) oh[d] = 0.0f;
+      if (a.lse) a.lse[item] = -__builtin_inff();
+      continue;
+    }
+    for (int d = 0; d < head_dim; ++d) acc[d] = 0.0f;
+    float m = -__builtin_inff(), l = 0.0f;
+    // Position cursor over the (possibly paged) cache: block index and offset inside it.
+    int64_t blk = begin / kv.block_size, off = begin % kv.block_size;
+    for (int64_t j0 = begin; j0 < end; j0 += kKeyChunk) {
+      const int nj = int(end - j0 < kKeyChunk ? end - j0 : kKeyChunk);
+      const float* kp[kKeyChunk];
+      const float* vp[kKeyChunk];
+      for (int jj = 0; jj < nj; ++jj) {
+        const int64_t base = (kv.block_table ? int64_t(kv.block_table[blk]) : blk) * kv.block_stride +
+                             kvh * kv.head_stride + off * kv.pos_stride;
+        kp[jj] = kv.k + base;
+        vp[jj] = kv.v + base;
+        if (++off == kv.block_size) {
+          off = 0;
+          ++blk;
+        }
+      }
+      float cmax = -__builtin_inff();
+      for (int jj = 0; jj < nj; ++jj) {
+        sc[jj] = dot_impl<S>(qh, kp[jj], head_dim) * a.scale;
+        cmax = sc[jj] > cmax ? sc[jj] : cmax;
+      }
+      const float m_new = cmax > m ? cmax : m;
+      if (m_new != m) {
+        const float corr = __builtin_expf(m - m_new);  // m = -inf: 0
+        l *= corr;
+        const V cv = S::set1(corr);
+        int d = 0;
+        for (; d + W <= head_dim; d += W) S::store(acc + d, S::mul(S::load(acc + d), cv));
+        for (; d < head_dim; ++d) acc[d] *= corr;
+        m = m_new;
+      }
+      const V mv = S::set1(m);
+      for (int jj = nj; jj < (nj + W - 1) / W * W; ++jj) sc[jj] = m;  // padding lanes, unused
+      for (int jj = 0; jj < nj; jj += W) S::store(sc + jj, S::exp(S::sub(S::load(sc + jj), mv)));
+      for (int jj = 0; jj < nj; ++jj) {
+        const float p = sc[jj];
+        l += p;
+        const V pv = S::set1(p);
+        const float* v = vp[jj];
+        int d = 0;
+        for (; d + W <= head_dim; d += W) S::store(acc + d, S::fma(pv, S::load(v + d), S::load(acc + d)));
+        for (; d < head_dim; ++d) acc[d] += p * v[d];
+      }
+    }
+    const float inv_l = 1.0f / l;
+    for (int d = 0; d < head_dim; ++d) oh[d] = acc[d] * inv_l;
+    if (a.lse) a.lse[item] = m + __builtin_logf(l);
+  }
+}
+
+template <class S>
+const KernelTable& make_table(const char* name) {
+  static const KernelTable t{name, &matmul_rows_impl<S>, &rmsnorm_impl<S>, &swiglu_impl<S>,
+                             &attention_items_impl<S>};
+  return t;
+}

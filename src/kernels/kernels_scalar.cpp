@@ -1,0 +1,41 @@
+// Scalar path: the same kernel bodies with a one-float "vector"; runs on any x86-64 (and any
+// other) CPU. Always present, and the fallback of the dispatch.
+#include "kernels/dispatch.h"
+
+namespace loom::kernels::detail {
+namespace {
+
+struct Scalar {
+  using V = float;
+  static constexpr int kW = 1;
+  static constexpr int kGemvRows = 4, kGemmRows = 2, kGemmTokens = 4;
+  static constexpr int64_t kGemmKc = 1024;
+  static V zero() { return 0.0f; }
+  static V set1(float f) { return f; }
+  static V load(const float* p) { return *p; }
+  static void store(float* p, V v) { *p = v; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return a * b; }
+  static V div(V a, V b) { return a / b; }
+  static V fma(V a, V b, V c) { return a * b + c; }
+  static float hsum(V v) { return v; }
+  static V load_f16(const uint16_t* p) { return f16_to_f32(*p); }
+  static V load_bf16(const uint16_t* p) {
+    const uint32_t u = uint32_t(*p) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+  }
+  static V load_q8(const int8_t* p) { return float(*p); }
+  static float f16(uint16_t h) { return f16_to_f32(h); }
+  static V exp(V x) { return __builtin_expf(x); }
+};
+
+#include "kernels/kernels_impl.h"
+
+}  // namespace
+
+const KernelTable& table_scalar() { return make_table<Scalar>("scalar"); }
+
+}  // namespace loom::kernels::detail
