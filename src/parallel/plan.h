@@ -1,0 +1,163 @@
+// Plan: one way of running a forward step over a group of ranks, as a value (ARCHITECTURE.md,
+// "a plan is data"; exact mappings in ../shared/docs/PLANS.md). Everything here is a pure function
+// of (Plan, ModelShape, rank): testable before any kernel or communicator exists.
+//
+// A plan composes five degrees, ranks numbered outer -> inner (TP innermost):
+//   global rank = (((dp*PP + pp)*SP + sp)*KVP + kvp)*TP + tp        (sp and kvp never both > 1)
+// - dp  DP replicas: disjoint sequences (sequence id % dp == replica, see KvPlacement).
+// - pp  pipeline stages: contiguous layer ranges (even split, or explicit `layers=a+b+...`).
+// - sp  Ulysses SP x TP (Shift Algorithm 1): tokens split by position, heads after the all-to-all.
+// - kvp Helix KV parallelism: KV blocks round-robin over KVP ranks; tp is then TPA (<= K) and the
+//       FFN / Wo run as TP(N = kvp*tpa) in the order tpa*kvp_degree + kvp (Helix 2.1).
+// - tp  Megatron TP (query heads, KV heads, FFN columns).
+// - shift: the shift config of the sp x tp base (Shift 3.3.1): TP(sp*tp) whose rank j is global
+//       rank (j % sp)*tp + j / sp, so every global rank keeps its base heads and KV cache.
+//
+// String form (parse / to_string), comma-separated key=value, optional "shift:" prefix:
+//   "tp=4", "dp=2", "tp=2,dp=2", "sp=3,tp=2", "shift:sp=3,tp=2", "pp=2", "tp=2,pp=2",
+//   "pp=2,layers=3+5" (uneven stages), "kvp=2,tpa=2" (Helix; "block=16" sets the KVP block size
+//   in tokens), "weights=resident|full|owner" (WeightSource).
+// to_string prints a canonical form (keys in the order shift, dp, pp, sp, kvp, tp/tpa, layers,
+// block, weights; degree-1 keys omitted; a single rank prints "tp=1").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "parallel/mesh.h"
+
+namespace loom {
+
+struct ModelConfig;
+
+// The sizes of a model that decide whether a layout divides it.
+struct ModelShape {
+  int n_heads = 0;     // query heads H
+  int n_kv_heads = 0;  // KV heads K (H % K == 0)
+  int head_dim = 0;    // dh
+  int ffn_dim = 0;     // SwiGLU width F
+  int n_layers = 0;    // L
+  int d_model = 0;     // hidden size d
+
+  static ModelShape from(const ModelConfig& cfg);
+  int group_size() const { return n_heads / n_kv_heads; }  // G: query heads per KV head
+  std::string to_string() const;
+  bool operator==(const ModelShape&) const = default;
+};
+
+// Half-open integer interval [begin, end).
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+  bool contains(int64_t x) const { return x >= begin && x < end; }
+  bool contains(const Range& r) const { return r.empty() || (r.begin >= begin && r.end <= end); }
+  bool operator==(const Range&) const = default;
+};
+std::string to_string(const Range& r);  // "[b,e)"
+
+// Where a rank's weight shards come from (consumed by the weight loader and executors).
+enum class WeightSource {
+  Resident,        // the rank loads exactly its shards
+  SliceOfFull,     // the rank keeps a full copy and computes with views of it (Nitsum)
+  FetchFromOwner,  // an owner rank holds the weights; others fetch or ship activations (SiDP)
+};
+std::string_view weight_source_name(WeightSource w);  // "resident", "full", "owner"
+
+struct Plan {
+  int dp = 1;
+  int pp = 1;
+  int sp = 1;
+  int kvp = 1;
+  int tp = 1;          // TPA when kvp > 1
+  bool shift = false;  // shift config of the sp x tp base (only with sp > 1, kvp == 1)
+  std::vector<int> stage_layers;  // layers per stage (size pp), empty = even split
+  int kv_block = 16;              // Helix: tokens per KVP block (block b on KVP rank b % kvp)
+  WeightSource weights = WeightSource::Resident;
+
+  // Parses the string form above; throws loom::Error naming the bad key or value.
+  static Plan parse(std::string_view text);
+  std::string to_string() const;
+  // Canonical value: shift cleared when sp == 1; kv_block reset when kvp == 1; stage_layers
+  // cleared when pp == 1. parse() and the factories return normalised plans.
+  Plan normalized() const;
+  bool operator==(const Plan& o) const;  // equality of normalized values
+
+  static Plan make_tp(int t);
+  static Plan make_dp(int d);
+  static Plan make_sp_tp(int s, int t);
+  static Plan make_shift(int s, int t);  // shift config of make_sp_tp(s, t)
+  static Plan make_pp(int p);
+  static Plan make_helix(int k, int a, int block = 16);
+
+  int size() const { return dp * pp * sp * kvp * tp; }  // ranks in the group
+  bool helix() const { return kvp > 1; }
+  int ffn_degree() const;  // TP degree of Wo / FFN: tp, sp*tp (shift) or kvp*tp (Helix)
+  Plan base() const;       // shift config -> its base; others -> itself
+  Plan shift_config() const;  // the shift config of this sp x tp base
+
+  // Named groups of the attention/projection layout: dims dp, pp, sp, kvp, tp (degree-1 axes
+  // omitted); for a shift config dims dp, pp, tp=sp*tp with the Shift 3.3.1 order.
+  Mesh mesh() const;
+  // Groups of the Wo / FFN tensor parallelism: dims dp, pp, tp=ffn_degree(), ordered by FFN
+  // shard index (Shift order for shift configs, tpa*kvp_degree + kvp for Helix).
+  Mesh ffn_mesh() const;
+  // Layers of pipeline stage `stage`.
+  Range stage_layers_range(int stage, int n_layers) const;
+};
+
+// Throws loom::Error, before any weight loads, when the plan does not divide the model, naming
+// the sizes (e.g. "tp=3 does not divide num_attention_heads=8").
+void validate(const Plan& plan, const ModelShape& shape);
+
+// How the step's tokens reach a rank.
+struct TokenShare {
+  int dp_degree = 1, dp_index = 0;  // by request: sequences with id % dp_degree == dp_index
+  int sp_degree = 1, sp_index = 0;  // by position: see sp_token_slice
+  int micro_batches = 1;            // pipeline micro-batches in flight (pp)
+  bool replicated() const { return dp_degree == 1 && sp_degree == 1; }
+};
+
+// SP token split (PLANS.md, Ulysses): n padded to n' = ceil(n/s)*s; SP rank i takes the padded
+// slice [i*n'/s, (i+1)*n'/s); `real` is its part below n (padded tokens write no KV, no output).
+struct TokenSlice {
+  Range padded;
+  Range real;
+};
+TokenSlice sp_token_slice(int64_t n_tokens, int s, int sp_index);
+
+// Everything a plan says about one rank. Head lists are ascending and give the head order of the
+// rank's data (a rank's shard of a [.., heads*dh] tensor is these heads in this order).
+struct RankLayout {
+  int rank = 0;
+  // base coordinates (global rank = (((dp*PP + pp)*SP + sp)*KVP + kvp)*TP + tp)
+  int dp = 0, pp = 0, sp = 0, kvp = 0, tp = 0;
+  TokenShare tokens;
+  Range layers;  // this stage's layers
+  // attention
+  std::vector<int> proj_q_heads;   // Wq rows: heads it projects on its tokens (TP / TPA shard)
+  std::vector<int> proj_kv_heads;  // Wk/Wv rows: KV heads of proj_q_heads
+  std::vector<int> q_heads;        // heads it runs attention for (after the SP all-to-all)
+  std::vector<int> kv_heads;       // KV heads of q_heads: what it stores and attends with
+  int kv_shards = 1, kv_shard = 0; // Helix: stores blocks b with b % kv_shards == kv_shard
+  int kv_block = 1;                // tokens per such block (1 when kv_shards == 1)
+  std::vector<int> out_heads;      // heads whose Wo input columns it holds
+  // FFN (and Wo) tensor parallelism
+  int ffn_degree = 1, ffn_index = 0;
+  Range ffn;                       // [ffn_index*F/deg, (ffn_index+1)*F/deg)
+  std::vector<int> ffn_group;      // global ranks of its FFN TP group, by shard index
+  WeightSource weights = WeightSource::Resident;
+
+  std::string to_string() const;
+};
+
+// The layout of `rank` (0 <= rank < plan.size()); validates the plan first.
+RankLayout rank_layout(const Plan& plan, const ModelShape& shape, int rank);
+
+// One line per rank of rank_layout: the plan printed as data.
+std::string describe(const Plan& plan, const ModelShape& shape);
+
+}  // namespace loom
