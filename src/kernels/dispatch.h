@@ -52,6 +52,8 @@ struct KernelTable {
   void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);
   // Work items [i0, i1).
   void (*attention_items)(const AttentionArgs& a, int64_t i0, int64_t i1);
+  // Roofline: `iters` rounds of 12 independent register-resident FMA vectors; returns the FLOP done.
+  double (*fma_peak)(int64_t iters);
 };
 
 const KernelTable& table_scalar();

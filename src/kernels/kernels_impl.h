@@ -286,9 +286,32 @@ void attention_items_impl(const AttentionArgs& a, int64_t i0, int64_t i1) {
   }
 }
 
+// ---------------------------------------------------------------- roofline
+// 12 independent FMA chains (more than latency x ports on current x86 cores) kept in registers.
+template <class S>
+double fma_peak_impl(int64_t iters) {
+  using V = typename S::V;
+  constexpr int kChains = 12;
+  V acc[kChains];
+  const V a = S::set1(0.999999f), b = S::set1(1e-7f);
+#pragma GCC unroll 12
+  for (int c = 0; c < kChains; ++c) acc[c] = S::set1(float(c));
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kChains; ++c) acc[c] = S::fma(acc[c], a, b);
+    __asm__ volatile("" : : : "memory");
+  }
+  V s = acc[0];
+#pragma GCC unroll 12
+  for (int c = 1; c < kChains; ++c) s = S::add(s, acc[c]);
+  volatile float sink = S::hsum(s);
+  (void)sink;
+  return double(iters) * kChains * S::kW * 2.0;
+}
+
 template <class S>
 const KernelTable& make_table(const char* name) {
   static const KernelTable t{name, &matmul_rows_impl<S>, &rmsnorm_impl<S>, &swiglu_impl<S>,
-                             &attention_items_impl<S>};
+                             &attention_items_impl<S>, &fma_peak_impl<S>};
   return t;
 }
