@@ -110,6 +110,12 @@ void Scheduler::finish(Sequence* s, FinishReason reason, std::string detail) {
   live_.erase(it);
 }
 
+bool Scheduler::may_chunk(const Sequence& s) const {
+  // A recomputation (prompt + outputs) can outgrow the budget even when the prompt fit it, so it
+  // is chunked even with chunking off; otherwise it could never run again.
+  return config_.enable_chunked_prefill || s.num_preemptions > 0;
+}
+
 ScheduledSeq Scheduler::make_entry(const Sequence& s, int n) const {
   ScheduledSeq e;
   e.seq_id = s.id();
@@ -172,8 +178,7 @@ StepBatch Scheduler::schedule() {
   for (Sequence* s : std::vector<Sequence*>(running_)) {
     if (in_batch.count(s) || s->is_decode() || s->num_uncomputed() <= 0) continue;
     if (budget < 1 || !seq_slot_left()) break;
-    const int n = config_.enable_chunked_prefill ? std::min(s->num_uncomputed(), budget)
-                                                 : s->num_uncomputed();
+    const int n = may_chunk(*s) ? std::min(s->num_uncomputed(), budget) : s->num_uncomputed();
     if (n > budget) continue;
     add(s, n);
   }
@@ -184,7 +189,7 @@ StepBatch Scheduler::schedule() {
     Sequence* s = waiting_.front();
     if (budget < 1 || !seq_slot_left() || int(running_.size()) >= config_.max_num_seqs) break;
     const int tokens = s->num_tokens();
-    const int n = config_.enable_chunked_prefill ? std::min(tokens, budget) : tokens;
+    const int n = may_chunk(*s) ? std::min(tokens, budget) : tokens;
     if (n > budget) break;
     const int blocks = s->block_table.blocks_needed(tokens);
     const int watermark = running_.empty() ? 0 : watermark_blocks_;

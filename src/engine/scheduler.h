@@ -21,7 +21,8 @@
 //      freed, num_computed = 0, and it waits again (sorted by priority, then arrival: ahead of
 //      later arrivals of its priority). Victims are recomputed as a prefill of prompt+outputs.
 //   2. Continuing prefill chunks of running sequences (their blocks were reserved at admission),
-//      each min(remaining, budget left) tokens (whole remainder when chunking is off).
+//      each min(remaining, budget left) tokens (whole remainder when chunking is off, except
+//      for a recomputation after preemption, which is always chunked so it can run again).
 //   3. Admission of waiting sequences by (priority, arrival, id), strictly in that order (the
 //      first that does not fit stops admission: no overtaking, so big requests do not starve).
 //      A sequence is admitted when, after reserving blocks for all its current tokens, at least
@@ -136,6 +137,7 @@ class Scheduler {
   void insert_waiting(Sequence* s);
   void preempt(Sequence* s);
   void finish(Sequence* s, FinishReason reason, std::string detail);
+  bool may_chunk(const Sequence& s) const;
   ScheduledSeq make_entry(const Sequence& s, int n) const;
   bool apply_stops(Sequence* s);
 
