@@ -102,8 +102,9 @@ struct Plan {
   // Named groups of the attention/projection layout: dims dp, pp, sp, kvp, tp (degree-1 axes
   // omitted); for a shift config dims dp, pp, tp=sp*tp with the Shift 3.3.1 order.
   Mesh mesh() const;
-  // Groups of the Wo / FFN tensor parallelism: dims dp, pp, tp=ffn_degree(), ordered by FFN
-  // shard index (Shift order for shift configs, tpa*kvp_degree + kvp for Helix).
+  // Groups of the Wo / FFN tensor parallelism: group(rank, Axis::Tp) lists the rank's FFN TP group
+  // by FFN shard index (plain TP: its tp group; Shift order for shift configs; tpa*kvp + kvp for
+  // Helix, whose TP(N) group is the whole (dp, pp) cell). Dims dp, pp, [sp,] tp=ffn_degree().
   Mesh ffn_mesh() const;
   // Layers of pipeline stage `stage`.
   Range stage_layers_range(int stage, int n_layers) const;

@@ -300,6 +300,27 @@ TEST(Plan, ShiftOrderIsThePapers) {
     EXPECT_EQ(rank_layout(shift, six, g).proj_q_heads, (std::vector<int>{head_of_rank[g]}));
     EXPECT_EQ(rank_layout(shift, six, g).tokens.sp_degree, 1) << "shift config replicates tokens (TP)";
   }
+  // Megatron's rule applied to the shift group's order gives those heads: the member at position
+  // j of TP(P) owns query heads [j*H/P, (j+1)*H/P) and FFN shard j, for every valid (s, t).
+  for (const ModelShape& m : {kStories, kSynth})
+    for (auto [s, t] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}, {4, 2}, {2, 4}, {3, 2}, {2, 3}, {3, 4}, {2, 6}, {4, 6}}) {
+      const Plan sh = Plan::make_shift(s, t);
+      try {
+        validate(sh, m);
+      } catch (const Error&) {
+        continue;
+      }
+      const int P = s * t, H = m.n_heads;
+      const std::vector<int> group = sh.mesh().group(0, Axis::Tp);
+      ASSERT_EQ(int(group.size()), P);
+      for (int j = 0; j < P; ++j) {
+        EXPECT_EQ(group[j], (j % s) * t + j / s);
+        const RankLayout lay = rank_layout(sh, m, group[j]);
+        EXPECT_EQ(lay.q_heads, range_list(j * H / P, (j + 1) * H / P)) << "s=" << s << " t=" << t << " j=" << j;
+        EXPECT_EQ(lay.ffn_index, j);
+        EXPECT_EQ(lay.ffn_group, group);
+      }
+    }
   // The same on the 24-head model: rank (sp=1, tp=0) = 2 holds heads 4..7, rank 3 heads 16..19.
   EXPECT_EQ(rank_layout(shift, kSynth, 2).q_heads, range_list(4, 8));
   EXPECT_EQ(rank_layout(shift, kSynth, 3).q_heads, range_list(16, 20));
