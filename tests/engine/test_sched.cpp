@@ -299,6 +299,24 @@ std::vector<Case> cases() {
                    {{{1, 6, 2}, {2, 5, 1}, {3, 9, 1}}, {}, {}, "P1:0+6*", "3:rejected"},
                    {{}, {}, {}, "D1:6* P2:0+5*", "1:length 2:length"},
                }});
+  // Chunking off, but a recomputation (3 prompt + 2 outputs = 5 tokens) larger than the 4-token
+  // budget is chunked anyway, or it could never run again (the chunk stops short of the last
+  // sampled token when the budget ends there).
+  v.push_back({"no_chunking_recompute_is_chunked", cfg(4, 3, 4, 4, 256, false),
+               {
+                   {{{1, 4, 8, 0}, {2, 3, 4, 1}}, {}, {}, "P1:0+4*", "", 2},
+                   {{}, {}, {}, "D1:4* P2:0+3*", "", 0},
+                   {{}, {}, {}, "D1:5* D2:3*", "", 0},
+                   {{}, {}, {}, "D1:6* !2", "", 1},
+                   {{}, {}, {}, "D1:7*", "", 1},
+                   {{}, {}, {}, "D1:8*", "", 0},
+                   {{}, {}, {}, "D1:9*", "", 0},
+                   {{}, {}, {}, "D1:10*", "1:length", 3},
+                   {{}, {}, {}, "P2:0+4", "", 1},
+                   // Position 4 (the last sampled token) is left: that is an ordinary decode.
+                   {{}, {}, {}, "D2:4*", "", 1},
+                   {{}, {}, {}, "D2:5*", "2:length", 3},
+               }});
   // Stop conditions: eos id (1), a stop token sequence 50,51 (2, with a false start 50,7),
   // max_tokens (3).
   v.push_back({"stops", cfg(4, 64, 64, 4),
