@@ -81,8 +81,9 @@ struct StepOutcome {
   int num_finished = 0;
 };
 
-// Called after a token is appended (before the built-in stop checks of the next step): return
-// true to stop the sequence with FinishReason::kStop. For stop strings: the caller detokenises.
+// Called after each sampled token is appended (after the eos and stop-token-sequence checks,
+// before max_tokens): return true to stop the sequence with FinishReason::kStop. This is the hook
+// for stop strings: the caller detokenises seq.output and matches seq.request.stop.stop_strings.
 using StopCheck = std::function<bool(const Sequence& seq)>;
 
 class Scheduler {
