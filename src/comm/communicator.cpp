@@ -53,9 +53,10 @@ void Communicator::check_agreement(const std::string& what, std::uint64_t hash) 
   std::ostringstream os;
   os << "ranks disagree on " << what << " (group of " << n << " ranks):";
   for (auto v : order) {
-    os << " ranks";
-    for (std::size_t i = 0; i < holders[v].size(); ++i) os << (i ? "," : " ") << holders[v][i];
-    os << " have 0x" << std::hex << v << std::dec << ";";
+    const auto& h = holders[v];
+    os << (h.size() == 1 ? " rank" : " ranks");
+    for (std::size_t i = 0; i < h.size(); ++i) os << (i ? "," : " ") << h[i];
+    os << (h.size() == 1 ? " has 0x" : " have 0x") << std::hex << v << std::dec << ";";
   }
   throw Error(os.str());
 }

@@ -187,7 +187,9 @@ class MpiCommunicator final : public Communicator {
     // While an exception unwinds the job is about to be aborted: skip the collective frees,
     // which would wait for peers that may never come.
     if (mpi_finalized() || std::uncaught_exceptions() > 0) return;
-    for (auto& [id, b] : buffers_) MPI_Win_free(&b.win);
+    for (auto& [id, b] : buffers_) {
+      if (b.win != MPI_WIN_NULL) MPI_Win_free(&b.win);
+    }
     MPI_Comm_free(&p2p_);
     MPI_Comm_free(&coll_);
   }
@@ -369,9 +371,14 @@ class MpiCommunicator final : public Communicator {
     std::vector<std::uint64_t> sizes = agree(kOpRegister, id, bytes, "register_buffer");
     Buffer b;
     b.sizes.assign(sizes.begin(), sizes.end());
-    mpi_check(MPI_Win_create(ptr, static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, coll_, &b.win),
-              "Win_create");
-    MPI_Win_set_errhandler(b.win, MPI_ERRORS_RETURN);
+    b.local = ptr;
+    // A group of one needs no window (and OpenMPI 4.1 has no one-sided component for a lone
+    // process: MPI_Win_create fails with MPI_ERR_WIN); get() copies directly then.
+    if (size_ > 1) {
+      mpi_check(MPI_Win_create(ptr, static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, coll_, &b.win),
+                "Win_create");
+      MPI_Win_set_errhandler(b.win, MPI_ERRORS_RETURN);
+    }
     buffers_[id] = std::move(b);
   }
 
@@ -379,7 +386,7 @@ class MpiCommunicator final : public Communicator {
     auto it = buffers_.find(id);
     if (it == buffers_.end()) fail("deregister_buffer: id ", id, " is not registered");
     agree(kOpDeregister, id, 0, "deregister_buffer");
-    mpi_check(MPI_Win_free(&it->second.win), "Win_free");
+    if (it->second.win != MPI_WIN_NULL) mpi_check(MPI_Win_free(&it->second.win), "Win_free");
     buffers_.erase(it);
   }
 
@@ -395,6 +402,10 @@ class MpiCommunicator final : public Communicator {
            src_rank, " are out of range (it registered ", have, " bytes)");
     }
     if (bytes == 0) return;
+    if (it->second.win == MPI_WIN_NULL) {  // group of one
+      copy(dst, static_cast<const char*>(it->second.local) + offset, bytes);
+      return;
+    }
     MPI_Win win = it->second.win;
     mpi_check(MPI_Win_lock(MPI_LOCK_SHARED, src_rank, 0, win), "Win_lock");
     auto* out = static_cast<char*>(dst);
@@ -470,7 +481,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   struct Buffer {
-    MPI_Win win = MPI_WIN_NULL;
+    MPI_Win win = MPI_WIN_NULL;      // MPI_WIN_NULL in a group of one
+    const void* local = nullptr;     // this rank's buffer
     std::vector<std::size_t> sizes;  // [rank] registered bytes
   };
 
