@@ -41,6 +41,10 @@ struct AttentionArgs {
   float* lse = nullptr;
 };
 
+// Throws loom::Error for a failed scratch allocation of `bytes` (out of line: the ISA files call
+// nothing inline from other headers).
+[[noreturn]] void fail_out_of_memory(int64_t bytes);
+
 // The largest head_dim the optimised attention takes (its accumulator lives on the stack).
 inline constexpr int kMaxHeadDim = 1024;
 

@@ -13,6 +13,10 @@
 
 namespace loom::kernels {
 
+void detail::fail_out_of_memory(int64_t bytes) {
+  fail("kernels: cannot allocate ", bytes, " bytes of scratch for a gemm panel");
+}
+
 // ---------------------------------------------------------------- matmul
 void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
             ThreadPool* pool, bool accumulate) {

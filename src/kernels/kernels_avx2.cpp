@@ -11,7 +11,7 @@ struct Avx2 {
   using V = __m256;
   static constexpr int kW = 8;
   static constexpr int kGemvRows = 4, kGemmRows = 2, kGemmTokens = 4;
-  static constexpr int64_t kGemmKc = 1024;
+  static constexpr int64_t kGemmKc = 512;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float f) { return _mm256_set1_ps(f); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -117,7 +117,7 @@ TEST(Matmul, Threaded) {
   ThreadPool pool2(2), pool3(3);
   uint64_t seed = 400;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
-    for (int64_t n : {1, 7, 17}) {
+    for (int64_t n : {1, 4, 6, 17}) {  // gemv; in-place tile; packed gemm with a 2-token tail
       const int64_t cols = dt == DType::Q8_0 ? 2048 + 96 : 2048 + 97;
       run_case(dt, n, 133, cols, &pool2, seed++);
       run_case(dt, n, 133, cols, &pool3, seed++);
