@@ -226,10 +226,11 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   const uint64_t n_kv = c.get<uint64_t>("kv_count");
   // A kv takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info 8 + 4 + 4 + 8.
   if (n_kv > c.left() / 13)
-    fail("GGUF '", path, "': kv_count ", n_kv, " cannot fit in the ", c.left(), " bytes after the header");
+    fail("GGUF '", path, "': kv_count ", n_kv, " cannot fit in the ", c.left(),
+         " bytes after the header (truncated or corrupt file)");
   if (n_tensors > c.left() / 24)
     fail("GGUF '", path, "': tensor_count ", n_tensors, " cannot fit in the ", c.left(),
-         " bytes after the header");
+         " bytes after the header (truncated or corrupt file)");
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.str(cat("key #", i));

@@ -1,6 +1,8 @@
 #include "model/hf_config.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -51,6 +53,16 @@ struct ArchInfo {
 constexpr ArchInfo kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
                                {"MistralForCausalLM", "mistral", "mistral"},
                                {"Qwen2ForCausalLM", "qwen2", "qwen2"}};
+
+// The shortest decimal that reads back as the same float (1e-05, not 9.999999747378752e-06).
+double short_double(float f) {
+  char buf[32];
+  for (int prec = 6; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
+}
 
 }  // namespace
 
@@ -173,13 +185,13 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
   j["head_dim"] = c.head_dim;
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = c.max_seq_len;
-  j["rms_norm_eps"] = double(c.rms_eps);
-  j["rope_theta"] = double(c.rope_theta);
+  j["rms_norm_eps"] = short_double(c.rms_eps);
+  j["rope_theta"] = short_double(c.rope_theta);
   if (c.rope_scaling.llama3) {
     j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", double(c.rope_scaling.factor)},
-                         {"low_freq_factor", double(c.rope_scaling.low_freq_factor)},
-                         {"high_freq_factor", double(c.rope_scaling.high_freq_factor)},
+                         {"factor", short_double(c.rope_scaling.factor)},
+                         {"low_freq_factor", short_double(c.rope_scaling.low_freq_factor)},
+                         {"high_freq_factor", short_double(c.rope_scaling.high_freq_factor)},
                          {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
   } else {
     j["rope_scaling"] = nullptr;

@@ -90,7 +90,11 @@ std::shared_ptr<Model> load_llama2c_model(const std::string& path) {
   read_header(*file, h);
   bool shared = true;
   auto m = std::make_shared<Model>();
-  m->config = llama2c_config(h, &shared);
+  try {
+    m->config = llama2c_config(h, &shared);
+  } catch (const Error& e) {
+    fail("llama2.c checkpoint '", path, "': ", e.what());
+  }
   m->path = path;
   m->format = "llama2c";
   const ModelConfig& c = m->config;
