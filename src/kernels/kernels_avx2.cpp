@@ -10,7 +10,10 @@ namespace {
 struct Avx2 {
   using V = __m256;
   static constexpr int kW = 8;
-  static constexpr int kGemvRows = 4, kGemmRows = 2, kGemmTokens = 4;
+  static constexpr int kGemvRows = 8, kGemmRows = 2, kGemmTokens = 4;
+  // gemv: 8 rows in flight plus a software prefetch 512 bytes ahead on each: one core keeps
+  // enough DRAM requests outstanding (measured: q8_0 9.9 -> 13.3 GB/s, f16 12.5 -> 14.8 GB/s).
+  static constexpr int kGemvPrefetch = 512;
   static constexpr int64_t kGemmKc = 512;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float f) { return _mm256_set1_ps(f); }

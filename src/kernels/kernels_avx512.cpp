@@ -15,7 +15,10 @@ namespace {
 struct Avx512 {
   using V = __m512;
   static constexpr int kW = 16;
-  static constexpr int kGemvRows = 4, kGemmRows = 4, kGemmTokens = 4;
+  static constexpr int kGemvRows = 8, kGemmRows = 4, kGemmTokens = 4;
+  // gemv: 8 rows in flight plus a software prefetch 512 bytes ahead on each: one core keeps
+  // enough DRAM requests outstanding (measured: q8_0 9.9 -> 13.3 GB/s, f16 12.5 -> 14.8 GB/s).
+  static constexpr int kGemvPrefetch = 512;
   static constexpr int64_t kGemmKc = 1024;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float f) { return _mm512_set1_ps(f); }

@@ -13,6 +13,13 @@
 // weight vector is loaded (and converted) once and used T times, each x vector R times.
 // n == 1 (decode gemv) uses R = kGemvRows, T = 1: R independent row streams, R accumulators.
 
+// Bytes of k consecutive weights (k a multiple of 32 for q8_0); dtype_row_bytes without a call
+// into another header.
+template <DType D>
+constexpr int64_t row_bytes(int64_t k) {
+  return D == DType::Q8_0 ? k / kQ8BlockSize * int64_t(sizeof(BlockQ8_0)) : D == DType::F32 ? 4 * k : 2 * k;
+}
+
 template <class S, DType D>
 inline typename S::V load_w(const uint8_t* row, int64_t k) {
   if constexpr (D == DType::F32) return S::load(reinterpret_cast<const float*>(row) + k);
@@ -56,6 +63,11 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
     // k0, k1 are multiples of 32: whole blocks. Dequantize on the fly: w = d * q (one mul per
     // weight vector, amortised over T tokens), then the same FMA as f32.
     for (int64_t b = k0 / kQ8BlockSize; b < k1 / kQ8BlockSize; ++b) {
+      if constexpr (T == 1 && S::kGemvPrefetch > 0) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+          __builtin_prefetch(wr[r] + b * int64_t(sizeof(BlockQ8_0)) + S::kGemvPrefetch, 0, 3);
+      }
       V dv[R];
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) dv[r] = S::set1(S::f16(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].d));
@@ -77,6 +89,10 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
   } else {
     int64_t k = k0;
     for (; k + W <= k1; k += W) {
+      if constexpr (T == 1 && S::kGemvPrefetch > 0) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) __builtin_prefetch(wr[r] + row_bytes<D>(k) + S::kGemvPrefetch, 0, 3);
+      }
       V wv[R];
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) wv[r] = load_w<S, D>(wr[r], k);
@@ -121,13 +137,6 @@ void matmul_tail_tokens(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0,
   } else if constexpr (T > 1) {
     matmul_tail_tokens<S, D, R, T - 1>(a, r0, r1, t0, n_left, k0, k1, init);
   }
-}
-
-// Bytes of k consecutive weights (k a multiple of 32 for q8_0); dtype_row_bytes without a call
-// into another header.
-template <DType D>
-constexpr int64_t row_bytes(int64_t k) {
-  return D == DType::Q8_0 ? k / kQ8BlockSize * int64_t(sizeof(BlockQ8_0)) : D == DType::F32 ? 4 * k : 2 * k;
 }
 
 // Converts W[row][k0, k1) to f32 (k0, k1 multiples of 32 for q8_0).
