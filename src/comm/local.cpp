@@ -111,8 +111,10 @@ struct Group {
         n(static_cast<int>(ranks.size())),
         world_ranks(std::move(ranks)),
         entered(new std::atomic<std::uint64_t>[static_cast<std::size_t>(n)]),
+        reading(new std::atomic<int>[static_cast<std::size_t>(n)]),
         inbox(static_cast<std::size_t>(n)) {
     for (int r = 0; r < n; ++r) entered[r] = 0;
+    for (int r = 0; r < n; ++r) reading[r] = 0;
     for (auto& s : slots) s.resize(static_cast<std::size_t>(n));
   }
 
@@ -129,6 +131,7 @@ struct Group {
   int n;
   std::vector<int> world_ranks;                          // [group rank] -> world rank
   std::unique_ptr<std::atomic<std::uint64_t>[]> entered;  // barriers each rank has entered
+  std::unique_ptr<std::atomic<int>[]> reading;            // 1 while a rank reads peers' buffers
   std::vector<Slot> slots[2];                            // [barrier parity][group rank]
   std::mutex mu;                                         // for cv only
   std::condition_variable cv;
@@ -152,129 +155,163 @@ class LocalCommunicator final : public Communicator {
   std::string_view backend() const override { return "local"; }
 
   void all_reduce_sum(float* data, std::size_t count) override {
-    const int n = g_->n;
-    Slot& s = publish(Op::AllReduce, count);
-    s.dst = data;
-    const auto t = cross("all_reduce_sum");
-    check_peers(t, true);
-    // Phase 1: rank r sums chunk r of every peer's buffer, in rank order, into its own chunk r.
-    // Peers read only their own chunks of this buffer, so writing chunk r is safe.
-    const std::size_t lo = chunk_begin(count, n, rank_), hi = chunk_begin(count, n, rank_ + 1);
-    std::vector<const float*> in(static_cast<std::size_t>(n));
-    for (int q = 0; q < n; ++q) in[q] = static_cast<const float*>(slot(t, q).dst) + lo;
-    reduce_sum_rank_order(data + lo, in.data(), n, hi - lo);
-    cross("all_reduce_sum (gather phase)");
-    // Phase 2: copy every other chunk from its owner (nobody writes owners' chunks now).
-    for (int q = 0; q < n; ++q) {
-      if (q == rank_) continue;
-      const std::size_t qlo = chunk_begin(count, n, q), qhi = chunk_begin(count, n, q + 1);
-      copy(data + qlo, static_cast<const float*>(slot(t, q).dst) + qlo, (qhi - qlo) * 4);
-    }
-    cross("all_reduce_sum (end)");
+    guarded([&] {
+      const int n = g_->n;
+      Slot& s = publish(Op::AllReduce, count);
+      s.dst = data;
+      const auto t = cross("all_reduce_sum");
+      check_peers(t, true);
+      // Phase 1: rank r sums chunk r of every peer's buffer, in rank order, into its own chunk r.
+      // Peers read only their own chunks of this buffer, so writing chunk r is safe.
+      const std::size_t lo = chunk_begin(count, n, rank_), hi = chunk_begin(count, n, rank_ + 1);
+      std::vector<const float*> in(static_cast<std::size_t>(n));
+      for (int q = 0; q < n; ++q) in[q] = static_cast<const float*>(slot(t, q).dst) + lo;
+      begin_read();
+      reduce_sum_rank_order(data + lo, in.data(), n, hi - lo);
+      end_read();
+      cross("all_reduce_sum (gather phase)");
+      begin_read();
+      // Phase 2: copy every other chunk from its owner (nobody writes owners' chunks now).
+      for (int q = 0; q < n; ++q) {
+        if (q == rank_) continue;
+        const std::size_t qlo = chunk_begin(count, n, q), qhi = chunk_begin(count, n, q + 1);
+        copy(data + qlo, static_cast<const float*>(slot(t, q).dst) + qlo, (qhi - qlo) * 4);
+      }
+      end_read();
+      cross("all_reduce_sum (end)");
+    });
   }
 
   void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
-    const int n = g_->n;
-    Slot& s = publish(Op::ReduceScatter, recv_count);
-    s.src = send;
-    const auto t = cross("reduce_scatter_sum");
-    check_peers(t, true);
-    std::vector<const float*> in(static_cast<std::size_t>(n));
-    for (int q = 0; q < n; ++q) {
-      in[q] = static_cast<const float*>(slot(t, q).src) + static_cast<std::size_t>(rank_) * recv_count;
-    }
-    reduce_sum_rank_order(recv, in.data(), n, recv_count);
-    cross("reduce_scatter_sum (end)");
+    guarded([&] {
+      const int n = g_->n;
+      Slot& s = publish(Op::ReduceScatter, recv_count);
+      s.src = send;
+      const auto t = cross("reduce_scatter_sum");
+      check_peers(t, true);
+      std::vector<const float*> in(static_cast<std::size_t>(n));
+      for (int q = 0; q < n; ++q) {
+        in[q] = static_cast<const float*>(slot(t, q).src) + static_cast<std::size_t>(rank_) * recv_count;
+      }
+      begin_read();
+      reduce_sum_rank_order(recv, in.data(), n, recv_count);
+      end_read();
+      cross("reduce_scatter_sum (end)");
+    });
   }
 
   void reduce_scatter_sum_v(const float* send, float* recv,
                             std::span<const std::size_t> counts) override {
-    const int n = g_->n;
-    check_span(counts, "reduce_scatter_sum_v", "counts");
-    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    Slot& s = publish(Op::ReduceScatterV, total);
-    s.src = send;
-    s.a = counts.data();
-    const auto t = cross("reduce_scatter_sum_v");
-    check_peers(t, true);
-    check_same_vector(t, counts, "reduce_scatter_sum_v", "counts");
-    std::size_t off = 0;
-    for (int q = 0; q < rank_; ++q) off += counts[q];
-    std::vector<const float*> in(static_cast<std::size_t>(n));
-    for (int q = 0; q < n; ++q) in[q] = static_cast<const float*>(slot(t, q).src) + off;
-    reduce_sum_rank_order(recv, in.data(), n, counts[rank_]);
-    cross("reduce_scatter_sum_v (end)");
+    guarded([&] {
+      const int n = g_->n;
+      check_span(counts, "reduce_scatter_sum_v", "counts");
+      const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+      Slot& s = publish(Op::ReduceScatterV, total);
+      s.src = send;
+      s.a = counts.data();
+      const auto t = cross("reduce_scatter_sum_v");
+      check_peers(t, true);
+      begin_read();
+      check_same_vector(t, counts, "reduce_scatter_sum_v", "counts");
+      std::size_t off = 0;
+      for (int q = 0; q < rank_; ++q) off += counts[q];
+      std::vector<const float*> in(static_cast<std::size_t>(n));
+      for (int q = 0; q < n; ++q) in[q] = static_cast<const float*>(slot(t, q).src) + off;
+      reduce_sum_rank_order(recv, in.data(), n, counts[rank_]);
+      end_read();
+      cross("reduce_scatter_sum_v (end)");
+    });
   }
 
   void all_gather_bytes(const void* send, void* recv, std::size_t bytes_per_rank) override {
-    Slot& s = publish(Op::AllGather, bytes_per_rank);
-    s.src = send;
-    const auto t = cross("all_gather");
-    check_peers(t, true);
-    for (int q = 0; q < g_->n; ++q) {
-      copy(static_cast<char*>(recv) + static_cast<std::size_t>(q) * bytes_per_rank, slot(t, q).src,
-           bytes_per_rank);
-    }
-    cross("all_gather (end)");
+    guarded([&] {
+      Slot& s = publish(Op::AllGather, bytes_per_rank);
+      s.src = send;
+      const auto t = cross("all_gather");
+      check_peers(t, true);
+      begin_read();
+      for (int q = 0; q < g_->n; ++q) {
+        copy(static_cast<char*>(recv) + static_cast<std::size_t>(q) * bytes_per_rank, slot(t, q).src,
+             bytes_per_rank);
+      }
+      end_read();
+      cross("all_gather (end)");
+    });
   }
 
   void all_gather_v_bytes(const void* send, void* recv,
                           std::span<const std::size_t> recv_bytes) override {
-    check_span(recv_bytes, "all_gather_v_bytes", "recv_bytes");
-    const std::size_t total =
-        std::accumulate(recv_bytes.begin(), recv_bytes.end(), std::size_t{0});
-    Slot& s = publish(Op::AllGatherV, total);
-    s.src = send;
-    s.a = recv_bytes.data();
-    const auto t = cross("all_gather_v");
-    check_peers(t, true);
-    check_same_vector(t, recv_bytes, "all_gather_v_bytes", "recv_bytes");
-    std::size_t off = 0;
-    for (int q = 0; q < g_->n; ++q) {
-      copy(static_cast<char*>(recv) + off, slot(t, q).src, recv_bytes[q]);
-      off += recv_bytes[q];
-    }
-    cross("all_gather_v (end)");
+    guarded([&] {
+      check_span(recv_bytes, "all_gather_v_bytes", "recv_bytes");
+      const std::size_t total =
+          std::accumulate(recv_bytes.begin(), recv_bytes.end(), std::size_t{0});
+      Slot& s = publish(Op::AllGatherV, total);
+      s.src = send;
+      s.a = recv_bytes.data();
+      const auto t = cross("all_gather_v");
+      check_peers(t, true);
+      begin_read();
+      check_same_vector(t, recv_bytes, "all_gather_v_bytes", "recv_bytes");
+      std::size_t off = 0;
+      for (int q = 0; q < g_->n; ++q) {
+        copy(static_cast<char*>(recv) + off, slot(t, q).src, recv_bytes[q]);
+        off += recv_bytes[q];
+      }
+      end_read();
+      cross("all_gather_v (end)");
+    });
   }
 
   void all_to_all_bytes(const void* send, void* recv, std::size_t bytes_per_rank) override {
-    Slot& s = publish(Op::AllToAll, bytes_per_rank);
-    s.src = send;
-    const auto t = cross("all_to_all");
-    check_peers(t, true);
-    for (int q = 0; q < g_->n; ++q) {
-      copy(static_cast<char*>(recv) + static_cast<std::size_t>(q) * bytes_per_rank,
-           static_cast<const char*>(slot(t, q).src) +
-               static_cast<std::size_t>(rank_) * bytes_per_rank,
-           bytes_per_rank);
-    }
-    cross("all_to_all (end)");
+    guarded([&] {
+      Slot& s = publish(Op::AllToAll, bytes_per_rank);
+      s.src = send;
+      const auto t = cross("all_to_all");
+      check_peers(t, true);
+      begin_read();
+      for (int q = 0; q < g_->n; ++q) {
+        copy(static_cast<char*>(recv) + static_cast<std::size_t>(q) * bytes_per_rank,
+             static_cast<const char*>(slot(t, q).src) +
+                 static_cast<std::size_t>(rank_) * bytes_per_rank,
+             bytes_per_rank);
+      }
+      end_read();
+      cross("all_to_all (end)");
+    });
   }
 
   void all_to_all_v_bytes(const void* send, std::span<const std::size_t> send_bytes,
                           std::span<const std::size_t> send_displs, void* recv,
                           std::span<const std::size_t> recv_bytes,
                           std::span<const std::size_t> recv_displs) override {
-    check_span(send_bytes, "all_to_all_v_bytes", "send_bytes");
-    check_span(send_displs, "all_to_all_v_bytes", "send_displs");
-    check_span(recv_bytes, "all_to_all_v_bytes", "recv_bytes");
-    check_span(recv_displs, "all_to_all_v_bytes", "recv_displs");
-    Slot& s = publish(Op::AllToAllV, 0);
-    s.src = send;
-    s.a = send_bytes.data();
-    s.b = send_displs.data();
-    const auto t = cross("all_to_all_v");
-    check_peers(t, true);
-    for (int q = 0; q < g_->n; ++q) {
-      const Slot& p = slot(t, q);
-      if (p.a[rank_] != recv_bytes[q]) {
-        fail("all_to_all_v_bytes: ", who(q), " sends ", p.a[rank_], " bytes to ", who(rank_),
-             ", which expects recv_bytes[", q, "] = ", recv_bytes[q]);
+    guarded([&] {
+      check_span(send_bytes, "all_to_all_v_bytes", "send_bytes");
+      check_span(send_displs, "all_to_all_v_bytes", "send_displs");
+      check_span(recv_bytes, "all_to_all_v_bytes", "recv_bytes");
+      check_span(recv_displs, "all_to_all_v_bytes", "recv_displs");
+      Slot& s = publish(Op::AllToAllV, 0);
+      s.src = send;
+      s.a = send_bytes.data();
+      s.b = send_displs.data();
+      const auto t = cross("all_to_all_v");
+      check_peers(t, true);
+      begin_read();
+      // Check every size before copying anything.
+      for (int q = 0; q < g_->n; ++q) {
+        const Slot& p = slot(t, q);
+        if (p.a[rank_] != recv_bytes[q]) {
+          fail("all_to_all_v_bytes: ", who(q), " sends ", p.a[rank_], " bytes to ", who(rank_),
+               ", which expects recv_bytes[", q, "] = ", recv_bytes[q]);
+        }
       }
-      copy(static_cast<char*>(recv) + recv_displs[q],
-           static_cast<const char*>(p.src) + p.b[rank_], recv_bytes[q]);
-    }
-    cross("all_to_all_v (end)");
+      for (int q = 0; q < g_->n; ++q) {
+        const Slot& p = slot(t, q);
+        copy(static_cast<char*>(recv) + recv_displs[q],
+             static_cast<const char*>(p.src) + p.b[rank_], recv_bytes[q]);
+      }
+      end_read();
+      cross("all_to_all_v (end)");
+    });
   }
 
   void send(int dst, int tag, const void* data, std::size_t bytes) override {
@@ -337,41 +374,51 @@ class LocalCommunicator final : public Communicator {
   }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
-    check_peer_or_self(root, "broadcast");
-    Slot& s = publish(Op::Broadcast, bytes);
-    s.root = root;
-    s.src = data;
-    const auto t = cross("broadcast");
-    check_peers(t, true);
-    if (rank_ != root) copy(data, slot(t, root).src, bytes);
-    cross("broadcast (end)");
+    guarded([&] {
+      check_peer_or_self(root, "broadcast");
+      Slot& s = publish(Op::Broadcast, bytes);
+      s.root = root;
+      s.src = data;
+      const auto t = cross("broadcast");
+      check_peers(t, true);
+      begin_read();
+      if (rank_ != root) copy(data, slot(t, root).src, bytes);
+      end_read();
+      cross("broadcast (end)");
+    });
   }
 
   void barrier() override {
-    publish(Op::Barrier, 0);
-    const auto t = cross("barrier");
-    check_peers(t, true);
+    guarded([&] {
+      publish(Op::Barrier, 0);
+      const auto t = cross("barrier");
+      check_peers(t, true);
+    });
   }
 
   void register_buffer(int id, void* ptr, std::size_t bytes) override {
-    if (buffers_.count(id)) fail("register_buffer: id ", id, " is already registered");
-    Slot& s = publish(Op::Register, 0);
-    s.id = id;
-    s.src = ptr;
-    s.bytes = bytes;
-    const auto t = cross("register_buffer");
-    check_peers(t, true);
-    auto& regions = buffers_[id];
-    for (int q = 0; q < g_->n; ++q) regions.push_back({slot(t, q).src, slot(t, q).bytes});
+    guarded([&] {
+      if (buffers_.count(id)) fail("register_buffer: id ", id, " is already registered");
+      Slot& s = publish(Op::Register, 0);
+      s.id = id;
+      s.src = ptr;
+      s.bytes = bytes;
+      const auto t = cross("register_buffer");
+      check_peers(t, true);
+      auto& regions = buffers_[id];
+      for (int q = 0; q < g_->n; ++q) regions.push_back({slot(t, q).src, slot(t, q).bytes});
+    });
   }
 
   void deregister_buffer(int id) override {
-    if (!buffers_.count(id)) fail("deregister_buffer: id ", id, " is not registered");
-    Slot& s = publish(Op::Deregister, 0);
-    s.id = id;
-    const auto t = cross("deregister_buffer");
-    check_peers(t, true);
-    buffers_.erase(id);
+    guarded([&] {
+      if (!buffers_.count(id)) fail("deregister_buffer: id ", id, " is not registered");
+      Slot& s = publish(Op::Deregister, 0);
+      s.id = id;
+      const auto t = cross("deregister_buffer");
+      check_peers(t, true);
+      buffers_.erase(id);
+    });
   }
 
   void get(int src_rank, int id, std::size_t offset, void* dst, std::size_t bytes) override {
@@ -387,35 +434,37 @@ class LocalCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
-    Slot& s = publish(Op::Split, 0);
-    s.color = color;
-    s.key = key;
-    const auto t = cross("split");
-    check_peers(t, true);
-    // Members in new rank order: (key, old rank) ascending.
-    std::vector<std::pair<int, int>> members;
-    for (int q = 0; q < g_->n; ++q) {
-      if (color >= 0 && slot(t, q).color == color) members.push_back({slot(t, q).key, q});
-    }
-    std::sort(members.begin(), members.end());
-    int leader = -1;
-    for (auto& m : members) leader = leader < 0 ? m.second : std::min(leader, m.second);
-    if (leader == rank_) {
-      std::vector<int> world_ranks;
-      for (auto& m : members) world_ranks.push_back(g_->world_ranks[m.second]);
-      Slot& h = g_->slots[(t + 1) & 1][rank_];
-      h = Slot{};
-      h.op = Op::Split;
-      h.group = std::make_shared<Group>(g_->world, std::move(world_ranks));
-    }
-    // Barrier t+1 hands the leaders' groups over; slot t+1 is not overwritten before every
-    // rank has passed barrier t+2, i.e. finished this call.
-    cross("split (hand-over)");
-    if (color < 0) return nullptr;
-    std::shared_ptr<Group> group = slot(t + 1, leader).group;
-    int new_rank = 0;
-    while (members[new_rank].second != rank_) ++new_rank;
-    return std::make_unique<LocalCommunicator>(std::move(group), new_rank);
+    return guarded([&]() -> std::unique_ptr<Communicator> {
+      Slot& s = publish(Op::Split, 0);
+      s.color = color;
+      s.key = key;
+      const auto t = cross("split");
+      check_peers(t, true);
+      // Members in new rank order: (key, old rank) ascending.
+      std::vector<std::pair<int, int>> members;
+      for (int q = 0; q < g_->n; ++q) {
+        if (color >= 0 && slot(t, q).color == color) members.push_back({slot(t, q).key, q});
+      }
+      std::sort(members.begin(), members.end());
+      int leader = -1;
+      for (auto& m : members) leader = leader < 0 ? m.second : std::min(leader, m.second);
+      if (leader == rank_) {
+        std::vector<int> world_ranks;
+        for (auto& m : members) world_ranks.push_back(g_->world_ranks[m.second]);
+        Slot& h = g_->slots[(t + 1) & 1][rank_];
+        h = Slot{};
+        h.op = Op::Split;
+        h.group = std::make_shared<Group>(g_->world, std::move(world_ranks));
+      }
+      // Barrier t+1 hands the leaders' groups over; slot t+1 is not overwritten before every
+      // rank has passed barrier t+2, i.e. finished this call.
+      cross("split (hand-over)");
+      if (color < 0) return nullptr;
+      std::shared_ptr<Group> group = slot(t + 1, leader).group;
+      int new_rank = 0;
+      while (members[new_rank].second != rank_) ++new_rank;
+      return std::make_unique<LocalCommunicator>(std::move(group), new_rank);
+    });
   }
 
  private:
@@ -451,6 +500,44 @@ class LocalCommunicator final : public Communicator {
   static void check_tag(int tag, const char* what) {
     if (tag < 0 || tag > 32767) fail(what, ": tag ", tag, " is outside [0, 32767]");
   }
+
+  // Runs the body of a collective. When it throws (a timeout, a disagreement, a failed peer),
+  // the world is marked failed with this rank's message before the exception leaves, and this
+  // rank waits until no peer is still reading its buffers (read phases are plain copies and
+  // end quickly): the caller's buffers may die during unwinding.
+  template <typename Body>
+  auto guarded(Body body) -> decltype(body()) {
+    try {
+      return body();
+    } catch (const std::exception& e) {
+      abandon(e.what());
+      throw;
+    } catch (...) {
+      abandon("unknown exception");
+      throw;
+    }
+  }
+
+  void abandon(const char* msg) {
+    g_->reading[rank_].store(0);
+    g_->world->fail(g_->world_ranks[rank_], msg, std::current_exception());
+    g_->notify();
+    for (int q = 0; q < g_->n; ++q) {
+      while (g_->reading[q].load() != 0) std::this_thread::yield();
+    }
+  }
+
+  // Brackets every access to peers' buffers. The order (announce, then check the failure flag;
+  // abandon(): set the flag, then wait for announcements to clear; all seq_cst) guarantees
+  // that a failing rank never leaves while a peer reads its memory.
+  void begin_read() {
+    g_->reading[rank_].store(1);
+    if (g_->world->failed.load()) {
+      g_->reading[rank_].store(0);
+      throw_failed();
+    }
+  }
+  void end_read() { g_->reading[rank_].store(0); }
 
   // This rank's slot for the next barrier, reset and stamped with the operation.
   Slot& publish(Op op, std::size_t size) {
