@@ -14,9 +14,14 @@
 // failed and every waiting rank throws loom::Error("rank R failed: <its message>") within about
 // 10 ms. A rank that returns while peers wait for it in a collective fails those peers at once.
 // Each collective checks that all ranks called the same operation with the same sizes and
-// throws "ranks disagree on collective #N: ..." otherwise. A rank stuck outside the
-// communicator (an endless loop in user code) cannot be interrupted: its peers time out and
-// fail, but run() still waits for that thread to return.
+// throws "ranks disagree on collective #N: ..." otherwise. A rank that leaves a collective with
+// an error (timeout, disagreement, failed peer) first marks the world failed, then waits until
+// no peer still copies from its buffers, so unwinding never frees memory a peer reads; errors
+// from send/recv and get() (sizes, ranges) do not fail the world. Limits: a rank stuck outside
+// the communicator (an endless loop in user code) cannot be interrupted: its peers time out and
+// fail, but run() still waits for that thread to return. A registered buffer must outlive every
+// get() on it: if its owner's function throws while peers may still get() from it, keep the
+// buffer alive outside the rank function.
 #pragma once
 
 #include <functional>

@@ -17,6 +17,13 @@ if(LOOM_MPI AND TARGET loom_comm)
     set_tests_properties(comm_mpi_${n}ranks PROPERTIES TIMEOUT 120
                          ENVIRONMENT "${loom_mpi_env}")
   endforeach()
+  # Messages split into 64 KiB pieces: the path that keeps counts below INT_MAX, exercised
+  # without allocating gigabytes.
+  add_test(NAME comm_mpi_3ranks_small_pieces
+           COMMAND ${loom_mpirun} -x LOOM_MPI_PIECE_BYTES=65536 -np 3
+                   $<TARGET_FILE:test_comm_mpi>)
+  set_tests_properties(comm_mpi_3ranks_small_pieces PROPERTIES TIMEOUT 120
+                       ENVIRONMENT "${loom_mpi_env}")
   set(loom_fault_die "exited|abort|signal")
   set(loom_fault_stuck "barrier did not complete within 2 s")
   set(loom_fault_disagree "ranks disagree on plan .*ranks 0,2 have 0x600d; rank 1 has 0xbad")

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -24,7 +25,22 @@
 namespace loom {
 namespace {
 
-constexpr std::size_t kPiece = std::size_t{1} << 30;  // largest message handed to MPI, bytes
+// Largest message handed to MPI, bytes: 1 GiB keeps every count below INT_MAX. Tests lower it
+// with LOOM_MPI_PIECE_BYTES to exercise the splitting on small buffers.
+std::size_t piece_bytes() {
+  static const std::size_t piece = [] {
+    constexpr std::size_t kMax = std::size_t{1} << 30;
+    const char* env = std::getenv("LOOM_MPI_PIECE_BYTES");
+    if (env == nullptr || *env == '\0') return kMax;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (*end != '\0' || v < 1 || v > kMax) {
+      fail("LOOM_MPI_PIECE_BYTES='", env, "' is not a byte count in [1, ", kMax, "]");
+    }
+    return static_cast<std::size_t>(v);
+  }();
+  return piece;
+}
 
 // One tag per operation on the collectives' communicator: operations that do not match time
 // out instead of exchanging the wrong data.
@@ -79,12 +95,12 @@ class Batch {
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 
-  // Receives exactly `bytes` from src, in pieces of at most kPiece (one empty message for 0).
+  // Receives exactly `bytes` from src, in pieces of at most piece_bytes() (one empty message for 0).
   void recv(int src, void* buf, std::size_t bytes) {
     auto* p = static_cast<char*>(buf);
     std::size_t off = 0;
     do {
-      const std::size_t len = std::min(kPiece, bytes - off);
+      const std::size_t len = std::min(piece_bytes(), bytes - off);
       MPI_Request req;
       mpi_check(MPI_Irecv(p + off, static_cast<int>(len), MPI_BYTE, src, tag_, comm_, &req),
                 "Irecv");
@@ -98,7 +114,7 @@ class Batch {
     auto* p = static_cast<const char*>(buf);
     std::size_t off = 0;
     do {
-      const std::size_t len = std::min(kPiece, bytes - off);
+      const std::size_t len = std::min(piece_bytes(), bytes - off);
       MPI_Request req;
       mpi_check(MPI_Isend(p + off, static_cast<int>(len), MPI_BYTE, dst, tag_, comm_, &req),
                 "Isend");
@@ -409,8 +425,8 @@ class MpiCommunicator final : public Communicator {
     MPI_Win win = it->second.win;
     mpi_check(MPI_Win_lock(MPI_LOCK_SHARED, src_rank, 0, win), "Win_lock");
     auto* out = static_cast<char*>(dst);
-    for (std::size_t off = 0; off < bytes; off += kPiece) {
-      const int len = static_cast<int>(std::min(kPiece, bytes - off));
+    for (std::size_t off = 0; off < bytes; off += piece_bytes()) {
+      const int len = static_cast<int>(std::min(piece_bytes(), bytes - off));
       mpi_check(MPI_Get(out + off, len, MPI_BYTE, src_rank,
                         static_cast<MPI_Aint>(offset + off), len, MPI_BYTE, win),
                 "Get");
