@@ -19,5 +19,7 @@ void run_selected(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_info(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_sim(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace loom::cli

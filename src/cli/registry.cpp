@@ -17,6 +17,8 @@ void register_all(CLI::App& app) {
   register_generate(app);
   register_info(app);
   register_synth(app);
+  register_sim(app);
+  register_plan(app);
 }
 
 // Runs the action of the deepest parsed subcommand that has one.

@@ -1,0 +1,352 @@
+// `loom sim ...` and `loom plan`: the simulator, its validation and experiments, and the planner.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "engine/trace.h"
+#include "sim/experiments.h"
+#include "sim/model_catalog.h"
+#include "sim/simulator.h"
+
+#include "cli/cli.h"
+#include "core/error.h"
+#include "sim/calibration.h"
+#include "sim/hardware.h"
+
+namespace loom::cli {
+
+using loom::TraceRequest;
+
+namespace {
+
+struct ValidateArgs {
+  std::string hardware = "a100-80gb";
+  std::string dir;
+  bool json = false;
+};
+
+void run_validate(const ValidateArgs& a) {
+  const auto rows = sim::validate_measurements(a.hardware, a.dir);
+  if (a.json) {
+    std::printf("[");
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::printf("%s{\"file\": \"%s\", \"median\": %.6f, \"p90\": %.6f, \"samples\": %d}", i ? ", " : "",
+                  rows[i].file.c_str(), rows[i].median, rows[i].p90, rows[i].samples);
+    std::printf("]\n");
+    return;
+  }
+  std::printf("%-40s %8s %9s %9s %s\n", "file", "samples", "median", "p90", "analytic-median");
+  for (const auto& r : rows) {
+    std::printf("%-40s %8d %8.1f%% %8.1f%%", r.file.c_str(), r.samples, r.median * 100, r.p90 * 100);
+    if (r.analytic_median >= 0) std::printf(" %8.1f%%", r.analytic_median * 100);
+    std::printf("\n");
+  }
+  std::printf("(|predicted - measured| / measured, out of sample: mlp files leave-one-file-out, collectives 2-fold)\n");
+}
+
+void run_calibrate(const ValidateArgs& a) {
+  const auto files = sim::read_measurements(a.dir);
+  std::vector<const sim::MeasurementFile*> all;
+  for (const auto& f : files) all.push_back(&f);
+  const auto c = sim::fit_calibration(all, sim::find_gpu(a.hardware), sim::default_calibration());
+  std::printf("gemm: eff_max %.4f m_half %.2f mem_eff %.4f latency_us %.2f\n", c.gemm.eff_max, c.gemm.m_half,
+              c.gemm.mem_eff, c.gemm.latency_s * 1e6);
+  auto e = [](const char* n, const sim::ElementwiseCalibration& x) {
+    std::printf("%s: bw_eff %.4f latency_us %.2f\n", n, x.bw_eff, x.latency_s * 1e6);
+  };
+  e("norm", c.norm), e("add", c.add), e("act", c.act), e("rope", c.rope), e("emb", c.emb);
+  auto k = [](const char* n, const sim::CollectiveCalibration& x) {
+    std::printf("%s: latency_us %.2f bw_eff %.4f\n", n, x.latency_s * 1e6, x.bw_eff);
+  };
+  k("all_reduce", c.all_reduce), k("send_recv", c.send_recv), k("net", c.net);
+}
+
+struct RunArgs {
+  std::string model = "llama-3-70b";
+  std::string hardware = "h200x8";
+  std::string dtype = "fp8";
+  std::string plan = "tp=8";
+  std::string policy = "fixed";
+  std::string trace;
+  std::string synthetic;  // poisson:RATE | gamma:RATE:CV | bursty:RATE:ON:OFF
+  int64_t num_requests = 1000;
+  int prompt_len = 1024, output_len = 128;
+  uint64_t seed = 1;
+  double rate_scale = 1.0;
+  int64_t max_requests = -1;
+  int max_tokens_per_step = 8192;
+  int max_num_seqs = 256;
+  int threshold = 256;
+  std::string out_dir;
+  bool json = false;
+  bool quiet = false;
+};
+
+void progress_bar(double t, int64_t done, int64_t total) {
+  const int width = 30;
+  const int filled = total > 0 ? int(double(done) / double(total) * width) : width;
+  std::fprintf(stderr, "\r[%s%s] %lld/%lld requests, t=%.0f s", std::string(size_t(filled), '#').c_str(),
+               std::string(size_t(width - filled), '.').c_str(), (long long)done, (long long)total, t);
+  if (done >= total) std::fprintf(stderr, "\n");
+}
+
+std::vector<TraceRequest> load_trace(const RunArgs& a) {
+  TraceOptions topt;
+  topt.rate_scale = a.rate_scale;
+  topt.max_requests = a.max_requests;
+  if (!a.trace.empty()) return read_trace(a.trace, topt);
+  if (a.synthetic.empty()) fail("give --trace FILE or --synthetic poisson:RATE|gamma:RATE:CV|bursty:RATE:ON:OFF");
+  std::vector<double> v;
+  std::string kind = a.synthetic, rest;
+  if (auto c = kind.find(':'); c != std::string::npos) rest = kind.substr(c + 1), kind = kind.substr(0, c);
+  size_t pos = 0;
+  while (pos < rest.size()) {
+    size_t c = rest.find(':', pos);
+    if (c == std::string::npos) c = rest.size();
+    try {
+      v.push_back(std::stod(rest.substr(pos, c - pos)));
+    } catch (const std::exception&) {
+      fail("--synthetic ", a.synthetic, ": '", rest.substr(pos, c - pos), "' is not a number");
+    }
+    pos = c + 1;
+  }
+  ArrivalSpec spec;
+  if (kind == "poisson" && v.size() == 1) spec = ArrivalSpec::poisson(v[0]);
+  else if (kind == "gamma" && v.size() == 2) spec = ArrivalSpec::gamma(v[0], v[1]);
+  else if (kind == "bursty" && v.size() == 3) spec = ArrivalSpec::bursty(v[0], v[1], v[2]);
+  else if (kind == "batch" && v.empty()) spec = ArrivalSpec::all_at_zero();
+  else fail("--synthetic ", a.synthetic, ": expected poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S or batch");
+  // Separate seeds per random source (arrivals, prompt and output lengths).
+  return synthesize_trace(a.num_requests, spec, a.seed, LengthDist::fixed(a.prompt_len), a.seed + 1,
+                          LengthDist::fixed(a.output_len), a.seed + 2);
+}
+
+sim::SimPlan plan_with_policy(const RunArgs& a) {
+  sim::SimPlan p = sim::SimPlan::parse(a.plan);
+  if (a.policy == "shift") {
+    if (p.base.sp == 1) fail("--policy shift needs an sp x tp plan (e.g. --plan sp=8), found ", a.plan);
+    p.shift = true;
+  } else if (a.policy != "fixed") {
+    fail("unknown --policy '", a.policy, "' (fixed, shift)");
+  }
+  if (p.shift) p.shift_threshold = a.threshold;
+  return p;
+}
+
+void run_sim(const RunArgs& a) {
+  sim::CostModelOptions opt;
+  opt.weight_dtype = sim::parse_sim_dtype(a.dtype);
+  const sim::CostModel cm(sim::find_model(a.model), sim::parse_node(a.hardware), opt);
+  sim::SimConfig cfg;
+  cfg.plan = plan_with_policy(a);
+  cfg.max_tokens_per_step = a.max_tokens_per_step;
+  cfg.max_num_seqs = a.max_num_seqs;
+  const auto trace = load_trace(a);
+  int longest = 0;
+  for (const auto& r : trace) longest = std::max(longest, r.prompt_len + r.output_len);
+  cfg.max_model_len = std::max(cm.model().max_seq_len, longest);
+  if (!a.quiet) cfg.progress = progress_bar;
+  const sim::Simulator simulator(cm, cfg);
+  const sim::SimResult r = simulator.run(trace);
+  const auto j = sim::summary_json(r, simulator);
+  if (!a.out_dir.empty()) {
+    std::filesystem::create_directories(a.out_dir);
+    auto write = [&](const std::string& name, const std::string& text) {
+      std::ofstream f(a.out_dir + "/" + name);
+      if (!f) fail("cannot write ", a.out_dir, "/", name);
+      f << text;
+    };
+    std::ofstream csv(a.out_dir + "/requests.csv");
+    if (!csv) fail("cannot write ", a.out_dir, "/requests.csv");
+    sim::write_requests_csv(r, csv);
+    write("summary.json", j.dump(2) + "\n");
+    write("latency_cdf.svg", sim::svg_latency_cdf(r));
+    write("throughput.svg", sim::svg_throughput(r));
+    write("plan_per_step.svg", sim::svg_plan_per_step(r));
+  }
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  const auto& s = r.summary;
+  std::printf("%s on %s (%s), plan %s: %lld requests, %lld completed, %lld rejected\n", a.model.c_str(),
+              cm.node().name().c_str(), a.dtype.c_str(), cfg.plan.name().c_str(), (long long)s.num_requests,
+              (long long)s.num_completed, (long long)s.num_rejected);
+  std::printf("  TTFT ms  p50 %.1f  p90 %.1f  p99 %.1f\n", s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99);
+  std::printf("  TPOT ms  p50 %.2f  p90 %.2f  p99 %.2f\n", s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99);
+  std::printf("  makespan %.1f s, %.0f output tok/s, %.0f total tok/s, %lld steps, %lld preemptions\n", r.makespan_s,
+              s.output_tokens_per_s, r.total_tokens_per_s, (long long)s.num_steps, (long long)s.num_preemptions);
+  std::printf("  memory: %.1f GB weights per GPU, KV for %lld tokens per replica x %d replicas\n",
+              r.memory.weight_bytes_per_gpu / 1e9, (long long)r.memory.kv_capacity_tokens, r.num_replicas);
+  for (const auto& u : r.plan_use)
+    std::printf("  config %-12s %lld steps, %.1f s busy\n", u.config.c_str(), (long long)u.steps, u.busy_s);
+  std::printf("  simulated %.0f requests per second (%.2f s host time)\n", r.sim_requests_per_s, r.wall_s);
+}
+
+struct ExperimentArgs {
+  std::string name;
+  bool list = false;
+  bool json = false;
+};
+
+void run_experiment(const ExperimentArgs& a) {
+  if (a.list || a.name.empty()) {
+    for (const auto& e : sim::experiment_registry()) std::printf("%-14s %s\n", e.name.c_str(), e.description.c_str());
+    return;
+  }
+  const auto r = sim::find_experiment(a.name).run();
+  if (a.json) std::printf("%s\n", sim::to_json(r).dump(2).c_str());
+  else std::printf("%s", sim::to_text(r).c_str());
+}
+
+struct PlanArgs {
+  std::string model = "llama-3-70b";
+  std::string hardware = "h200x8";
+  std::string dtype = "fp8";
+  int input_tokens = 4096, output_tokens = 250, num_requests = 512;
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  bool json = false;
+};
+
+// Every plan shape for n GPUs: dp x (tp, sp x tp, pp, tp x pp), and Shift over each sp x tp.
+std::vector<std::string> candidate_plans(int n) {
+  std::vector<std::string> out;
+  for (int dp = 1; dp <= n; dp *= 2) {
+    const int g = n / dp;
+    if (dp * g != n) continue;
+    const std::string pre = dp > 1 ? cat("dp=", dp, ",") : "";
+    for (int tp = 1; tp <= g; tp *= 2) {
+      const int rest = g / tp;
+      if (rest == 1) out.push_back(pre + cat("tp=", tp));
+      else {
+        out.push_back(pre + cat("sp=", rest, ",tp=", tp));
+        out.push_back(cat("shift:", pre, "sp=", rest, ",tp=", tp));
+        out.push_back(pre + cat("tp=", tp, ",pp=", rest));
+      }
+    }
+  }
+  return out;
+}
+
+void run_plan(const PlanArgs& a) {
+  const sim::NodeSpec node = sim::parse_node(a.hardware);
+  struct Point {
+    std::string plan;
+    sim::LatencyThroughput v;
+  };
+  std::vector<Point> pts;
+  const auto cands = candidate_plans(node.gpus_per_node);
+  int done = 0;
+  for (const auto& p : cands) {
+    ++done;
+    std::fprintf(stderr, "\r[%d/%zu] %-24s", done, cands.size(), p.c_str());
+    try {
+      pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p, a.input_tokens, a.output_tokens, a.num_requests)});
+    } catch (const Error& e) {
+      // A plan that does not divide the model or whose weights do not fit is not a candidate.
+    }
+  }
+  std::fprintf(stderr, "\n");
+  auto dominates = [](const sim::LatencyThroughput& x, const sim::LatencyThroughput& y) {
+    const bool ge = x.ttft_ms <= y.ttft_ms && x.tpot_ms <= y.tpot_ms && x.throughput_tok_s >= y.throughput_tok_s;
+    const bool gt = x.ttft_ms < y.ttft_ms || x.tpot_ms < y.tpot_ms || x.throughput_tok_s > y.throughput_tok_s;
+    return ge && gt;
+  };
+  std::vector<Point> pareto;
+  for (const auto& p : pts) {
+    bool dom = false;
+    for (const auto& o : pts) dom = dom || dominates(o.v, p.v);
+    if (!dom) pareto.push_back(p);
+  }
+  std::sort(pareto.begin(), pareto.end(), [](const Point& x, const Point& y) { return x.v.throughput_tok_s > y.v.throughput_tok_s; });
+  const Point* best = nullptr;
+  for (const auto& p : pareto) {
+    const bool ok = (a.slo_ttft_ms <= 0 || p.v.ttft_ms <= a.slo_ttft_ms) && (a.slo_tpot_ms <= 0 || p.v.tpot_ms <= a.slo_tpot_ms);
+    if (ok && (!best || p.v.throughput_tok_s > best->v.throughput_tok_s)) best = &p;
+  }
+  if (a.json) {
+    nlohmann::json j;
+    j["pareto"] = nlohmann::json::array();
+    for (const auto& p : pareto)
+      j["pareto"].push_back({{"plan", p.plan}, {"ttft_ms", p.v.ttft_ms}, {"tpot_ms", p.v.tpot_ms}, {"throughput_tok_s", p.v.throughput_tok_s}});
+    j["best"] = best ? nlohmann::json(best->plan) : nlohmann::json(nullptr);
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s on %s (%s), %d in / %d out: %zu plans priced, %zu on the Pareto set over (TTFT, TPOT, throughput):\n",
+              a.model.c_str(), node.name().c_str(), a.dtype.c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
+  std::printf("  %-26s %10s %10s %14s\n", "plan", "TTFT ms", "TPOT ms", "tok/s");
+  for (const auto& p : pareto)
+    std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.plan.c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
+  if (best) std::printf("best for SLO (TTFT <= %g ms, TPOT <= %g ms; 0 = none): %s\n", a.slo_ttft_ms, a.slo_tpot_ms, best->plan.c_str());
+  else std::printf("no plan meets the SLO (TTFT <= %g ms, TPOT <= %g ms)\n", a.slo_ttft_ms, a.slo_tpot_ms);
+}
+
+}  // namespace
+
+void register_sim(CLI::App& app) {
+  auto* sim = app.add_subcommand("sim", "Simulate layouts on hardware no one here has");
+  sim->require_subcommand(1);
+
+  auto* val = sim->add_subcommand("validate", "Cost model error against measured operator/collective times");
+  auto va = std::make_shared<ValidateArgs>();
+  val->add_option("--hardware", va->hardware, "GPU the measurements were taken on")->capture_default_str();
+  val->add_option("--measurements", va->dir, "Folder of mlp_*.csv / all_reduce_*.csv / send_recv_*.csv")->required();
+  val->add_flag("--json", va->json, "One JSON object per file: file, median, p90");
+  set_action(val, [va] { run_validate(*va); });
+
+  auto* calib = sim->add_subcommand("calibrate", "Fit the cost model's calibration to measurements and print it");
+  auto ca = std::make_shared<ValidateArgs>();
+  calib->add_option("--hardware", ca->hardware, "GPU the measurements were taken on")->capture_default_str();
+  calib->add_option("--measurements", ca->dir, "Folder of measurement files")->required();
+  set_action(calib, [ca] { run_calibrate(*ca); });
+
+  auto* run = sim->add_subcommand("run", "Simulate a trace on a model, hardware and plan");
+  auto ra = std::make_shared<RunArgs>();
+  run->add_option("--model", ra->model, "Catalog name or path to an HF config.json")->capture_default_str();
+  run->add_option("--hardware", ra->hardware, "Node: GPU x count (h200x8, a100x4:pairwise, l4x2)")->capture_default_str();
+  run->add_option("--dtype", ra->dtype, "Weights: bf16, fp8, fp4")->capture_default_str();
+  run->add_option("--plan", ra->plan, "Layout: tp=8, dp=8, sp=8, sp=4,tp=2, pp=2, tp=2,pp=2, shift:sp=8")->capture_default_str();
+  run->add_option("--policy", ra->policy, "fixed, or shift (Shift over an sp x tp plan)")->capture_default_str();
+  run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
+  run->add_option("--trace", ra->trace, "Azure CSV, Mooncake JSONL or lengths CSV");
+  run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
+  run->add_option("--num-requests", ra->num_requests, "Synthetic: requests")->capture_default_str();
+  run->add_option("--prompt-len", ra->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
+  run->add_option("--output-len", ra->output_len, "Synthetic: output tokens")->capture_default_str();
+  run->add_option("--seed", ra->seed, "Synthetic: seed (arrivals seed, lengths seed+1, seed+2)")->capture_default_str();
+  run->add_option("--rate-scale", ra->rate_scale, "Multiply the trace's arrival rate")->capture_default_str();
+  run->add_option("--max-requests", ra->max_requests, "Keep the first N requests of the trace");
+  run->add_option("--max-tokens-per-step", ra->max_tokens_per_step, "Chunked-prefill budget")->capture_default_str();
+  run->add_option("--max-num-seqs", ra->max_num_seqs, "Running sequences per replica")->capture_default_str();
+  run->add_option("--out", ra->out_dir, "Write requests.csv, summary.json and SVG plots here");
+  run->add_flag("--json", ra->json, "Print the summary JSON");
+  run->add_flag("--quiet", ra->quiet, "No progress bar");
+  set_action(run, [ra] { run_sim(*ra); });
+
+  auto* exp = sim->add_subcommand("experiment", "Named reproductions of papers' figures");
+  auto ea = std::make_shared<ExperimentArgs>();
+  exp->add_option("name", ea->name, "Experiment name (see --list)");
+  exp->add_flag("--list", ea->list, "List the experiments");
+  exp->add_flag("--json", ea->json, "Machine-readable rows");
+  set_action(exp, [ea] { run_experiment(*ea); });
+}
+
+void register_plan(CLI::App& app) {
+  auto* plan = app.add_subcommand("plan", "Search layouts: Pareto set over TTFT, TPOT, throughput, best for SLOs");
+  auto pa = std::make_shared<PlanArgs>();
+  plan->add_option("--model", pa->model, "Catalog name or path to an HF config.json")->capture_default_str();
+  plan->add_option("--hardware", pa->hardware, "Node, e.g. h200x8")->capture_default_str();
+  plan->add_option("--dtype", pa->dtype, "bf16, fp8, fp4")->capture_default_str();
+  plan->add_option("--input-tokens", pa->input_tokens, "Prompt tokens per request")->capture_default_str();
+  plan->add_option("--output-tokens", pa->output_tokens, "Output tokens per request")->capture_default_str();
+  plan->add_option("--num-requests", pa->num_requests, "Requests in the throughput run")->capture_default_str();
+  plan->add_option("--slo-ttft-ms", pa->slo_ttft_ms, "TTFT objective (0 = none)");
+  plan->add_option("--slo-tpot-ms", pa->slo_tpot_ms, "TPOT objective (0 = none)");
+  plan->add_flag("--json", pa->json, "Machine-readable output");
+  set_action(plan, [pa] { run_plan(*pa); });
+}
+
+}  // namespace loom::cli

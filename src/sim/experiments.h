@@ -1,0 +1,53 @@
+// Named experiments: each reproduces one figure or table of a paper with the simulator and
+// prints the simulated values next to the paper's. `loom sim experiment --list` lists them;
+// every later paper adds its own entry to experiment_registry().
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace loom::sim {
+
+struct ExperimentRow {
+  std::string metric;  // "ttft_ms" | "tpot_ms" | "throughput_tok_s" | ...
+  std::string config;  // "dp" | "tp" | "sp" | "shift" | ...
+  double simulated = 0;
+  std::optional<double> paper;  // nullopt: the paper gives no number for it
+  std::string basis;            // where the paper value comes from
+};
+
+struct ExperimentResult {
+  std::string name;
+  std::string title;
+  std::vector<ExperimentRow> rows;
+  std::vector<std::string> notes;
+};
+
+struct Experiment {
+  std::string name;
+  std::string description;
+  std::function<ExperimentResult()> run;
+};
+
+const std::vector<Experiment>& experiment_registry();
+// Throws loom::Error listing the names when `name` is unknown.
+const Experiment& find_experiment(const std::string& name);
+
+// {"experiment": NAME, "rows": [{"metric", "config", "simulated", "paper" (null when none),
+// "basis"}], "notes": [...]}
+nlohmann::json to_json(const ExperimentResult& r);
+std::string to_text(const ExperimentResult& r);
+
+// Shift 4.3.1 / Figure 12 pieces, reusable by tests and the planner.
+struct LatencyThroughput {
+  double ttft_ms = 0, tpot_ms = 0, throughput_tok_s = 0;
+};
+// Single-request TTFT/TPOT and saturated throughput of `plan` for uniform requests.
+LatencyThroughput measure_plan(const std::string& model, const std::string& hardware, const std::string& dtype,
+                               const std::string& plan, int input_tokens, int output_tokens, int num_requests);
+
+}  // namespace loom::sim

@@ -1,0 +1,122 @@
+// Hardware catalog of the simulator: GPUs (datasheet figures), nodes (GPUs per node and how
+// they are connected) and the measured calibration of the cost model.
+//
+// Units: bytes, bytes/s, FLOP/s, seconds. Link bandwidths are per GPU and per direction (NVIDIA
+// quotes NVLink as the bidirectional total: H100 "900 GB/s" = 450 GB/s each way). FLOP/s are
+// dense (datasheets print the 2:4-sparse figure first; dense is half of it).
+//
+// The calibration (efficiency curves, collective latencies, per-step overhead) is fitted on A100
+// measurements (../shared/data/gpu-measurements/a100, `loom sim calibrate`) and carried to other
+// GPUs as efficiencies: a fraction of each GPU's own peak. That transfer is an assumption, stated
+// in every report the simulator prints.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::sim {
+
+// Weight / compute precision of a simulated deployment.
+enum class SimDType { BF16, FP8, FP4 };
+const char* sim_dtype_name(SimDType t);
+// "bf16" | "fp16" (priced as bf16) | "fp8" | "fp4"; throws loom::Error naming the value.
+SimDType parse_sim_dtype(const std::string& s);
+double sim_dtype_bytes(SimDType t);  // 2, 1, 0.5
+
+struct GpuSpec {
+  std::string name;          // catalog key, lower case: "h200", "a100-80gb", ...
+  std::string description;   // marketing name
+  double hbm_bytes = 0;      // device memory
+  double hbm_bw = 0;         // peak memory bandwidth, bytes/s
+  double flops_bf16 = 0;     // dense tensor-core FLOP/s
+  double flops_fp8 = 0;      // 0 when the GPU has no FP8 tensor cores
+  double flops_fp4 = 0;      // 0 when the GPU has no FP4 tensor cores
+  double link_bw = 0;        // GPU-to-GPU bandwidth per direction (NVLink, or PCIe when none)
+  bool nvlink = false;       // false: peers talk over PCIe
+  int default_gpus_per_node = 8;
+  std::string source;        // datasheet the figures come from
+
+  // Dense FLOP/s for `t`; throws loom::Error when the GPU lacks that precision.
+  double flops(SimDType t) const;
+};
+
+enum class Topology {
+  NvSwitch,        // every GPU reaches every other at full link bandwidth (DGX/HGX)
+  PairwiseNvlink,  // NVLink between GPU pairs only, the rest over PCIe
+  Pcie,            // no NVLink
+};
+const char* topology_name(Topology t);
+
+struct NodeSpec {
+  GpuSpec gpu;
+  int gpus_per_node = 8;
+  Topology topology = Topology::NvSwitch;
+  double net_bw = 25e9;  // inter-node bandwidth per GPU per direction (one 200 Gb/s NIC each)
+  std::string name() const;  // "h200x8"
+};
+
+// All GPUs of the catalog, in a fixed order.
+const std::vector<GpuSpec>& gpu_catalog();
+// Case-insensitive lookup with aliases ("a100" = "a100-80gb", "h100" = "h100-sxm", "gb200"...).
+// Throws loom::Error listing the known names.
+const GpuSpec& find_gpu(const std::string& name);
+
+// Parses a node: "h200x8", "h200", "a100-80gb x4", "a100x4:pairwise", "l4x2". The GPU count
+// defaults to the GPU's default_gpus_per_node; the topology to NvSwitch for NVLink GPUs and Pcie
+// otherwise. Throws loom::Error naming the value.
+NodeSpec parse_node(const std::string& spec);
+
+// ---- calibration ----
+
+// GEMM time on one GPU (t = max(compute, memory) + latency):
+//   compute = 2*m*k*n / (peak * eff_max * m / (m + m_half))   (efficiency rises with tokens m)
+//   memory  = bytes / (hbm_bw * mem_eff)
+struct GemmCalibration {
+  double eff_max = 0.72;
+  double m_half = 24;
+  double mem_eff = 0.80;
+  double latency_s = 6e-6;
+};
+
+// Memory-bound element-wise kernel: t = latency + bytes / (hbm_bw * bw_eff).
+struct ElementwiseCalibration {
+  double bw_eff = 0.5;
+  double latency_s = 2e-6;
+};
+
+// Collective on one group: t = latency + algorithm_bytes / (link_bw * bw_eff), where
+// algorithm_bytes is what one GPU sends on its busiest link (ring all-reduce: 2(n-1)/n * size).
+struct CollectiveCalibration {
+  double latency_s = 20e-6;
+  double bw_eff = 0.6;
+};
+
+struct Calibration {
+  std::string fitted_on;  // where the numbers come from
+  GemmCalibration gemm;
+  ElementwiseCalibration norm, add, act, rope, emb;
+  // Attention kernels (FlashAttention-class): prefill as compute with this efficiency of peak,
+  // decode as KV reads with this efficiency of hbm_bw; plus a launch latency per layer.
+  double attn_compute_eff = 0.55;
+  double attn_mem_eff = 0.75;
+  double attn_latency_s = 8e-6;
+  // Intra-node (NVLink/NVSwitch or PCIe) and inter-node collectives.
+  CollectiveCalibration all_reduce, all_to_all, all_gather, send_recv;
+  CollectiveCalibration net;  // any collective that crosses nodes (bandwidth = net_bw)
+  // vLLM's custom all-reduce (one kernel over NVLink peer memory, used inside an NVSwitch node
+  // for messages up to 8 MiB, CUDA-graph captured) replaces NCCL's launch-bound latency for
+  // decode-sized messages. ASSUMPTION, not in the A100 NCCL measurements: 10 us.
+  double custom_all_reduce_latency_s = 10e-6;
+  double custom_all_reduce_max_bytes = 8.0 * 1024 * 1024;
+  // Per-step time outside the forward pass: scheduling, input preparation, sampling, detokenise
+  // (a vLLM-class engine with CUDA graphs).
+  double step_overhead_s = 2.0e-3;
+  // FP8/FP4 GEMMs reach a lower fraction of their (doubled) peak than BF16 ones; multiplies
+  // eff_max for those precisions.
+  double low_precision_gemm_factor = 0.85;
+};
+
+// The calibration the cost model uses for `gpu` (the A100 fit, carried as efficiencies).
+const Calibration& default_calibration();
+
+}  // namespace loom::sim

@@ -1,0 +1,148 @@
+#include "sim/model_catalog.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace loom::sim {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Shapes copied from each model's published config.json (hidden_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size,
+// max_position_embeddings, rope_theta).
+ModelConfig shape(const char* arch, int d, int layers, int heads, int kv, int head_dim, int ffn, int vocab,
+                  int ctx, float theta, bool qkv_bias = false) {
+  ModelConfig c;
+  c.arch = arch;
+  c.d_model = d;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv;
+  c.head_dim = head_dim;
+  c.ffn_dim = ffn;
+  c.vocab_size = vocab;
+  c.max_seq_len = ctx;
+  c.rope_theta = theta;
+  c.rope_style = RopeStyle::HalfSplit;
+  c.qkv_bias = qkv_bias;
+  c.bos_id = 1;
+  c.eos_id = 2;
+  return c;
+}
+
+std::vector<CatalogModel> make_catalog() {
+  std::vector<CatalogModel> m;
+  m.push_back({"llama-2-7b", "meta-llama/Llama-2-7b-hf",
+               shape("llama", 4096, 32, 32, 32, 128, 11008, 32000, 4096, 10000)});
+  m.push_back({"llama-2-13b", "meta-llama/Llama-2-13b-hf",
+               shape("llama", 5120, 40, 40, 40, 128, 13824, 32000, 4096, 10000)});
+  m.push_back({"llama-2-70b", "meta-llama/Llama-2-70b-hf",
+               shape("llama", 8192, 80, 64, 8, 128, 28672, 32000, 4096, 10000)});
+  m.push_back({"llama-3-8b", "meta-llama/Llama-3.1-8B",
+               shape("llama", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000)});
+  m.push_back({"llama-3-70b", "meta-llama/Llama-3.3-70B-Instruct",
+               shape("llama", 8192, 80, 64, 8, 128, 28672, 128256, 131072, 500000)});
+  m.push_back({"llama-3-405b", "meta-llama/Llama-3.1-405B",
+               shape("llama", 16384, 126, 128, 8, 128, 53248, 128256, 131072, 500000)});
+  // elinas/Llama-3-15B-Instruct-zeroed (Seesaw's "15B"): a passthrough self-merge of
+  // Llama-3-8B-Instruct; 64 layers of the 8B shape give its 15.0B parameters.
+  m.push_back({"llama-3-15b", "elinas/Llama-3-15B-Instruct-zeroed",
+               shape("llama", 4096, 64, 32, 8, 128, 14336, 128256, 8192, 500000)});
+  m.push_back({"codellama-34b", "codellama/CodeLlama-34b-Instruct-hf",
+               shape("llama", 8192, 48, 64, 8, 128, 22016, 32000, 16384, 1000000)});
+  m.push_back({"qwen2.5-32b", "Qwen/Qwen2.5-32B-Instruct",
+               shape("qwen2", 5120, 64, 40, 8, 128, 27648, 152064, 32768, 1000000, true)});
+  m.push_back({"qwen2.5-72b", "Qwen/Qwen2.5-72B-Instruct",
+               shape("qwen2", 8192, 80, 64, 8, 128, 29568, 152064, 32768, 1000000, true)});
+  // Qwen3-32B: 64 query heads of 128 (q_dim 8192 > hidden 5120).
+  m.push_back({"qwen3-32b", "Qwen/Qwen3-32B", shape("qwen2", 5120, 64, 64, 8, 128, 25600, 151936, 40960, 1000000)});
+  for (auto& e : m) e.config.validate();
+  return m;
+}
+
+}  // namespace
+
+const std::vector<CatalogModel>& model_catalog() {
+  static const std::vector<CatalogModel> c = make_catalog();
+  return c;
+}
+
+ModelConfig model_config_from_hf_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open model config '", path, "'");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    fail("model config '", path, "' is not valid JSON: ", e.what());
+  }
+  auto get_int = [&](const char* key, int fallback) -> int {
+    if (!j.contains(key) || j[key].is_null()) {
+      if (fallback < 0) fail("model config '", path, "': missing key '", key, "'");
+      return fallback;
+    }
+    if (!j[key].is_number_integer()) fail("model config '", path, "': key '", key, "' is not an integer");
+    return j[key].get<int>();
+  };
+  ModelConfig c;
+  const std::string type = j.value("model_type", std::string("llama"));
+  c.arch = (type == "qwen2" || type == "qwen3") ? "qwen2" : type == "mistral" ? "mistral" : "llama";
+  c.d_model = get_int("hidden_size", -1);
+  c.n_layers = get_int("num_hidden_layers", -1);
+  c.n_heads = get_int("num_attention_heads", -1);
+  c.n_kv_heads = get_int("num_key_value_heads", c.n_heads);
+  c.head_dim = get_int("head_dim", c.n_heads > 0 ? c.d_model / c.n_heads : 0);
+  c.ffn_dim = get_int("intermediate_size", -1);
+  c.vocab_size = get_int("vocab_size", -1);
+  c.max_seq_len = get_int("max_position_embeddings", 4096);
+  if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<float>();
+  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) c.rms_eps = j["rms_norm_eps"].get<float>();
+  c.tied_embeddings = j.value("tie_word_embeddings", false);
+  c.qkv_bias = type == "qwen2";
+  c.rope_style = RopeStyle::HalfSplit;
+  c.bos_id = 0;
+  c.eos_id = 0;
+  c.validate();
+  return c;
+}
+
+ModelConfig find_model(const std::string& name_or_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(name_or_path, ec)) {
+    fs::path p(name_or_path);
+    if (fs::is_directory(p, ec)) p /= "config.json";
+    if (p.filename() == "config.json" || p.extension() == ".json") return model_config_from_hf_json(p.string());
+    fail("model '", name_or_path, "': the simulator reads shapes from an HF config.json (a file or its folder)");
+  }
+  std::string n = lower(name_or_path);
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"llama-70b", "llama-3-70b"},         {"llama-3.1-70b", "llama-3-70b"}, {"llama-3.3-70b", "llama-3-70b"},
+      {"llama-3.1-8b", "llama-3-8b"},       {"llama-8b", "llama-3-8b"},       {"llama-3.1-405b", "llama-3-405b"},
+      {"llama-405b", "llama-3-405b"},       {"llama2-70b", "llama-2-70b"},    {"llama2-7b", "llama-2-7b"},
+      {"llama2-13b", "llama-2-13b"},        {"codellama-34b-instruct", "codellama-34b"},
+      {"qwen-32b", "qwen3-32b"},            {"qwen2.5-72b-instruct", "qwen2.5-72b"}};
+  for (const auto& [alias, key] : kAliases)
+    if (n == alias) n = key;
+  for (const auto& m : model_catalog())
+    if (m.name == n) return m.config;
+  std::string known;
+  for (const auto& m : model_catalog()) known += (known.empty() ? "" : ", ") + m.name;
+  fail("unknown model '", name_or_path, "' (known: ", known, "; or a path to an HF config.json)");
+}
+
+double model_weight_bytes(const ModelConfig& c, double bytes_per_param) {
+  return double(c.param_count()) * bytes_per_param;
+}
+
+}  // namespace loom::sim

@@ -1,0 +1,358 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <queue>
+#include <sstream>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "engine/scheduler.h"
+#include "engine/step.h"
+
+namespace loom::sim {
+
+namespace {
+
+// The simulator's StepExecutor: prices the batch with the cost model under the plan's choice
+// for this step and samples token 0 for every sampling sequence (requests run with ignore_eos,
+// so lengths come from the trace).
+class CostModelExecutor : public StepExecutor {
+ public:
+  CostModelExecutor(const CostModel& model, const SimPlan& plan) : model_(model), plan_(plan) {}
+  StepResult execute(const StepBatch& batch) override {
+    work_.clear();
+    StepResult res;
+    for (const auto& s : batch.seqs) {
+      work_.push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
+      if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
+    }
+    last_ = model_.price_step(plan_, work_);
+    return res;
+  }
+  const StepCost& last() const { return last_; }
+
+ private:
+  const CostModel& model_;
+  const SimPlan& plan_;
+  std::vector<SeqWork> work_;
+  StepCost last_;
+};
+
+struct Event {
+  double t = 0;
+  int priority = 0;  // 0: step done, 1: arrival
+  int64_t seq = 0;
+  int replica = 0;   // step done
+  int64_t index = 0; // arrival: trace index
+  bool operator>(const Event& o) const {
+    if (t != o.t) return t > o.t;
+    if (priority != o.priority) return priority > o.priority;
+    return seq > o.seq;
+  }
+};
+
+struct Replica {
+  std::unique_ptr<Scheduler> sched;
+  std::unique_ptr<CostModelExecutor> exec;
+  ManualClock clock;
+  bool busy = false;
+  StepBatch batch;
+  double step_start = 0;
+};
+
+}  // namespace
+
+Simulator::Simulator(CostModel model, SimConfig config) : model_(std::move(model)), config_(std::move(config)) {}
+
+SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
+  const double wall0 = now_seconds();
+  const SimPlan& plan = config_.plan;
+  SimResult out;
+  out.memory = model_.memory(plan);
+  if (plan.gpus() > model_.node().gpus_per_node && plan.base.gpus() > model_.node().gpus_per_node)
+    fail("plan ", plan.name(), " needs ", plan.base.gpus(), " GPUs per replica; a ", model_.node().name(),
+         " node has ", model_.node().gpus_per_node);
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_tokens_per_step = config_.max_tokens_per_step;
+  sc.block_size = config_.block_size;
+  sc.enable_chunked_prefill = config_.enable_chunked_prefill;
+  sc.max_model_len = config_.max_model_len > 0 ? config_.max_model_len : model_.model().max_seq_len;
+  const int64_t blocks = out.memory.kv_capacity_tokens / config_.block_size;
+  if (blocks < 1)
+    fail("plan ", plan.name(), ": no room for a single KV block after the weights (",
+         out.memory.free_bytes_per_gpu / 1e9, " GB free per GPU)");
+  sc.num_blocks = int(std::min<int64_t>(blocks, 1 << 30));
+  out.num_blocks_per_replica = sc.num_blocks;
+  out.num_replicas = plan.dp;
+
+  std::vector<Replica> reps(size_t(plan.dp));
+  for (auto& r : reps) {
+    r.sched = std::make_unique<Scheduler>(sc);
+    r.exec = std::make_unique<CostModelExecutor>(model_, plan);
+  }
+  std::map<std::string, PlanUse> use;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
+  int64_t seq = 0;
+  for (int64_t i = 0; i < int64_t(trace.size()); ++i) q.push(Event{trace[size_t(i)].arrival_s, 1, seq++, 0, i});
+
+  Metrics& metrics = out.metrics;
+  int64_t finished = 0, next_replica = 0, steps = 0;
+  const int64_t total = int64_t(trace.size());
+
+  auto collect = [&](Replica& r, double t) {
+    for (const Sequence& s : r.sched->drain_finished()) {
+      metrics.on_finish(s, t);
+      ++finished;
+    }
+  };
+  // Starts the next step of an idle replica at time t, if it has work that fits.
+  auto try_start = [&](int ri, double t) {
+    Replica& r = reps[size_t(ri)];
+    if (r.busy || !r.sched->has_unfinished()) return;
+    r.clock.set(t);
+    r.batch = r.sched->schedule();
+    collect(r, t);  // rejections at admission
+    if (r.batch.empty()) return;
+    r.exec->execute(r.batch);  // result re-derived at completion (sampled = every sample seq)
+    const StepCost& c = r.exec->last();
+    r.batch.plan = c.config.name();
+    r.busy = true;
+    r.step_start = t;
+    auto& u = use[r.batch.plan];
+    u.config = r.batch.plan;
+    ++u.steps;
+    u.busy_s += c.total_s;
+    q.push(Event{t + c.total_s, 0, seq++, ri, 0});
+  };
+
+  while (!q.empty()) {
+    const Event e = q.top();
+    q.pop();
+    if (e.priority == 1) {
+      const TraceRequest& tr = trace[size_t(e.index)];
+      Request req;
+      req.id = e.index;
+      req.synthetic_prompt_len = tr.prompt_len;
+      req.max_tokens = std::max(1, tr.output_len);
+      req.stop.ignore_eos = true;
+      req.arrival_s = tr.arrival_s;
+      const int ri = int(next_replica++ % plan.dp);
+      metrics.on_arrival(req, e.t);
+      Replica& r = reps[size_t(ri)];
+      r.clock.set(std::max(r.clock.now(), e.t));
+      r.sched->add_request(std::move(req));
+      collect(r, e.t);
+      try_start(ri, e.t);
+      continue;
+    }
+    Replica& r = reps[size_t(e.replica)];
+    r.clock.set(e.t);
+    StepResult res;
+    for (const auto& s : r.batch.seqs)
+      if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
+    const StepOutcome o = r.sched->on_step_done(r.batch, res);
+    for (const auto& tok : o.tokens) metrics.on_token(tok.seq_id, e.t);
+    StepMetrics sm;
+    sm.index = r.batch.step_index;
+    sm.start_s = r.step_start;
+    sm.end_s = e.t;
+    sm.num_tokens = r.batch.num_tokens;
+    sm.num_seqs = int(r.batch.seqs.size());
+    sm.num_prefill_tokens = r.batch.num_prefill_tokens;
+    sm.num_decode_tokens = r.batch.num_decode_tokens;
+    sm.kv_blocks_used = r.sched->num_used_blocks();
+    sm.num_preempted = int(r.batch.preempted.size());
+    sm.plan = r.batch.plan;
+    metrics.on_step(sm);
+    out.step_replica.push_back(e.replica);
+    collect(r, e.t);
+    r.busy = false;
+    ++steps;
+    if (config_.progress && config_.progress_every > 0 && steps % config_.progress_every == 0)
+      config_.progress(e.t, finished, total);
+    try_start(e.replica, e.t);
+  }
+  for (auto& r : reps)
+    if (r.sched->has_unfinished())
+      fail("simulation stalled: a replica holds requests that never fit (", r.sched->num_waiting(),
+           " waiting with ", r.sched->num_free_blocks(), " free KV blocks)");
+
+  out.summary = metrics.summary();
+  out.makespan_s = out.summary.duration_s;
+  if (out.makespan_s > 0)
+    out.total_tokens_per_s = double(out.summary.num_prompt_tokens + out.summary.num_output_tokens) / out.makespan_s;
+  for (auto& [k, v] : use) out.plan_use.push_back(v);
+  out.wall_s = now_seconds() - wall0;
+  out.sim_requests_per_s = out.wall_s > 0 ? double(total) / out.wall_s : 0;
+  if (config_.progress) config_.progress(out.makespan_s, finished, total);
+  return out;
+}
+
+nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
+  const auto& m = sim.cost_model();
+  nlohmann::json j;
+  j["model"] = m.model().summary();
+  j["hardware"] = m.node().name();
+  j["dtype"] = sim_dtype_name(m.options().weight_dtype);
+  j["plan"] = sim.config().plan.name();
+  j["calibration"] = m.calibration().fitted_on;
+  j["summary"] = to_json(r.summary);
+  j["makespan_s"] = r.makespan_s;
+  j["total_tokens_per_s"] = r.total_tokens_per_s;
+  j["memory"] = {{"weight_gb_per_gpu", r.memory.weight_bytes_per_gpu / 1e9},
+                 {"kv_bytes_per_token_per_gpu", r.memory.kv_bytes_per_token_per_gpu},
+                 {"kv_capacity_tokens_per_replica", r.memory.kv_capacity_tokens},
+                 {"kv_blocks_per_replica", r.num_blocks_per_replica},
+                 {"replicas", r.num_replicas}};
+  nlohmann::json use = nlohmann::json::array();
+  for (const auto& u : r.plan_use) use.push_back({{"config", u.config}, {"steps", u.steps}, {"busy_s", u.busy_s}});
+  j["plan_use"] = use;
+  j["wall_s"] = r.wall_s;
+  j["simulated_requests_per_s"] = r.sim_requests_per_s;
+  return j;
+}
+
+void write_requests_csv(const SimResult& r, std::ostream& os) { r.metrics.write_requests_csv(os); }
+
+namespace {
+
+struct Svg {
+  std::ostringstream os;
+  double w = 720, h = 420, l = 70, rgt = 20, top = 30, bot = 50;
+  Svg(const std::string& title) {
+    os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
+       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+       << "<text x=\"" << w / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
+  }
+  double px(double fx) const { return l + fx * (w - l - rgt); }
+  double py(double fy) const { return h - bot - fy * (h - top - bot); }
+  void axes(const std::string& xl, const std::string& yl, double x0, double x1, double y0, double y1, bool logx) {
+    os << "<rect x=\"" << l << "\" y=\"" << top << "\" width=\"" << w - l - rgt << "\" height=\"" << h - top - bot
+       << "\" fill=\"none\" stroke=\"black\"/>\n";
+    for (int i = 0; i <= 4; ++i) {
+      const double f = i / 4.0;
+      const double xv = logx ? std::pow(10, std::log10(x0) + f * (std::log10(x1) - std::log10(x0))) : x0 + f * (x1 - x0);
+      os << "<text x=\"" << px(f) << "\" y=\"" << h - bot + 16 << "\" text-anchor=\"middle\">" << fmt(xv) << "</text>\n";
+      os << "<text x=\"" << l - 6 << "\" y=\"" << py(f) + 4 << "\" text-anchor=\"end\">" << fmt(y0 + f * (y1 - y0))
+         << "</text>\n";
+    }
+    os << "<text x=\"" << w / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">" << xl << "</text>\n";
+    os << "<text x=\"16\" y=\"" << h / 2 << "\" transform=\"rotate(-90 16 " << h / 2 << ")\" text-anchor=\"middle\">"
+       << yl << "</text>\n";
+  }
+  static std::string fmt(double v) {
+    std::ostringstream s;
+    s.precision(v != 0 && (std::abs(v) < 0.01 || std::abs(v) >= 1e5) ? 2 : 4);
+    s << v;
+    return s.str();
+  }
+  void polyline(const std::vector<std::pair<double, double>>& pts, const std::string& color) {
+    os << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
+    for (const auto& [x, y] : pts) os << px(x) << "," << py(y) << " ";
+    os << "\"/>\n";
+  }
+  void legend(int i, const std::string& text, const std::string& color) {
+    os << "<text x=\"" << l + 10 << "\" y=\"" << top + 16 + 14 * i << "\" fill=\"" << color << "\">" << text
+       << "</text>\n";
+  }
+  std::string done() {
+    os << "</svg>\n";
+    return os.str();
+  }
+};
+
+}  // namespace
+
+std::string svg_latency_cdf(const SimResult& r) {
+  std::vector<double> ttft, tpot;
+  for (const auto& q : r.metrics.requests()) {
+    if (q.finish_reason != FinishReason::kStop && q.finish_reason != FinishReason::kLength) continue;
+    if (q.num_output() > 0) ttft.push_back(std::max(1e-3, q.ttft_s() * 1e3));
+    if (auto t = q.tpot_s()) tpot.push_back(std::max(1e-3, *t * 1e3));
+  }
+  std::sort(ttft.begin(), ttft.end());
+  std::sort(tpot.begin(), tpot.end());
+  double lo = 1e300, hi = 0;
+  for (const auto* v : {&ttft, &tpot})
+    if (!v->empty()) lo = std::min(lo, v->front()), hi = std::max(hi, v->back());
+  Svg s("Latency CDF (TTFT, TPOT)");
+  if (hi <= 0) return s.done();
+  lo = std::pow(10, std::floor(std::log10(lo)));
+  hi = std::pow(10, std::ceil(std::log10(hi)));
+  if (hi <= lo) hi = lo * 10;
+  s.axes("milliseconds (log)", "fraction of requests", lo, hi, 0, 1, true);
+  auto curve = [&](const std::vector<double>& v) {
+    std::vector<std::pair<double, double>> pts;
+    const size_t step = std::max<size_t>(1, v.size() / 400);
+    for (size_t i = 0; i < v.size(); i += step)
+      pts.push_back({(std::log10(v[i]) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)), double(i + 1) / v.size()});
+    if (!v.empty()) pts.push_back({(std::log10(v.back()) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)), 1.0});
+    return pts;
+  };
+  s.polyline(curve(ttft), "#d62728");
+  s.polyline(curve(tpot), "#1f77b4");
+  s.legend(0, "TTFT", "#d62728");
+  s.legend(1, "TPOT", "#1f77b4");
+  return s.done();
+}
+
+std::string svg_throughput(const SimResult& r, int bins) {
+  const auto& steps = r.metrics.steps();
+  Svg s("Throughput over time (all replicas)");
+  if (steps.empty()) return s.done();
+  double t0 = 1e300, t1 = 0;
+  for (const auto& st : steps) t0 = std::min(t0, st.start_s), t1 = std::max(t1, st.end_s);
+  if (t1 <= t0) t1 = t0 + 1;
+  bins = std::max(1, bins);
+  std::vector<double> out(size_t(bins), 0.0), all(size_t(bins), 0.0);
+  const double bw = (t1 - t0) / bins;
+  for (const auto& st : steps) {
+    const int b = std::min(bins - 1, int((st.end_s - t0) / bw));
+    out[size_t(b)] += st.num_decode_tokens + (st.num_tokens > 0 ? 0 : 0);
+    all[size_t(b)] += st.num_tokens;
+  }
+  double ymax = 1;
+  for (int b = 0; b < bins; ++b) out[size_t(b)] /= bw, all[size_t(b)] /= bw, ymax = std::max(ymax, all[size_t(b)]);
+  s.axes("simulated time (s)", "tokens per second", t0, t1, 0, ymax, false);
+  std::vector<std::pair<double, double>> po, pa;
+  for (int b = 0; b < bins; ++b) {
+    po.push_back({(b + 0.5) / bins, out[size_t(b)] / ymax});
+    pa.push_back({(b + 0.5) / bins, all[size_t(b)] / ymax});
+  }
+  s.polyline(pa, "#2ca02c");
+  s.polyline(po, "#1f77b4");
+  s.legend(0, "all tokens (prefill + decode)", "#2ca02c");
+  s.legend(1, "decode tokens", "#1f77b4");
+  return s.done();
+}
+
+std::string svg_plan_per_step(const SimResult& r) {
+  const auto& steps = r.metrics.steps();
+  Svg s("Plan per step (dot: one step; height within a row: tokens in the step)");
+  if (steps.empty()) return s.done();
+  std::vector<std::string> names;
+  for (const auto& u : r.plan_use) names.push_back(u.config);
+  double t0 = 1e300, t1 = 0;
+  int max_tok = 1;
+  for (const auto& st : steps) t0 = std::min(t0, st.start_s), t1 = std::max(t1, st.end_s), max_tok = std::max(max_tok, st.num_tokens);
+  if (t1 <= t0) t1 = t0 + 1;
+  s.axes("simulated time (s)", "config row", t0, t1, 0, double(names.size()), false);
+  const size_t stride = std::max<size_t>(1, steps.size() / 4000);
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
+  for (size_t i = 0; i < steps.size(); i += stride) {
+    const auto& st = steps[i];
+    const size_t row = size_t(std::find(names.begin(), names.end(), st.plan) - names.begin());
+    const double fy = (row + 0.1 + 0.8 * double(st.num_tokens) / max_tok) / double(std::max<size_t>(1, names.size()));
+    s.os << "<circle cx=\"" << s.px((st.start_s - t0) / (t1 - t0)) << "\" cy=\"" << s.py(fy) << "\" r=\"1.5\" fill=\""
+         << colors[row % 4] << "\"/>\n";
+  }
+  for (size_t i = 0; i < names.size(); ++i) s.legend(int(i), names[i], colors[i % 4]);
+  return s.done();
+}
+
+}  // namespace loom::sim

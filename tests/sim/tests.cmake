@@ -1,0 +1,7 @@
+# CLI-level checks of `loom sim` (the library is covered by test_sim).
+add_test(NAME sim_cli_experiment_list COMMAND loom sim experiment --list)
+set_tests_properties(sim_cli_experiment_list PROPERTIES PASS_REGULAR_EXPRESSION "shift-4.3.1")
+add_test(NAME sim_cli_experiment_json COMMAND loom sim experiment shift-4.3.1 --json)
+set_tests_properties(sim_cli_experiment_json PROPERTIES PASS_REGULAR_EXPRESSION "\"experiment\": \"shift-4.3.1\"")
+add_test(NAME sim_cli_bad_plan COMMAND loom sim run --plan tp=3 --synthetic poisson:1 --num-requests 7 --quiet)
+set_tests_properties(sim_cli_bad_plan PROPERTIES WILL_FAIL TRUE)
