@@ -16,6 +16,7 @@
 
 #include "checks.h"
 #include "comm/mpi/mpi_world.h"
+#include "comm/world.h"
 #include "core/error.h"
 
 namespace loom {
@@ -76,6 +77,29 @@ TEST(CommMpi, SplitOrdersByKey) { EXPECT_EQ(test::check_split(comm(), 1000), "")
 
 TEST(CommMpi, CheckAgreementNamesRanksAndValues) {
   EXPECT_EQ(test::check_agreement_detects(comm()), "");
+}
+
+TEST(CommMpi, MakeWorldRunsOnThisProcessRank) {
+  // MPI is already initialised by main's MpiWorld, so this one neither initialises nor
+  // finalises it.
+  auto world = make_world("mpi", 0, CommOptions{30});
+  EXPECT_EQ(world->backend(), "mpi");
+  EXPECT_EQ(world->size(), comm().size());
+  int calls = 0;
+  world->run([&](Communicator& c) {
+    EXPECT_EQ(c.rank(), comm().rank());
+    std::vector<float> v(5, 2.0f);
+    c.all_reduce_sum(v.data(), v.size());
+    EXPECT_EQ(v[4], 2.0f * static_cast<float>(c.size()));
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+  try {
+    make_world("mpi", comm().size() + 1);
+    ADD_FAILURE() << "make_world(mpi) with the wrong rank count did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("but mpirun started"), std::string::npos) << e.what();
+  }
 }
 
 // On ranks other than 0: print only failures, prefixed with the rank.
