@@ -18,15 +18,24 @@ namespace loom {
 // comes from the checkpoint header). Errors when the file is shorter than vocab_size tokens.
 Vocab load_llama2c_vocab(const std::string& path, int vocab_size);
 // Writes v in the llama2.c tokenizer format (pieces and scores; max_token_length computed).
-// Only meaningful for Spm vocabularies whose pieces use ' ' (llama2.c's convention); U+2581
-// pieces are written as they are.
+// Meant for Spm vocabularies; U+2581 in pieces is written as ' ' (llama2.c's convention), so
+// load_llama2c_vocab gives back a vocabulary that encodes and decodes identically. Token types
+// are not stored: on reading, 0 is <unk>, 1 and 2 are control, "<0xAB>" pieces are bytes.
 void write_llama2c_vocab(const Vocab& v, const std::string& path);
 // The same format as bytes (for tests and for writers that stream).
 std::string llama2c_vocab_bytes(const Vocab& v);
 
-// Reads an HF tokenizer.json (model.type "BPE"). Reads tokenizer_config.json from the same
-// directory when it exists. Vocab::pre is detected from the pre_tokenizer's Split regex
-// ("llama3", "qwen2", "gpt2"; plain ByteLevel -> "gpt2").
+// Reads an HF tokenizer.json (model.type "BPE", byte-level). Reads tokenizer_config.json from
+// the same directory when it exists (bos_token, eos_token, pad_token, add_bos_token,
+// chat_template as a string or a [{name, template}] list). Vocab::pre comes from the
+// pre_tokenizer's Split regex, which must be exactly the GPT-2, Llama-3 or Qwen2 one (any
+// other regex is a loom::Error naming it); a plain ByteLevel with use_regex -> "gpt2".
+// Added tokens: special -> Control, others -> UserDefined; ids missing from both the vocab
+// and added_tokens become Unused "<|loom_unused_N|>". BOS: bos_token, else the first
+// SpecialToken of a TemplateProcessing post-processor; add_bos: add_bos_token, else whether
+// that template adds one. Not supported: SentencePiece-style BPE (byte_fallback true, e.g.
+// Llama-2's tokenizer.json) and model types other than BPE (errors); a normalizer (Qwen2's
+// NFC) is ignored, which only matters for text that is not already NFC.
 Vocab load_tokenizer_json(const std::string& path);
 // The same from text; config_json may be "" (no tokenizer_config.json).
 Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string& config_json = "",
@@ -43,7 +52,9 @@ std::string vocab_to_tokenizer_config_json(const Vocab& v);
 // Deterministic synthetic vocabulary of exactly `size` tokens (same (kind, size, seed) -> same
 // vocabulary on every machine).
 //  - Bpe: synth_bpe_vocab(size, seed, "llama3").
-//  - Spm: <unk>, <s>, </s>, <0x00>..<0xFF>, then pieces (' ' as word marker) with scores.
+//  - Spm: <unk>, <s>, </s>, <0x00>..<0xFF>, then pieces spelled with U+2581 as the word
+//    marker (as GGUF "llama" vocabularies are): single code points first, then pieces learned
+//    greedily from the built-in text and seeded random concatenations, scored -rank.
 // Throws loom::Error when size is too small to hold the required tokens (Bpe: 256 + specials;
 // Spm: 259).
 Vocab synth_vocab(VocabKind kind, int size, uint64_t seed);
