@@ -13,6 +13,9 @@
 // General_Category (every L* and N* code point of every script; 782 ranges). \s is the Unicode
 // White_Space property (what Oniguruma, used by HF tokenizers, means by \s). The case-insensitive
 // contractions fold ASCII only (not U+017F LATIN SMALL LETTER LONG S or U+212A KELVIN SIGN).
+// Checked once against Python's `regex` module (Unicode 16): identical splits for 3000 random
+// mixed-script texts under all three regexes; the class of every code point agrees except for
+// code points unassigned in Unicode 14.0 (later additions, e.g. new CJK extensions).
 // Invalid UTF-8 bytes are treated as one code point each of class "other" (U+FFFD's class), so
 // every byte of the input lands in exactly one pre-token.
 #pragma once
