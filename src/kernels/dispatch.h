@@ -27,7 +27,9 @@ struct MatmulArgs {
   bool accumulate = false;
 };
 
-// One attention call; work item i is (query t = i / n_heads, head h = i % n_heads).
+// One attention call. Work item i covers query t = i / (n_heads / heads_per_item) and the
+// heads_per_item consecutive query heads from h0 = (i % (n_heads / heads_per_item)) *
+// heads_per_item, which share one kv head (heads_per_item divides n_heads / n_kv_heads).
 struct AttentionArgs {
   const float* q = nullptr;
   int64_t ldq = 0;
@@ -35,6 +37,7 @@ struct AttentionArgs {
   KvView kv;
   int64_t kv_begin = 0, kv_end = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int heads_per_item = 1;  // <= kMaxHeadsPerItem
   float scale = 0.0f;
   float* out = nullptr;
   int64_t ldo = 0;
@@ -46,7 +49,10 @@ struct AttentionArgs {
 [[noreturn]] void fail_out_of_memory(int64_t bytes);
 
 // The largest head_dim the optimised attention takes (its accumulator lives on the stack).
-inline constexpr int kMaxHeadDim = 1024;
+inline constexpr int kMaxHeadDim = 512;
+// The most query heads one attention work item walks the keys with (their accumulators, 32 KiB
+// at head_dim 128, live on the stack: kMaxHeadsPerItem * kMaxHeadDim floats at most).
+inline constexpr int kMaxHeadsPerItem = 8;
 
 struct KernelTable {
   const char* name;

@@ -154,15 +154,30 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const int32_t* q_pos, c
   a.ldo = ldo;
   a.lse = lse;
   const detail::KernelTable& tab = detail::active_table();
-  const int64_t items = n_q * s.n_heads;
-  if (items == 0) return;
-  if (!pool || pool->size() == 1 || items == 1) {
+  if (n_q == 0 || s.n_heads == 0) return;
+  const int nth = pool ? pool->size() : 1;
+  // Heads of one GQA group share the K/V reads; split groups only to give every thread work.
+  const int group = s.n_heads / s.n_kv_heads;
+  int hpi = 1;
+  for (int g = std::min(group, detail::kMaxHeadsPerItem); g > 1; --g)
+    if (group % g == 0) {
+      hpi = g;
+      break;
+    }
+  while (hpi > 1 && n_q * (s.n_heads / hpi) < 4 * int64_t(nth)) {
+    int next = hpi - 1;
+    while (next > 1 && group % next != 0) --next;
+    hpi = next;
+  }
+  a.heads_per_item = hpi;
+  const int64_t items = n_q * (s.n_heads / hpi);
+  if (nth == 1 || items == 1) {
     tab.attention_items(a, 0, items);
     return;
   }
   // Causal rows differ in length: threads take small chunks from a shared counter.
   std::atomic<int64_t> next{0};
-  const int64_t chunk = std::max<int64_t>(1, items / (int64_t(pool->size()) * 8));
+  const int64_t chunk = std::max<int64_t>(1, items / (int64_t(nth) * 8));
   pool->run([&](int, int) {
     for (;;) {
       const int64_t i0 = next.fetch_add(chunk, std::memory_order_relaxed);

@@ -93,7 +93,7 @@ struct KvView {
 struct AttentionShape {
   int n_heads = 0;     // query heads handled by this call
   int n_kv_heads = 0;  // KV heads in the view; query head q uses kv head q / (n_heads / n_kv_heads)
-  int head_dim = 0;
+  int head_dim = 0;    // at most 512 (the optimised kernel keeps accumulators on the stack)
   float scale = 0.0f;  // usually 1/sqrt(head_dim)
 };
 

@@ -230,7 +230,7 @@ void matmul_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1) {
 
 // ---------------------------------------------------------------- elementwise
 template <class S>
-float dot_impl(const float* a, const float* b, int64_t n) {
+inline __attribute__((always_inline)) float dot_impl(const float* a, const float* b, int64_t n) {
   using V = typename S::V;
   constexpr int W = S::kW;
   V s0 = S::zero(), s1 = S::zero();
@@ -275,79 +275,132 @@ void swiglu_impl(float* out, const float* gate, const float* up, int64_t n) {
 }
 
 // ---------------------------------------------------------------- attention
+// acc[0, head_dim) += sum_jj p[jj] * v[jj][0, head_dim), keys in order. The accumulator is
+// held in registers, kBlock vectors at a time, across all nj keys (through memory, every key's
+// FMA would wait on the previous key's store).
+template <class S>
+inline void accumulate_v(float* acc, const float* p, const float* const* v, int nj, int head_dim) {
+  using V = typename S::V;
+  constexpr int W = S::kW, kBlock = 4;
+  int d = 0;
+  for (; d + kBlock * W <= head_dim; d += kBlock * W) {
+    V a[kBlock];
+#pragma GCC unroll 4
+    for (int i = 0; i < kBlock; ++i) a[i] = S::load(acc + d + i * W);
+    for (int jj = 0; jj < nj; ++jj) {
+      const V pv = S::set1(p[jj]);
+#pragma GCC unroll 4
+      for (int i = 0; i < kBlock; ++i) a[i] = S::fma(pv, S::load(v[jj] + d + i * W), a[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kBlock; ++i) S::store(acc + d + i * W, a[i]);
+  }
+  for (; d + W <= head_dim; d += W) {
+    V a = S::load(acc + d);
+    for (int jj = 0; jj < nj; ++jj) a = S::fma(S::set1(p[jj]), S::load(v[jj] + d), a);
+    S::store(acc + d, a);
+  }
+  for (; d < head_dim; ++d) {
+    float a = acc[d];
+    for (int jj = 0; jj < nj; ++jj) a += p[jj] * v[jj][d];
+    acc[d] = a;
+  }
+}
+
 // Online softmax (FlashAttention's running max / sum), keys in chunks of kKeyChunk: the chunk's
 // scores are computed first (vectorised dots over head_dim), then one rescale of the running
 // output per chunk, then exp of the whole chunk (vector exp) and the V accumulation.
+// A work item is (query t, kv head, a run of a.heads_per_item query heads of that kv head): the
+// heads of a GQA group walk the keys together, so each K and V row is read once per item
+// instead of once per head. Every head sees the same operations in the same order whatever
+// heads_per_item is, so the result does not depend on the grouping.
 template <class S>
 void attention_items_impl(const AttentionArgs& a, int64_t i0, int64_t i1) {
   using V = typename S::V;
   constexpr int W = S::kW;
   constexpr int kKeyChunk = 64;
-  const int head_dim = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const int head_dim = a.head_dim, group = a.n_heads / a.n_kv_heads, hpi = a.heads_per_item;
+  const int items_per_token = a.n_heads / hpi;
   const KvView& kv = a.kv;
-  alignas(64) float acc[kMaxHeadDim];
-  alignas(64) float sc[kKeyChunk + 16];
+  alignas(64) float acc[kMaxHeadsPerItem][kMaxHeadDim];
+  alignas(64) float sc[kMaxHeadsPerItem][kKeyChunk + 16];
+  float m[kMaxHeadsPerItem], l[kMaxHeadsPerItem];
+  const float* kp[2][kKeyChunk];  // row pointers of this chunk and the next
+  const float* vp[2][kKeyChunk];
   for (int64_t item = i0; item < i1; ++item) {
-    const int64_t t = item / a.n_heads;
-    const int h = int(item % a.n_heads), kvh = h / group;
-    const float* qh = a.q + t * a.ldq + int64_t(h) * head_dim;
-    float* oh = a.out + t * a.ldo + int64_t(h) * head_dim;
+    const int64_t t = item / items_per_token;
+    const int h0 = int(item % items_per_token) * hpi, kvh = h0 / group;
     const int64_t end = int64_t(a.q_pos[t]) + 1 < a.kv_end ? int64_t(a.q_pos[t]) + 1 : a.kv_end;
     const int64_t begin = a.kv_begin;
     if (end <= begin) {
-      for (int d = 0; d < head_dim; ++d) oh[d] = 0.0f;
-      if (a.lse) a.lse[item] = -__builtin_inff();
+      for (int g = 0; g < hpi; ++g) {
+        float* oh = a.out + t * a.ldo + int64_t(h0 + g) * head_dim;
+        for (int d = 0; d < head_dim; ++d) oh[d] = 0.0f;
+        if (a.lse) a.lse[t * a.n_heads + h0 + g] = -__builtin_inff();
+      }
       continue;
     }
-    for (int d = 0; d < head_dim; ++d) acc[d] = 0.0f;
-    float m = -__builtin_inff(), l = 0.0f;
+    for (int g = 0; g < hpi; ++g) {
+      for (int d = 0; d < head_dim; ++d) acc[g][d] = 0.0f;
+      m[g] = -__builtin_inff();
+      l[g] = 0.0f;
+    }
     // Position cursor over the (possibly paged) cache: block index and offset inside it.
+    // (Software prefetch of the next chunk's rows was tried: no measurable gain.)
     int64_t blk = begin / kv.block_size, off = begin % kv.block_size;
-    for (int64_t j0 = begin; j0 < end; j0 += kKeyChunk) {
+    auto fill = [&](int64_t j0, const float** kq, const float** vq) {
       const int nj = int(end - j0 < kKeyChunk ? end - j0 : kKeyChunk);
-      const float* kp[kKeyChunk];
-      const float* vp[kKeyChunk];
       for (int jj = 0; jj < nj; ++jj) {
         const int64_t base = (kv.block_table ? int64_t(kv.block_table[blk]) : blk) * kv.block_stride +
                              kvh * kv.head_stride + off * kv.pos_stride;
-        kp[jj] = kv.k + base;
-        vp[jj] = kv.v + base;
+        kq[jj] = kv.k + base;
+        vq[jj] = kv.v + base;
         if (++off == kv.block_size) {
           off = 0;
           ++blk;
         }
       }
-      float cmax = -__builtin_inff();
-      for (int jj = 0; jj < nj; ++jj) {
-        sc[jj] = dot_impl<S>(qh, kp[jj], head_dim) * a.scale;
-        cmax = sc[jj] > cmax ? sc[jj] : cmax;
+    };
+    int cur = 0;
+    fill(begin, kp[0], vp[0]);
+    for (int64_t j0 = begin; j0 < end; j0 += kKeyChunk, cur ^= 1) {
+      const int nj = int(end - j0 < kKeyChunk ? end - j0 : kKeyChunk);
+      if (j0 + kKeyChunk < end) fill(j0 + kKeyChunk, kp[cur ^ 1], vp[cur ^ 1]);
+      const float* const* kc = kp[cur];
+      const float* const* vc = vp[cur];
+      for (int g = 0; g < hpi; ++g) {
+        const float* qh = a.q + t * a.ldq + int64_t(h0 + g) * head_dim;
+        float* sg = sc[g];
+        float cmax = -__builtin_inff();
+        for (int jj = 0; jj < nj; ++jj) {
+          sg[jj] = dot_impl<S>(qh, kc[jj], head_dim) * a.scale;
+          cmax = sg[jj] > cmax ? sg[jj] : cmax;
+        }
+        const float m_new = cmax > m[g] ? cmax : m[g];
+        if (m_new != m[g]) {
+          const float corr = __builtin_expf(m[g] - m_new);  // m = -inf: 0
+          l[g] *= corr;
+          const V cv = S::set1(corr);
+          int d = 0;
+          for (; d + W <= head_dim; d += W) S::store(acc[g] + d, S::mul(S::load(acc[g] + d), cv));
+          for (; d < head_dim; ++d) acc[g][d] *= corr;
+          m[g] = m_new;
+        }
+        const V mv = S::set1(m[g]);
+        for (int jj = nj; jj < (nj + W - 1) / W * W; ++jj) sg[jj] = m[g];  // padding lanes, unused
+        for (int jj = 0; jj < nj; jj += W) S::store(sg + jj, S::exp(S::sub(S::load(sg + jj), mv)));
       }
-      const float m_new = cmax > m ? cmax : m;
-      if (m_new != m) {
-        const float corr = __builtin_expf(m - m_new);  // m = -inf: 0
-        l *= corr;
-        const V cv = S::set1(corr);
-        int d = 0;
-        for (; d + W <= head_dim; d += W) S::store(acc + d, S::mul(S::load(acc + d), cv));
-        for (; d < head_dim; ++d) acc[d] *= corr;
-        m = m_new;
-      }
-      const V mv = S::set1(m);
-      for (int jj = nj; jj < (nj + W - 1) / W * W; ++jj) sc[jj] = m;  // padding lanes, unused
-      for (int jj = 0; jj < nj; jj += W) S::store(sc + jj, S::exp(S::sub(S::load(sc + jj), mv)));
-      for (int jj = 0; jj < nj; ++jj) {
-        const float p = sc[jj];
-        l += p;
-        const V pv = S::set1(p);
-        const float* v = vp[jj];
-        int d = 0;
-        for (; d + W <= head_dim; d += W) S::store(acc + d, S::fma(pv, S::load(v + d), S::load(acc + d)));
-        for (; d < head_dim; ++d) acc[d] += p * v[d];
+      for (int g = 0; g < hpi; ++g) {
+        for (int jj = 0; jj < nj; ++jj) l[g] += sc[g][jj];
+        accumulate_v<S>(acc[g], sc[g], vc, nj, head_dim);
       }
     }
-    const float inv_l = 1.0f / l;
-    for (int d = 0; d < head_dim; ++d) oh[d] = acc[d] * inv_l;
-    if (a.lse) a.lse[item] = m + __builtin_logf(l);
+    for (int g = 0; g < hpi; ++g) {
+      float* oh = a.out + t * a.ldo + int64_t(h0 + g) * head_dim;
+      const float inv_l = 1.0f / l[g];
+      for (int d = 0; d < head_dim; ++d) oh[d] = acc[g][d] * inv_l;
+      if (a.lse) a.lse[t * a.n_heads + h0 + g] = m[g] + __builtin_logf(l[g]);
+    }
   }
 }
 

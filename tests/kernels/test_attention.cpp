@@ -208,6 +208,25 @@ TEST(Attention, HelixSplitMergeEqualsFull) {
   });
 }
 
+// GQA heads are grouped per work item by thread count (1 thread: all 8 heads of the kv head
+// walk the keys together; 3 threads: one head per item). Same operations per head, same bits.
+TEST(Attention, HeadGroupingDoesNotChangeBits) {
+  ThreadPool pool3(3);
+  for (const Case& c : {Case{8, 1, 64, 300, 1}, Case{12, 2, 96, 77, 2}, Case{16, 2, 128, 150, 5}}) {
+    const Data d = make_data(c, 11);
+    const KvView kv = KvView::contiguous(d.k.data(), d.v.data(), c.n_kv_heads, c.head_dim, c.n_ctx);
+    const AttentionShape s{c.n_heads, c.n_kv_heads, c.head_dim, 0.1f};
+    const int64_t row = int64_t(c.n_heads) * c.head_dim;
+    test::for_each_path([&](const std::string&) {
+      std::vector<float> a(size_t(c.n_q * row)), b(a.size()), la(size_t(c.n_q * c.n_heads)), lb(la.size());
+      kernels::attention(d.q.data(), c.n_q, row, d.pos.data(), kv, 0, c.n_ctx, s, a.data(), row, la.data(), nullptr);
+      kernels::attention(d.q.data(), c.n_q, row, d.pos.data(), kv, 0, c.n_ctx, s, b.data(), row, lb.data(), &pool3);
+      EXPECT_EQ(a, b);
+      EXPECT_EQ(la, lb);
+    });
+  }
+}
+
 TEST(Attention, MergeAllEmptyAndSingle) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const float o1[2] = {1, 2}, o2[2] = {3, 4}, l1[1] = {ninf}, l2[1] = {ninf};
