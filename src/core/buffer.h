@@ -1,5 +1,9 @@
-// Owned, 64-byte aligned, zero-initialised storage for activations and converted weights.
+// Owned, 64-byte aligned, zero-initialised storage for activations, KV caches and converted
+// weights. Large buffers (>= 1 MiB) come from anonymous mmap, whose pages the kernel zeroes
+// lazily on first touch, so a big KV arena costs nothing until it is used.
 #pragma once
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -20,10 +24,16 @@ class AlignedBuffer {
     size_ = n;
     if (n == 0) return;
     const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
-    data_.reset(static_cast<T*>(p));
+    void* p = nullptr;
+    if (bytes >= kMmapThreshold) {
+      p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+    } else {
+      p = std::aligned_alloc(64, bytes);
+      if (!p) throw std::bad_alloc();
+      std::memset(p, 0, bytes);
+    }
+    data_ = std::unique_ptr<T, Free>(static_cast<T*>(p), Free{bytes});
   }
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
@@ -32,8 +42,12 @@ class AlignedBuffer {
   const T& operator[](size_t i) const { return data_.get()[i]; }
 
  private:
+  static constexpr size_t kMmapThreshold = size_t(1) << 20;
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    size_t bytes = 0;
+    void operator()(T* p) const {
+      if (bytes >= kMmapThreshold) ::munmap(p, bytes); else std::free(p);
+    }
   };
   std::unique_ptr<T, Free> data_;
   size_t size_ = 0;
