@@ -19,6 +19,11 @@ void register_all(CLI::App& app) {
   register_synth(app);
   register_sim(app);
   register_plan(app);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: offline throughput, or a live server over HTTP");
+  bench->require_subcommand(1);
+  register_bench_offline(*bench);
+  register_bench_serve(*bench);
+  register_serve(app);
 }
 
 // Runs the action of the deepest parsed subcommand that has one.
