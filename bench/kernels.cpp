@@ -82,6 +82,11 @@ int main(int argc, char** argv) {
     std::printf("roofline %dT: memcpy %.1f GB/s (read+write)   peak f32 FMA %.1f GFLOP/s\n", t, mem[t] * 1e-9,
                 peak[t] * 1e-9);
   }
+  // The cores are often shared (CI, other ranks): if 2 threads do not reach ~1.6x the FMA rate of
+  // one, the 2-thread rows measure contention, not the kernels. Say so next to the numbers.
+  const double core_scaling = peak[2] / peak[1];
+  std::printf("2T/1T peak FLOP/s: %.2f%s\n", core_scaling,
+              core_scaling < 1.6 ? "  (the second core is busy: 2-thread rows are not meaningful)" : "");
   std::printf("\n%-5s %-5s %3s  %-16s %12s  %s\n", "op", "dtype", "thr", "shape", "achieved", "fraction of roofline");
   Rng rng(2);
   std::vector<float> x(static_cast<size_t>(tokens * cols)), y(static_cast<size_t>(tokens * rows));

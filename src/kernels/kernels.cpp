@@ -37,19 +37,28 @@ void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* 
   a.ldy = ldy;
   a.accumulate = accumulate;
   const detail::KernelTable& tab = detail::active_table();
-  // Threads take contiguous ranges of 16-row units (whole register tiles, no shared y lines
-  // inside a unit). Small products stay on the calling thread: waking workers costs more.
-  constexpr int64_t kUnit = 16;
-  const int64_t units = (w.rows + kUnit - 1) / kUnit;
+  // Small products stay on the calling thread: waking workers costs more than they save.
   const bool small = double(n) * double(w.rows) * double(w.cols) < 64.0 * 1024;
-  if (small || !pool || pool->size() == 1 || units == 1) {
+  if (small || !pool || pool->size() == 1 || w.rows < 32) {
     tab.matmul_rows(a, 0, w.rows);
     return;
   }
-  pool->run([&](int ith, int nth) {
-    const auto [u0, u1] = ThreadPool::split(units, ith, nth);
-    const int64_t r0 = u0 * kUnit, r1 = std::min(u1 * kUnit, w.rows);
-    if (r0 < r1) tab.matmul_rows(a, r0, r1);
+  // Threads take chunks of rows from a shared counter rather than fixed shares, so a worker
+  // that is descheduled (cores shared with other ranks or processes) delays only its current
+  // chunk. Chunks are whole 16-row units, about 8 per thread; the gemm packs x once per chunk,
+  // so its chunks are at least 64 rows.
+  const int nth = pool->size();
+  constexpr int64_t kUnit = 16;
+  const int64_t min_rows = n > 4 ? 64 : 32;
+  int64_t chunk = (w.rows + int64_t(nth) * 8 - 1) / (int64_t(nth) * 8);
+  chunk = std::max(min_rows, (chunk + kUnit - 1) / kUnit * kUnit);
+  std::atomic<int64_t> next{0};
+  pool->run([&](int, int) {
+    for (;;) {
+      const int64_t r0 = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (r0 >= w.rows) break;
+      tab.matmul_rows(a, r0, std::min(w.rows, r0 + chunk));
+    }
   });
 }
 

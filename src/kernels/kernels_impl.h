@@ -60,30 +60,38 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
   float tail[R][T] = {};
 
   if constexpr (D == DType::Q8_0) {
-    // k0, k1 are multiples of 32: whole blocks. Dequantize on the fly: w = d * q (one mul per
-    // weight vector, amortised over T tokens), then the same FMA as f32.
+    // k0, k1 are multiples of 32: whole blocks. Per block, sum q * x over its 32 weights, then
+    // one FMA with the scale d: d*q is exact in f32 (11 + 8 significant bits), so this is the
+    // reference's sum of x * (d*q) in another order. Only the T == 1 gemv comes here in
+    // practice (n > kGemmTokens packs W to f32 first).
     for (int64_t b = k0 / kQ8BlockSize; b < k1 / kQ8BlockSize; ++b) {
       if constexpr (T == 1 && S::kGemvPrefetch > 0) {
+        // One prefetch per 64-byte line is enough: blocks are 34 bytes.
+        if ((b & 1) == 0) {
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-          __builtin_prefetch(wr[r] + b * int64_t(sizeof(BlockQ8_0)) + S::kGemvPrefetch, 0, 3);
+          for (int r = 0; r < R; ++r)
+            __builtin_prefetch(wr[r] + b * int64_t(sizeof(BlockQ8_0)) + S::kGemvPrefetch, 0, 3);
+        }
       }
-      V dv[R];
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) dv[r] = S::set1(S::f16(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].d));
+      V blk[R][T];
 #pragma GCC unroll 32
       for (int sub = 0; sub < kQ8BlockSize; sub += W) {
         V wv[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-          wv[r] = S::mul(S::load_q8(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].qs + sub), dv[r]);
+        for (int r = 0; r < R; ++r) wv[r] = S::load_q8(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].qs + sub);
         const int64_t k = b * kQ8BlockSize + sub;
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
           const V xv = S::load(xt[t] + k);
 #pragma GCC unroll 16
-          for (int r = 0; r < R; ++r) acc[r][t] = S::fma(wv[r], xv, acc[r][t]);
+          for (int r = 0; r < R; ++r) blk[r][t] = sub == 0 ? S::mul(wv[r], xv) : S::fma(wv[r], xv, blk[r][t]);
         }
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const V dv = S::set1(S::f16(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].d));
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) acc[r][t] = S::fma(blk[r][t], dv, acc[r][t]);
       }
     }
   } else {
