@@ -90,7 +90,7 @@ const Case kCases[] = {
     {2, 1, 7, 33, 5},     {3, 3, 17, 65, 3},    {4, 1, 80, 200, 2},
 };
 
-TEST(Attention, MatchesReference) {
+TEST(KernelsAttention, MatchesReference) {
   ThreadPool pool(2);
   uint64_t seed = 1;
   for (const Case& c : kCases)
@@ -118,7 +118,7 @@ TEST(Attention, MatchesReference) {
 
 // The same cache stored in shuffled blocks of 16 positions, head-major inside a block, gives the
 // same bits as the contiguous layout (same operations in the same order).
-TEST(Attention, PagedEqualsContiguous) {
+TEST(KernelsAttention, PagedEqualsContiguous) {
   ThreadPool pool(2);
   const Case c{8, 2, 64, 150, 9};
   const Data d = make_data(c, 77);
@@ -168,7 +168,7 @@ TEST(Attention, PagedEqualsContiguous) {
 // equals attention over all keys. Prefill queries at positions 0..n-1, so early queries see no
 // key of the later ranges (their partial LSE is -inf). Metric: the bound of the header for the
 // full key count, plus (n_parts + 4) * u * max|V| for the merge.
-TEST(Attention, HelixSplitMergeEqualsFull) {
+TEST(KernelsAttention, HelixSplitMergeEqualsFull) {
   const Case c{4, 2, 64, 61, 61};
   const Data d = make_data(c, 99);
   const KvView kv = KvView::contiguous(d.k.data(), d.v.data(), c.n_kv_heads, c.head_dim, c.n_ctx);
@@ -210,7 +210,7 @@ TEST(Attention, HelixSplitMergeEqualsFull) {
 
 // GQA heads are grouped per work item by thread count (1 thread: all 8 heads of the kv head
 // walk the keys together; 3 threads: one head per item). Same operations per head, same bits.
-TEST(Attention, HeadGroupingDoesNotChangeBits) {
+TEST(KernelsAttention, HeadGroupingDoesNotChangeBits) {
   ThreadPool pool3(3);
   for (const Case& c : {Case{8, 1, 64, 300, 1}, Case{12, 2, 96, 77, 2}, Case{16, 2, 128, 150, 5}}) {
     const Data d = make_data(c, 11);
@@ -227,7 +227,7 @@ TEST(Attention, HeadGroupingDoesNotChangeBits) {
   }
 }
 
-TEST(Attention, MergeAllEmptyAndSingle) {
+TEST(KernelsAttention, MergeAllEmptyAndSingle) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const float o1[2] = {1, 2}, o2[2] = {3, 4}, l1[1] = {ninf}, l2[1] = {ninf};
   const float* parts[2] = {o1, o2};
@@ -252,7 +252,7 @@ TEST(Attention, MergeAllEmptyAndSingle) {
   EXPECT_FLOAT_EQ(lse, 0.5f + std::log(2.0f));
 }
 
-TEST(Attention, NoKeysGivesZeroAndMinusInf) {
+TEST(KernelsAttention, NoKeysGivesZeroAndMinusInf) {
   const Case c{2, 1, 16, 10, 2};
   const Data d = make_data(c, 3);
   const KvView kv = KvView::contiguous(d.k.data(), d.v.data(), 1, 16, 10);

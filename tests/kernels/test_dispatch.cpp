@@ -8,7 +8,7 @@
 namespace loom {
 namespace {
 
-TEST(Dispatch, PathsAreConsistentWithFeatures) {
+TEST(KernelsDispatch, PathsAreConsistentWithFeatures) {
   const auto paths = kernels::available_kernel_paths();
   ASSERT_FALSE(paths.empty());
   EXPECT_STREQ(paths.front(), "scalar");
@@ -22,13 +22,13 @@ TEST(Dispatch, PathsAreConsistentWithFeatures) {
   }
 }
 
-TEST(Dispatch, UnknownPathIsAnError) {
+TEST(KernelsDispatch, UnknownPathIsAnError) {
   EXPECT_THROW(kernels::set_kernel_path_for_testing("sse9"), Error);
 }
 
 // Run by ctest with LOOM_KERNELS set and this test alone (tests/kernels/tests.cmake):
 // LOOM_TEST_EXPECT_PATH names the path the process must have picked.
-TEST(Dispatch, EnvChoosesPath) {
+TEST(KernelsDispatch, EnvChoosesPath) {
   const char* want = std::getenv("LOOM_TEST_EXPECT_PATH");
   if (!want) GTEST_SKIP() << "LOOM_TEST_EXPECT_PATH not set (run through ctest: kernels_env_*)";
   const auto paths = kernels::available_kernel_paths();

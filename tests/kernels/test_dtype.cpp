@@ -13,7 +13,7 @@ __attribute__((target("f16c"))) uint16_t hw_f32_to_f16(float f) { return _cvtss_
 
 bool is_f16_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
 
-TEST(Dtype, F16RoundTripAll65536) {
+TEST(KernelsDtype, F16RoundTripAll65536) {
   for (uint32_t i = 0; i < 65536; ++i) {
     const uint16_t h = uint16_t(i);
     const float f = f16_to_f32(h);
@@ -27,7 +27,7 @@ TEST(Dtype, F16RoundTripAll65536) {
 }
 
 // The software conversions against the F16C instructions (where the CPU has them).
-TEST(Dtype, F16MatchesHardware) {
+TEST(KernelsDtype, F16MatchesHardware) {
   if (!kernels::cpu_features().f16c) GTEST_SKIP() << "CPU has no F16C";
   for (uint32_t i = 0; i < 65536; ++i) {
     const uint16_t h = uint16_t(i);
@@ -45,7 +45,7 @@ TEST(Dtype, F16MatchesHardware) {
 }
 
 // bf16 rounding against an independent nearest-even choice between the two neighbours.
-TEST(Dtype, Bf16RoundsToNearestEven) {
+TEST(KernelsDtype, Bf16RoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   EXPECT_EQ(f32_to_bf16(bits_to_f32(0x3f808000u)), 0x3f80);  // tie, even stays
   EXPECT_EQ(f32_to_bf16(bits_to_f32(0x3f818000u)), 0x3f82);  // tie, odd rounds up
@@ -66,7 +66,7 @@ TEST(Dtype, Bf16RoundsToNearestEven) {
 
 // q8_0: x_hat = f16(d) * q with d = amax/127 and q = round(x/d). Bound per element:
 // |x - x_hat| <= |x - d*q| + |q| * |d - f16(d)| <= d/2 * (1 + 1e-6) + 127 * |d - f16(d)|.
-TEST(Dtype, Q8_0ErrorBound) {
+TEST(KernelsDtype, Q8_0ErrorBound) {
   Rng rng(5);
   for (double scale : {1e-3, 1.0, 300.0}) {
     const int64_t n = 32 * 67;

@@ -9,7 +9,7 @@ namespace {
 // rmsnorm. Metric: |out - ref| <= (dim + 8) * u * |ref| + 1e-30. Why: the f32 sum of squares is
 // within dim*u relative of the exact one (all terms positive), its inverse square root halves
 // that, and the two products add 2u; the reference is double.
-TEST(Elementwise, RmsnormMatchesReference) {
+TEST(KernelsElementwise, RmsnormMatchesReference) {
   uint64_t seed = 1;
   for (int64_t dim : {1, 7, 16, 97, 288, 4096 + 7})
     for (int64_t n : {1, 3, 17}) {
@@ -35,7 +35,7 @@ TEST(Elementwise, RmsnormMatchesReference) {
 // libm) is within ~3 ulp, 1 + e, the division and the product add one rounding each; for very
 // negative gates the exp's relative error carries over unchanged. 16 u leaves margin for
 // neither more. Gates cover [-30, 30] and exact zeros.
-TEST(Elementwise, SwigluMatchesReference) {
+TEST(KernelsElementwise, SwigluMatchesReference) {
   uint64_t seed = 50;
   for (int64_t n : {1, 7, 17, 97, 1000 + 3}) {
     Rng rng(seed++);
@@ -58,7 +58,7 @@ TEST(Elementwise, SwigluMatchesReference) {
   }
 }
 
-TEST(Elementwise, AddBiasStrided) {
+TEST(KernelsElementwise, AddBiasStrided) {
   std::vector<float> x(3 * 5, 1.0f);
   const float bias[4] = {1, 2, 3, 4};
   kernels::add_bias(x.data(), 3, 5, bias, 4);
@@ -69,7 +69,7 @@ TEST(Elementwise, AddBiasStrided) {
 }
 
 // rope_inv_freq without scaling: theta^(-2i/hd) (checked in double).
-TEST(Rope, InvFreqPlain) {
+TEST(KernelsRope, InvFreqPlain) {
   kernels::RopeParams p;
   p.head_dim = 64;
   p.theta = 10000.0f;
@@ -83,7 +83,7 @@ TEST(Rope, InvFreqPlain) {
 // Llama-3.1 scaling (factor 8, low 1, high 4, original 8192, theta 500000, head_dim 128), checked
 // by its defining properties: wavelength < 2048 kept, > 8192 divided by 8, the band in between
 // blended; values taken by hand from the formula in HF's _compute_llama3_parameters.
-TEST(Rope, InvFreqLlama3) {
+TEST(KernelsRope, InvFreqLlama3) {
   kernels::RopeParams p;
   p.head_dim = 128;
   p.theta = 500000.0f;
@@ -125,7 +125,7 @@ TEST(Rope, InvFreqLlama3) {
 
 // rope. Metric: |out - ref| <= 4 * u * (|a| + |b|) for each rotated pair (a, b). Why: cos and sin
 // are rounded to f32 (u each), two products and a sum add 2u; the reference rotates in double.
-TEST(Rope, MatchesReferenceBothConventions) {
+TEST(KernelsRope, MatchesReferenceBothConventions) {
   uint64_t seed = 7;
   for (bool interleaved : {true, false})
     for (int hd : {2, 16, 64, 96, 128})
@@ -164,7 +164,7 @@ TEST(Rope, MatchesReferenceBothConventions) {
 }
 
 // The convention: interleaved rotates (x[2i], x[2i+1]); half-split rotates (x[i], x[i + hd/2]).
-TEST(Rope, ConventionsRotateTheRightPairs) {
+TEST(KernelsRope, ConventionsRotateTheRightPairs) {
   kernels::RopeParams p;
   p.head_dim = 4;
   p.theta = 1.0f;  // inv_freq = {1, 1}

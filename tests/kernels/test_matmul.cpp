@@ -84,28 +84,28 @@ void run_case(DType dtype, int64_t n, int64_t rows, int64_t cols, ThreadPool* po
 
 const int64_t kTokens[] = {1, 2, 3, 7, 17, 97};
 
-TEST(Matmul, F32OddShapes) {
+TEST(KernelsMatmul, F32OddShapes) {
   uint64_t seed = 1;
   for (int64_t n : kTokens)
     for (int64_t cols : {1, 7, 97, 160})
       for (int64_t rows : {1, 5, 33}) run_case(DType::F32, n, rows, cols, nullptr, seed++);
 }
 
-TEST(Matmul, F16OddShapes) {
+TEST(KernelsMatmul, F16OddShapes) {
   uint64_t seed = 100;
   for (int64_t n : kTokens)
     for (int64_t cols : {1, 7, 97, 160})
       for (int64_t rows : {1, 5, 33}) run_case(DType::F16, n, rows, cols, nullptr, seed++);
 }
 
-TEST(Matmul, Bf16OddShapes) {
+TEST(KernelsMatmul, Bf16OddShapes) {
   uint64_t seed = 200;
   for (int64_t n : kTokens)
     for (int64_t cols : {1, 7, 97, 160})
       for (int64_t rows : {1, 5, 33}) run_case(DType::BF16, n, rows, cols, nullptr, seed++);
 }
 
-TEST(Matmul, Q8_0Shapes) {
+TEST(KernelsMatmul, Q8_0Shapes) {
   uint64_t seed = 300;
   for (int64_t n : kTokens)
     for (int64_t cols : {32, 96, 160, 1024 + 32})
@@ -113,7 +113,7 @@ TEST(Matmul, Q8_0Shapes) {
 }
 
 // Large enough to be threaded (and to cross the gemm column chunk of 1024), on 2 and 3 threads.
-TEST(Matmul, Threaded) {
+TEST(KernelsMatmul, Threaded) {
   ThreadPool pool2(2), pool3(3);
   uint64_t seed = 400;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
@@ -124,7 +124,7 @@ TEST(Matmul, Threaded) {
     }
 }
 
-TEST(Matmul, Accumulate) {
+TEST(KernelsMatmul, Accumulate) {
   ThreadPool pool(2);
   uint64_t seed = 500;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
@@ -135,14 +135,14 @@ TEST(Matmul, Accumulate) {
 }
 
 // Rows further apart than their size (padding bytes hold garbage).
-TEST(Matmul, StridedRows) {
+TEST(KernelsMatmul, StridedRows) {
   uint64_t seed = 600;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
     for (int64_t n : {1, 7}) run_case(dt, n, 19, dt == DType::Q8_0 ? 96 : 97, nullptr, seed++, false, 40);
 }
 
 // A column block of a wider matrix (the TP row-parallel shard of Wo / W_down) and a row block.
-TEST(Matmul, ColumnAndRowBlocks) {
+TEST(KernelsMatmul, ColumnAndRowBlocks) {
   ThreadPool pool(2);
   uint64_t seed = 700;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
@@ -172,7 +172,7 @@ TEST(Matmul, ColumnAndRowBlocks) {
     }
 }
 
-TEST(Matmul, ZeroColumnsGivesZero) {
+TEST(KernelsMatmul, ZeroColumnsGivesZero) {
   std::vector<float> x(4, 1.0f), y(6, 5.0f);
   float wdata[1] = {0};
   WeightView w{wdata, DType::F32, 3, 0, 0};

@@ -10,7 +10,7 @@ namespace {
 
 using kernels::SamplingParams;
 
-TEST(Sampling, ArgmaxLowestIndexOnTies) {
+TEST(KernelsSampling, ArgmaxLowestIndexOnTies) {
   const float a[6] = {1, 3, 2, 3, -1, 3};
   EXPECT_EQ(kernels::argmax(a, 6), 1);
   EXPECT_EQ(kernels::argmax(a, 1), 0);
@@ -18,7 +18,7 @@ TEST(Sampling, ArgmaxLowestIndexOnTies) {
   EXPECT_EQ(kernels::argmax(b, 3), 0);
 }
 
-TEST(Sampling, GreedyAndTopK1AreArgmax) {
+TEST(KernelsSampling, GreedyAndTopK1AreArgmax) {
   Rng rng(1);
   for (int n : {1, 2, 7, 97, 32000}) {
     auto logits = test::random_vec(rng, size_t(n), 3.0);
@@ -38,7 +38,7 @@ TEST(Sampling, GreedyAndTopK1AreArgmax) {
 
 // The optimised sampler follows the same procedure with the same floating-point operations
 // (kernels.h), so it must return exactly the reference's token for every input.
-TEST(Sampling, SameTokenAsReference) {
+TEST(KernelsSampling, SameTokenAsReference) {
   Rng rng(2);
   const SamplingParams params[] = {{1.0f, 0, 1.0f},  {0.7f, 40, 1.0f}, {0.7f, 0, 0.9f},  {1.2f, 50, 0.95f},
                                    {0.5f, 3, 0.5f},  {2.0f, 0, 0.1f},  {1.0f, 100000, 0.99f}, {1.0f, 2, 1.0f}};
@@ -93,7 +93,7 @@ std::vector<double> expected_probs(const std::vector<float>& logits, const Sampl
 // Pearson's chi-square over the kept tokens must stay below the 0.9999 quantile of chi2 with
 // (kept - 1) degrees of freedom; tokens with probability 0 must never be drawn. The seed is
 // fixed, so the test is deterministic; the quantile says how unlikely a correct sampler fails.
-TEST(Sampling, EmpiricalDistributionMatches) {
+TEST(KernelsSampling, EmpiricalDistributionMatches) {
   const double chi2_9999[] = {0, 15.14, 18.42, 21.11, 23.51, 25.74, 27.86, 29.88, 31.83, 33.72};
   const std::vector<float> logits = {0.3f, 1.2f, -0.5f, 2.0f, 0.0f, 1.1f, -2.0f, 0.7f, 1.9f, -0.1f};
   const SamplingParams params[] = {{1.0f, 0, 1.0f}, {0.6f, 0, 1.0f}, {1.0f, 4, 1.0f}, {1.0f, 0, 0.8f}, {1.5f, 6, 0.9f}};

@@ -1,7 +1,7 @@
 # LOOM_KERNELS forces a lower kernel path: the dispatch test alone in a fresh process per value.
 foreach(path scalar avx2)
   add_test(NAME kernels_env_${path}
-           COMMAND test_kernels --gtest_filter=Dispatch.EnvChoosesPath)
+           COMMAND test_kernels --gtest_filter=KernelsDispatch.EnvChoosesPath)
   set_tests_properties(kernels_env_${path} PROPERTIES
                        ENVIRONMENT "LOOM_KERNELS=${path};LOOM_TEST_EXPECT_PATH=${path}")
 endforeach()
