@@ -7,13 +7,15 @@
 
 namespace loom {
 
-ModelShape ModelShape::from(const ModelConfig& cfg) {
-  return ModelShape{cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.n_layers, cfg.d_model};
+ModelShape ModelShape::from(const ModelConfig& cfg, int weight_block) {
+  return ModelShape{cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.n_layers, cfg.d_model, weight_block};
 }
 
 std::string ModelShape::to_string() const {
-  return cat("heads=", n_heads, " kv_heads=", n_kv_heads, " head_dim=", head_dim, " ffn=", ffn_dim,
-             " layers=", n_layers, " d_model=", d_model);
+  std::string s = cat("heads=", n_heads, " kv_heads=", n_kv_heads, " head_dim=", head_dim, " ffn=", ffn_dim,
+                      " layers=", n_layers, " d_model=", d_model);
+  if (weight_block != 1) s += cat(" weight_block=", weight_block);
+  return s;
 }
 
 std::string to_string(const Range& r) { return cat("[", r.begin, ",", r.end, ")"); }
@@ -269,9 +271,13 @@ void validate(const Plan& plan_in, const ModelShape& m) {
   if (p.shift && p.kvp > 1) fail("plan shift: applies to an sp x tp base, not to kvp=", p.kvp);
   const int H = m.n_heads, K = m.n_kv_heads, F = m.ffn_dim, L = m.n_layers;
 
+  if (m.weight_block < 1) fail("weight block=", m.weight_block, " must be >= 1");
+  const int wb = m.weight_block;
   if (p.kvp == 1) {
     if (H % p.tp != 0) fail("tp=", p.tp, " does not divide num_attention_heads=", H);
-    check_kv_rule("tp", p.tp, K);
+    // Plain TP holds the KV heads of its query heads, whatever K is (see ModelShape); SP's
+    // all-to-all needs the even rule.
+    if (p.sp > 1) check_kv_rule("tp", p.tp, K);
     if (p.sp > 1) {
       const int P = p.sp * p.tp;
       if (H % P != 0)
@@ -290,11 +296,18 @@ void validate(const Plan& plan_in, const ModelShape& m) {
     if (p.kv_block < 1) fail("plan block=", p.kv_block, " must be >= 1");
   }
   const int fd = p.ffn_degree();
-  if (F % fd != 0) {
-    if (p.kvp > 1) fail("kvp*tpa=", fd, " does not divide intermediate_size=", F);
-    if (p.shift) fail("sp*tp=", fd, " (shift config) does not divide intermediate_size=", F);
-    fail("tp=", fd, " does not divide intermediate_size=", F);
-  }
+  const std::string fd_name = p.kvp > 1 ? cat("kvp*tpa=", fd) : p.shift ? cat("sp*tp=", fd, " (shift config)")
+                                                                       : cat("tp=", fd);
+  if (F % wb != 0)
+    fail("intermediate_size=", F, " is not a multiple of the weight block of ", wb, " columns");
+  if (F / wb < fd)
+    fail(fd_name, " needs at least ", fd, " FFN units of ", wb, " column", wb > 1 ? "s" : "",
+         ", intermediate_size=", F, " has ", F / wb);
+  // Wo is split by input columns along head boundaries: every shard must be whole blocks.
+  const int out_heads = p.kvp > 1 ? H / (p.kvp * p.tp) : p.shift ? H / (p.sp * p.tp) : H / p.tp;
+  if (int64_t(out_heads) * m.head_dim % wb != 0)
+    fail(fd_name, " gives each rank ", out_heads, " heads of head_dim=", m.head_dim, " = ",
+         int64_t(out_heads) * m.head_dim, " Wo columns, not a multiple of the weight block of ", wb);
   if (p.stage_layers.empty()) {
     if (p.pp > L) fail("pp=", p.pp, " exceeds num_hidden_layers=", L);
     if (L % p.pp != 0)
@@ -396,7 +409,10 @@ RankLayout rank_layout(const Plan& plan_in, const ModelShape& m, int rank) {
   r.ffn_degree = p.ffn_degree();
   r.ffn_group = fm.group(rank, Axis::Tp);
   r.ffn_index = fm.coord(rank, Axis::Tp);
-  r.ffn = Range{int64_t(r.ffn_index) * F / r.ffn_degree, int64_t(r.ffn_index + 1) * F / r.ffn_degree};
+  // Floor split of U = F / weight_block units (see ModelShape): uneven by at most one unit.
+  const int64_t wb = m.weight_block, units = F / wb;
+  r.ffn = Range{wb * (int64_t(r.ffn_index) * units / r.ffn_degree),
+                wb * (int64_t(r.ffn_index + 1) * units / r.ffn_degree)};
   r.weights = p.weights;
   return r;
 }

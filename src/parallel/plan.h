@@ -33,6 +33,27 @@ namespace loom {
 struct ModelConfig;
 
 // The sizes of a model that decide whether a layout divides it.
+//
+// What validate() accepts (the rule: reject only what cannot run at all):
+// - Query heads must split evenly: H % (TP degree) == 0 (and H % (sp*tp), H % (kvp*tpa)).
+// - Plain TP (sp == kvp == 1) accepts any KV head count: rank r holds exactly the KV heads its
+//   query heads use (query head q uses KV head q / G), a contiguous range. When t divides K these
+//   are disjoint ([r*K/t, (r+1)*K/t)); when K divides t each is the single head r*K/t replicated
+//   on t/K ranks (PLANS.md); otherwise (e.g. K=6, t=4: ranks {0,1},{1,2},{3,4},{4,5}) a KV head
+//   whose G query heads straddle two ranks is held, projected and cached by both. That costs a
+//   little duplicated KV memory and Wk/Wv work but no communication, so it is allowed.
+//   SP x TP and Helix keep the even rules (their all-to-alls replicate KV heads evenly).
+// - The FFN (and any column split) is cut in units of `weight_block` columns (the weight dtype's
+//   block: 1 for f32/f16/bf16, 32 for q8_0, since a q8_0 row cannot be cut inside a block).
+//   With U = F / weight_block units and degree n, FFN shard i is the units
+//   [floor(i*U/n), floor((i+1)*U/n)): contiguous, sizes differing by at most one unit, and for
+//   F % n == 0 exactly PLANS.md's [i*F/n, (i+1)*F/n). Uneven shards are accepted because real
+//   models do not divide (stories260K: F = 172 = 4*43 must run at tp=8, shards of 21 and 22);
+//   the cost is a load imbalance of one unit. The floor form (rather than "the first U % n get
+//   one more") keeps Shift 3.3.2 slicing valid: with n = s*t the shift shards sp + s*tp cover
+//   exactly base shard tp, since floor(s*tp*U/(s*t)) = floor(tp*U/t). Rejected: F not a multiple
+//   of the block, fewer units than shards (an empty shard), and Wo column shards (heads per rank
+//   * head_dim) that are not whole blocks.
 struct ModelShape {
   int n_heads = 0;     // query heads H
   int n_kv_heads = 0;  // KV heads K (H % K == 0)
@@ -40,8 +61,9 @@ struct ModelShape {
   int ffn_dim = 0;     // SwiGLU width F
   int n_layers = 0;    // L
   int d_model = 0;     // hidden size d
+  int weight_block = 1;  // columns per weight dtype block (dtype_block_elems): 1, or 32 for q8_0
 
-  static ModelShape from(const ModelConfig& cfg);
+  static ModelShape from(const ModelConfig& cfg, int weight_block = 1);
   int group_size() const { return n_heads / n_kv_heads; }  // G: query heads per KV head
   std::string to_string() const;
   bool operator==(const ModelShape&) const = default;
@@ -148,7 +170,7 @@ struct RankLayout {
   std::vector<int> out_heads;      // heads whose Wo input columns it holds
   // FFN (and Wo) tensor parallelism
   int ffn_degree = 1, ffn_index = 0;
-  Range ffn;                       // [ffn_index*F/deg, (ffn_index+1)*F/deg)
+  Range ffn;                       // weight_block * [i*U/deg, (i+1)*U/deg), U = F/weight_block
   std::vector<int> ffn_group;      // global ranks of its FFN TP group, by shard index
   WeightSource weights = WeightSource::Resident;
 

@@ -2,6 +2,7 @@
 // ../shared/docs/PLANS.md in this file (not from the code under test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -108,10 +109,12 @@ TEST(Plan, ParseErrorsNameTheItem) {
 
 TEST(Plan, ValidateNamesTheSizes) {
   expect_error([] { validate(Plan::parse("tp=3"), kStories); }, "tp=3 does not divide num_attention_heads=8");
-  // 24 heads split 4 or 8 ways, but 6 KV heads neither split nor replicate evenly over them.
-  expect_error([] { validate(Plan::parse("tp=4"), kSynth); }, "tp=4 does not divide num_key_value_heads=6");
-  expect_error([] { validate(Plan::parse("tp=8"), kSynth); },
-               "tp=8 is neither a divisor nor a multiple of num_key_value_heads=6");
+  // 24 heads split 4 or 8 ways; 6 KV heads neither split nor replicate evenly over them, which
+  // plain TP accepts (a rank holds the KV heads of its query heads, some on two ranks).
+  EXPECT_NO_THROW(validate(Plan::parse("tp=4"), kSynth));
+  EXPECT_NO_THROW(validate(Plan::parse("tp=8"), kSynth));
+  // ... but SP's all-to-all needs the even rule for its TP degree.
+  expect_error([] { validate(Plan::parse("sp=2,tp=4"), kSynth); }, "tp=4 does not divide num_key_value_heads=6");
   expect_error([] { validate(Plan::parse("sp=3,tp=2"), kStories); },
                "sp*tp=6 (sp=3, tp=2) does not divide num_attention_heads=8");
   expect_error([] { validate(Plan::parse("sp=4,tp=2"), kSynth); }, "sp*tp (sp=4, tp=2)=8 is neither");
@@ -125,35 +128,49 @@ TEST(Plan, ValidateNamesTheSizes) {
                "layers= sums to 4 layers, num_hidden_layers=5");
   ModelShape odd_ffn = kStories;
   odd_ffn.ffn_dim = 172;  // the real stories260K FFN width
-  expect_error([] { validate(Plan::parse("tp=8"), ModelShape{8, 4, 8, 172, 5, 64}); },
-               "tp=8 does not divide intermediate_size=172");
+  // Uneven FFN shards are accepted down to one unit per rank (f32: one column).
+  EXPECT_NO_THROW(validate(Plan::parse("tp=8"), odd_ffn));
   EXPECT_NO_THROW(validate(Plan::parse("tp=4"), odd_ffn));
-  expect_error([&] { validate(Plan::parse("shift:sp=2,tp=4"), odd_ffn); },
-               "sp*tp=8 (shift config) does not divide intermediate_size=172");
+  EXPECT_NO_THROW(validate(Plan::parse("shift:sp=2,tp=4"), odd_ffn));
+  expect_error([] { validate(Plan::parse("tp=8"), ModelShape{8, 4, 8, 7, 5, 64}); },
+               "tp=8 needs at least 8 FFN units of 1 column, intermediate_size=7 has 7");
+  expect_error([] { validate(Plan::parse("kvp=2,tpa=4"), ModelShape{8, 4, 8, 7, 5, 64}); },
+               "kvp*tpa=8 needs at least 8 FFN units");
+  // q8_0 (blocks of 32 columns): F must be whole blocks, one block per rank at least, and the
+  // Wo column shard (heads per rank * head_dim) whole blocks too.
+  expect_error([] { validate(Plan::parse("tp=2"), ModelShape{8, 4, 32, 172, 5, 256, 32}); },
+               "intermediate_size=172 is not a multiple of the weight block of 32 columns");
+  expect_error([] { validate(Plan::parse("tp=8"), ModelShape{8, 4, 32, 160, 5, 256, 32}); },
+               "tp=8 needs at least 8 FFN units of 32 columns, intermediate_size=160 has 5");
+  expect_error([] { validate(Plan::parse("tp=8"), ModelShape{8, 4, 8, 320, 5, 64, 32}); },
+               "tp=8 gives each rank 1 heads of head_dim=8 = 8 Wo columns, not a multiple of the weight block of 32");
+  EXPECT_NO_THROW(validate(Plan::parse("tp=4"), ModelShape{8, 4, 16, 160, 5, 128, 32}));
   expect_error([] { rank_layout(Plan::parse("tp=2"), kStories, 2); }, "rank 2 is outside plan tp=2");
-  for (const char* ok : {"tp=1", "tp=2", "tp=4", "tp=8", "dp=3", "sp=2,tp=4", "shift:sp=8", "pp=5",
+  for (const char* ok : {"tp=1", "tp=2", "tp=4", "tp=8", "dp=3", "dp=2,tp=2", "sp=2,tp=4", "shift:sp=8", "pp=5",
                          "pp=2,layers=2+3", "kvp=2,tpa=4", "kvp=8,tpa=1", "dp=2,pp=5,tp=2"})
     EXPECT_NO_THROW(validate(Plan::parse(ok), kStories)) << ok;
 }
 
 // PLANS.md TP(t): query heads [r*H/t, (r+1)*H/t); KV heads [r*K/t, (r+1)*K/t) for t <= K, the
-// single head r*K/t for t > K; FFN [r*F/t, (r+1)*F/t).
+// single head r*K/t for t > K; FFN [r*F/t, (r+1)*F/t). When neither t | K nor K | t, a rank holds
+// the KV heads of its query heads: [first_q / G, last_q / G] (plan.h, ModelShape).
 TEST(Plan, TensorParallelHeadRanges) {
   for (const ModelShape& m : {kStories, kSynth}) {
-    const int H = m.n_heads, K = m.n_kv_heads, F = m.ffn_dim;
+    const int H = m.n_heads, K = m.n_kv_heads, F = m.ffn_dim, G = H / K;
     for (int t : {1, 2, 3, 4, 6, 8, 12, 24}) {
-      if (H % t != 0) continue;
-      const bool ok = (t <= K && K % t == 0) || (t > K && t % K == 0);
-      if (!ok) {
+      if (H % t != 0) {
         EXPECT_THROW(validate(Plan::make_tp(t), m), Error) << "H=" << H << " t=" << t;
         continue;
       }
+      const bool even = (t <= K && K % t == 0) || (t > K && t % K == 0);
       std::vector<int> q_seen(H, 0), kv_seen(K, 0);
       for (int r = 0; r < t; ++r) {
         const RankLayout lay = rank_layout(Plan::make_tp(t), m, r);
         EXPECT_EQ(lay.q_heads, range_list(r * H / t, (r + 1) * H / t));
         EXPECT_EQ(lay.proj_q_heads, lay.q_heads);
-        const std::vector<int> kv = t <= K ? range_list(r * K / t, (r + 1) * K / t) : std::vector<int>{r * K / t};
+        const std::vector<int> kv = !even    ? range_list(r * H / t / G, ((r + 1) * H / t - 1) / G + 1)
+                                    : t <= K ? range_list(r * K / t, (r + 1) * K / t)
+                                             : std::vector<int>{r * K / t};
         EXPECT_EQ(lay.kv_heads, kv) << "H=" << H << " t=" << t << " r=" << r;
         EXPECT_EQ(lay.ffn, (Range{int64_t(r) * F / t, int64_t(r + 1) * F / t}));
         EXPECT_EQ(lay.ffn_group, range_list(0, t));
@@ -165,13 +182,55 @@ TEST(Plan, TensorParallelHeadRanges) {
         for (int h : lay.kv_heads) ++kv_seen[h];
       }
       for (int c : q_seen) EXPECT_EQ(c, 1);
-      for (int c : kv_seen) EXPECT_EQ(c, t > K ? t / K : 1) << "GQA replication factor t/K";
+      if (even) {
+        for (int c : kv_seen) EXPECT_EQ(c, t > K ? t / K : 1) << "GQA replication factor t/K";
+      }
+      for (int c : kv_seen) EXPECT_GE(c, 1) << "every KV head is held somewhere";
     }
   }
   // Literal: stories260K at t=8 (t > K): KV head of rank r is r/2.
   const int kv_of_rank[8] = {0, 0, 1, 1, 2, 2, 3, 3};
   for (int r = 0; r < 8; ++r)
     EXPECT_EQ(rank_layout(Plan::make_tp(8), kStories, r).kv_heads, (std::vector<int>{kv_of_rank[r]}));
+  // Literal: 24 heads / 6 KV heads (G = 4) at t=4: query heads 6r..6r+5; KV heads 1 and 4 are on
+  // two ranks each.
+  const std::vector<std::vector<int>> kv4 = {{0, 1}, {1, 2}, {3, 4}, {4, 5}};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(rank_layout(Plan::make_tp(4), kSynth, r).kv_heads, kv4[r]);
+  // t=8: query heads 3r..3r+2.
+  const std::vector<std::vector<int>> kv8 = {{0}, {0, 1}, {1, 2}, {2}, {3}, {3, 4}, {4, 5}, {5}};
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(rank_layout(Plan::make_tp(8), kSynth, r).kv_heads, kv8[r]);
+}
+
+// Uneven FFN shards (plan.h): units of weight_block columns, shard i = [floor(i*U/n), floor((i+1)*U/n)).
+TEST(Plan, UnevenFfnShards) {
+  // stories260K's real F = 172 at t=8: 21.5 per rank -> 21, 22, 21, 22, ... (written out by hand).
+  const ModelShape stories{8, 4, 8, 172, 5, 64};
+  const int64_t b8[9] = {0, 21, 43, 64, 86, 107, 129, 150, 172};
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(rank_layout(Plan::make_tp(8), stories, r).ffn, (Range{b8[r], b8[r + 1]}));
+  // q8_0: F = 320 = 10 blocks of 32 at t=4 -> 2, 3, 2, 3 blocks.
+  const ModelShape q8{8, 4, 16, 320, 2, 128, 32};
+  const int64_t b4[5] = {0, 64, 160, 224, 320};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(rank_layout(Plan::make_tp(4), q8, r).ffn, (Range{b4[r], b4[r + 1]}));
+  // Shards tile [0, F), contiguous, sizes within one unit, for awkward sizes.
+  for (int F : {1, 7, 17, 97, 172}) {
+    for (int t : {1, 2, 4, 8}) {
+      const ModelShape m{8, 4, 8, F, 1, 64};
+      if (F < t) {
+        EXPECT_THROW(validate(Plan::make_tp(t), m), Error) << "F=" << F << " t=" << t;
+        continue;
+      }
+      int64_t next = 0, lo = F, hi = 0;
+      for (int r = 0; r < t; ++r) {
+        const Range f = rank_layout(Plan::make_tp(t), m, r).ffn;
+        EXPECT_EQ(f.begin, next);
+        next = f.end;
+        lo = std::min(lo, f.size()), hi = std::max(hi, f.size());
+      }
+      EXPECT_EQ(next, F);
+      EXPECT_LE(hi - lo, 1) << "F=" << F << " t=" << t;
+      EXPECT_GE(lo, 1);
+    }
+  }
 }
 
 TEST(Plan, DataAndPipelineParallel) {
@@ -236,7 +295,8 @@ TEST(Plan, UlyssesHeadsAfterAllToAll) {
         if (H % P != 0) continue;
         const auto rule_ok = [&](int d) { return d <= K ? K % d == 0 : d % K == 0; };
         const Plan plan = Plan::make_sp_tp(s, t);
-        if (!rule_ok(t) || !rule_ok(P)) {
+        // s == 1 is plain TP, which accepts any K (plan.h).
+        if (s > 1 && (!rule_ok(t) || !rule_ok(P))) {
           EXPECT_THROW(validate(plan, m), Error) << "s=" << s << " t=" << t;
           continue;
         }
