@@ -617,7 +617,10 @@ Vocab gguf_vocab(const GgufFile& f) {
   } else {
     fail("GGUF key 'tokenizer.ggml.model' = '", model, "' is not supported (loom reads llama, gpt2)");
   }
+  // llama.cpp's converter spells the Llama-3 pre-tokenizer "llama-bpe" (llama.cpp also accepts
+  // "llama3", "llama-v3", "smaug-bpe", "falcon3" for the same regex); loom calls it "llama3".
   v.pre = f.get_string("tokenizer.ggml.pre", "default");
+  if (v.pre == "llama-bpe" || v.pre == "llama-v3" || v.pre == "smaug-bpe" || v.pre == "falcon3") v.pre = "llama3";
   const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
   if (!tokens) fail("GGUF '", f.path(), "': missing key 'tokenizer.ggml.tokens'");
   if (!tokens->is_array() || tokens->elem_type != GgufType::String)
@@ -665,7 +668,8 @@ Vocab gguf_vocab(const GgufFile& f) {
 
 void gguf_put_vocab(GgufWriter& w, const Vocab& v) {
   w.set("tokenizer.ggml.model", GgufValue::string(v.kind == VocabKind::Spm ? "llama" : "gpt2"));
-  if (v.kind == VocabKind::Bpe) w.set("tokenizer.ggml.pre", GgufValue::string(v.pre));
+  if (v.kind == VocabKind::Bpe)
+    w.set("tokenizer.ggml.pre", GgufValue::string(v.pre == "llama3" ? "llama-bpe" : v.pre));
   w.set("tokenizer.ggml.tokens", GgufValue::string_array(v.tokens));
   if (!v.scores.empty()) w.set("tokenizer.ggml.scores", GgufValue::f32_array(v.scores));
   if (!v.types.empty()) {

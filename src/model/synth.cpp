@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <memory>
 #include <numbers>
@@ -272,16 +273,20 @@ std::vector<float> llama3_rope_freq_factors(const ModelConfig& c) {
 namespace {
 
 // Generates the rows of `t` in chunks (in parallel), converts them to `dtype`, hands each chunk
-// to `sink`. source_row maps a stored row to the generated (HF) row.
+// to `sink` in order. While the sink writes one chunk (on another thread), the next is generated
+// into the other buffer. source_row maps a stored row to the generated (HF) row.
 template <typename Sink, typename SourceRow>
 void stream_tensor(ThreadPool* pool, uint64_t seed, const SynthTensor& t, DType dtype, SourceRow source_row,
-                   std::vector<uint8_t>& buf, Sink&& sink) {
+                   std::vector<uint8_t> (&bufs)[2], Sink&& sink) {
   const int64_t row_bytes = dtype_row_bytes(dtype, t.cols);
   const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(8) << 20) / row_bytes);
   const int nth = pool ? pool->size() : 1;
   std::vector<std::vector<float>> scratch(size_t(nth), std::vector<float>(size_t(t.cols)));
-  for (int64_t r0 = 0; r0 < t.rows; r0 += chunk_rows) {
+  std::future<void> pending;
+  int which = 0;
+  for (int64_t r0 = 0; r0 < t.rows; r0 += chunk_rows, which ^= 1) {
     const int64_t n = std::min(chunk_rows, t.rows - r0);
+    std::vector<uint8_t>& buf = bufs[which];
     buf.resize(size_t(n * row_bytes));
     parallel_run(pool, [&](int ith, int nth_) {
       auto [b, e] = ThreadPool::split(n, ith, nth_);
@@ -291,8 +296,10 @@ void stream_tensor(ThreadPool* pool, uint64_t seed, const SynthTensor& t, DType 
         quantize_row(dtype, tmp, buf.data() + r * row_bytes, t.cols);
       }
     });
-    sink(buf.data(), size_t(n * row_bytes));
+    if (pending.valid()) pending.get();  // the previous chunk is written; rethrows its error
+    pending = std::async(std::launch::async, [&sink, &buf, n, row_bytes] { sink(buf.data(), size_t(n * row_bytes)); });
   }
+  if (pending.valid()) pending.get();
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -324,7 +331,7 @@ SynthResult write_synth_model(const SynthOptions& o, const std::string& out) {
   const auto tensors = synth_tensors(c);
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
-  std::vector<uint8_t> buf;
+  std::vector<uint8_t> buf[2];
   SynthResult res;
   auto identity = [](int64_t r) { return r; };
 

@@ -9,6 +9,7 @@
 
 #include "model/gguf.h"
 #include "model/hf_config.h"
+#include "model/info.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
 #include "model/synth.h"
@@ -76,6 +77,9 @@ void expect_weights_match(const Model& m, uint64_t seed, DType dtype, DType vect
   }
 }
 
+// Qwen2 layout (QKV biases, half-split RoPE in GGUF too, no Q/K permutation), awkward sizes.
+const char* kQwen2Mini = "d=96,layers=2,heads=3,kv_heads=1,ffn=224,vocab=419,ctx=64,arch=qwen2,tok=qwen2,theta=1000000";
+
 struct Case {
   std::string shape, format;
   DType dtype;
@@ -88,7 +92,7 @@ TEST_P(FormatsRoundTrip, LoadedWeightsEqualWhatTheWriterMeant) {
   const Case& k = GetParam();
   const std::string dir = test::temp_dir();
   SynthOptions o;
-  o.shape = synth_shape(k.shape);
+  o.shape = k.shape == "qwen2-mini" ? parse_synth_dims(kQwen2Mini) : synth_shape(k.shape);
   o.dtype = k.dtype;
   o.format = k.format;
   o.seed = 97;
@@ -111,9 +115,11 @@ TEST_P(FormatsRoundTrip, LoadedWeightsEqualWhatTheWriterMeant) {
   EXPECT_EQ(c.tied_embeddings, want.tied_embeddings);
   EXPECT_FLOAT_EQ(c.rope_theta, want.rope_theta);
   EXPECT_FLOAT_EQ(c.rms_eps, want.rms_eps);
-  EXPECT_EQ(c.rope_style, k.format == "gguf" ? RopeStyle::Interleaved : RopeStyle::HalfSplit);
-  const bool gguf = k.format == "gguf";
-  expect_weights_match(*m, o.seed, k.dtype, gguf ? DType::F32 : k.dtype, gguf);
+  const bool gguf = k.format == "gguf", qwen = k.shape == "qwen2-mini";
+  EXPECT_EQ(c.rope_style, gguf && !qwen ? RopeStyle::Interleaved : RopeStyle::HalfSplit);
+  EXPECT_EQ(c.qkv_bias, qwen);
+  EXPECT_EQ(c.arch, qwen ? "qwen2" : "llama");
+  expect_weights_match(*m, o.seed, k.dtype, gguf ? DType::F32 : k.dtype, gguf && !qwen);
 
   // The embedded / companion vocabulary comes back as written.
   const Vocab v = load_vocab(r.model_path, "");
@@ -139,6 +145,9 @@ std::vector<Case> all_cases() {
     for (DType d : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) cs.push_back({shape, "gguf", d});
     for (DType d : {DType::F32, DType::F16, DType::BF16}) cs.push_back({shape, "safetensors", d});
   }
+  cs.push_back({"qwen2-mini", "gguf", DType::Q8_0});
+  cs.push_back({"qwen2-mini", "gguf", DType::F16});
+  cs.push_back({"qwen2-mini", "safetensors", DType::BF16});
   return cs;
 }
 
@@ -349,6 +358,14 @@ TEST(FormatsGguf, VocabRoundTrip) {
   EXPECT_FALSE(u.add_bos);
   EXPECT_FALSE(u.add_space_prefix);
   EXPECT_EQ(u.chat_template, v.chat_template);
+  // Llama-3's pre-tokenizer is written as llama.cpp's converter spells it and read back as "llama3".
+  v.pre = "llama3";
+  GgufWriter w3;
+  gguf_put_vocab(w3, v);
+  w3.begin(path);
+  w3.finish();
+  EXPECT_EQ(GgufFile(path).get_string("tokenizer.ggml.pre"), "llama-bpe");
+  EXPECT_EQ(gguf_vocab(GgufFile(path)).pre, "llama3");
 
   Vocab s;
   s.kind = VocabKind::Spm;
@@ -519,6 +536,48 @@ TEST(FormatsSynth, ShapesAndOptions) {
   o.format = "onnx";
   o.dtype = DType::F16;
   test::expect_error([&] { check_synth_options(o); }, {"onnx"});
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// `loom info` numbers, from the file's tensors, against what the config implies.
+TEST(FormatsInfo, CountsAndDtypeMix) {
+  const std::string dir = test::temp_dir();
+  SynthOptions o;
+  o.shape = synth_shape("gqa-24x6");
+  o.dtype = DType::Q8_0;
+  write_synth_model(o, dir + "/m.gguf");
+  const ModelSummary g = summarize_model(dir + "/m.gguf");
+  const ModelConfig& c = g.config;
+  EXPECT_EQ(g.format, "gguf");
+  EXPECT_EQ(g.n_params, c.param_count());
+  // tied: embedding + 7 matrices per layer in q8_0; 2 norms per layer + output_norm in f32
+  EXPECT_EQ(g.n_tensors, 1 + 9 * c.n_layers + 1);
+  ASSERT_EQ(g.dtypes.size(), 2u);
+  EXPECT_EQ(g.dtypes[0].dtype, "Q8_0");
+  EXPECT_EQ(g.dtypes[0].tensors, 1 + 7 * c.n_layers);
+  EXPECT_EQ(g.dtypes[1].dtype, "F32");
+  EXPECT_EQ(g.dtypes[1].params, int64_t(2 * c.n_layers + 1) * c.d_model);
+  EXPECT_EQ(g.dtypes[1].bytes, g.dtypes[1].params * 4);
+  EXPECT_EQ(g.dtypes[0].bytes, g.dtypes[0].params / 32 * 34);
+  EXPECT_EQ(g.weight_bytes, g.dtypes[0].bytes + g.dtypes[1].bytes);
+  const std::string text = format_model_summary(g, true);
+  EXPECT_NE(text.find("Q8_0"), std::string::npos);
+  EXPECT_NE(text.find("blk.1.ffn_down.weight"), std::string::npos);
+
+  o.format = "safetensors";
+  o.dtype = DType::BF16;
+  write_synth_model(o, dir + "/st");
+  const ModelSummary s = summarize_model(dir + "/st/model.safetensors");
+  EXPECT_EQ(s.format, "safetensors");
+  EXPECT_EQ(s.n_params, c.param_count());
+  ASSERT_EQ(s.dtypes.size(), 1u);
+  EXPECT_EQ(s.dtypes[0].dtype, "BF16");
+  EXPECT_EQ(s.weight_bytes, c.param_count() * 2);
 }
 
 }  // namespace
