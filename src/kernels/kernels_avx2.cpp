@@ -11,6 +11,7 @@ struct Avx2 {
   using V = __m256;
   static constexpr int kW = 8;
   static constexpr int kGemvRows = 8, kGemmRows = 2, kGemmTokens = 4;
+  static constexpr int kPackMinTokens = 24;  // batches above this pack W to f32 (measured crossover)
   // gemv: 8 rows in flight plus a software prefetch 512 bytes ahead on each: one core keeps
   // enough DRAM requests outstanding (measured: q8_0 9.9 -> 13.3 GB/s, f16 12.5 -> 14.8 GB/s).
   static constexpr int kGemvPrefetch = 512;

@@ -62,8 +62,8 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
   if constexpr (D == DType::Q8_0) {
     // k0, k1 are multiples of 32: whole blocks. Per block, sum q * x over its 32 weights, then
     // one FMA with the scale d: d*q is exact in f32 (11 + 8 significant bits), so this is the
-    // reference's sum of x * (d*q) in another order. Only the T == 1 gemv comes here in
-    // practice (n > kGemmTokens packs W to f32 first).
+    // reference's sum of x * (d*q) in another order. This is the T == 1 gemv (n > kGemmTokens
+    // packs W to f32 first).
     for (int64_t b = k0 / kQ8BlockSize; b < k1 / kQ8BlockSize; ++b) {
       if constexpr (T == 1 && S::kGemvPrefetch > 0) {
         // One prefetch per 64-byte line is enough: blocks are 34 bytes.
@@ -72,6 +72,29 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
           for (int r = 0; r < R; ++r)
             __builtin_prefetch(wr[r] + b * int64_t(sizeof(BlockQ8_0)) + S::kGemvPrefetch, 0, 3);
         }
+      }
+      if constexpr (T > 1) {
+        // Small batches (n <= kGemmTokens): dequantize each weight vector (w = d * q, one mul
+        // amortised over T tokens) and FMA as for f32; the per-block sums below would need
+        // 2*R*T live vectors.
+        V dv[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) dv[r] = S::set1(S::f16(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].d));
+#pragma GCC unroll 32
+        for (int sub = 0; sub < kQ8BlockSize; sub += W) {
+          V wv[R];
+#pragma GCC unroll 16
+          for (int r = 0; r < R; ++r)
+            wv[r] = S::mul(S::load_q8(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].qs + sub), dv[r]);
+          const int64_t k = b * kQ8BlockSize + sub;
+#pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) {
+            const V xv = S::load(xt[t] + k);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) acc[r][t] = S::fma(wv[r], xv, acc[r][t]);
+          }
+        }
+        continue;
       }
       V blk[R][T];
 #pragma GCC unroll 32
@@ -175,11 +198,18 @@ void matmul_rows_t(const MatmulArgs& a, int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) a.y[t * a.ldy + r] = 0.0f;
     return;
   }
-  if (n <= kTok) {  // decode gemv (and tiny batches): stream each row once, whole rows, in place
-    if (n == 1) {
-      matmul_strip<S, D, S::kGemvRows, 1>(a, r0, r1, 0, 0, cols, !a.accumulate);
-    } else {
-      matmul_tail_tokens<S, D, kRows, kTok>(a, r0, r1, 0, n, 0, cols, !a.accumulate);
+  if (n == 1) {  // decode gemv: stream each row once, whole rows, in place
+    matmul_strip<S, D, S::kGemvRows, 1>(a, r0, r1, 0, 0, cols, !a.accumulate);
+    return;
+  }
+  if (n <= S::kPackMinTokens) {
+    // Small batches: in place, one kRows-row W tile at a time (it stays in L2) under all token
+    // blocks, so W comes from memory once and each weight is converted once per token block.
+    for (int64_t rr = r0; rr < r1; rr += kRows) {
+      const int64_t re = rr + kRows < r1 ? rr + kRows : r1;
+      int64_t t = 0;
+      for (; t + kTok <= n; t += kTok) matmul_strip<S, D, kRows, kTok>(a, rr, re, t, 0, cols, !a.accumulate);
+      if (t < n) matmul_tail_tokens<S, D, kRows, kTok - 1>(a, rr, re, t, n - t, 0, cols, !a.accumulate);
     }
     return;
   }

@@ -117,7 +117,7 @@ TEST(KernelsMatmul, Threaded) {
   ThreadPool pool2(2), pool3(3);
   uint64_t seed = 400;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
-    for (int64_t n : {1, 4, 6, 17}) {  // gemv; in-place tile; packed gemm with a 2-token tail
+    for (int64_t n : {1, 4, 6, 17, 26, 33}) {  // gemv; in-place tiles; packed gemm (n > 24), tails
       const int64_t cols = dt == DType::Q8_0 ? 2048 + 96 : 2048 + 97;
       run_case(dt, n, 133, cols, &pool2, seed++);
       run_case(dt, n, 133, cols, &pool3, seed++);
@@ -128,7 +128,7 @@ TEST(KernelsMatmul, Accumulate) {
   ThreadPool pool(2);
   uint64_t seed = 500;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
-    for (int64_t n : {1, 3, 17}) {
+    for (int64_t n : {1, 3, 17, 33}) {
       run_case(dt, n, 37, dt == DType::Q8_0 ? 1056 : 1057, nullptr, seed++, true);
       run_case(dt, n, 101, dt == DType::Q8_0 ? 2080 : 2081, &pool, seed++, true);
     }
@@ -146,7 +146,7 @@ TEST(KernelsMatmul, ColumnAndRowBlocks) {
   ThreadPool pool(2);
   uint64_t seed = 700;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
-    for (int64_t n : {1, 3, 17}) {
+    for (int64_t n : {1, 3, 17, 33}) {
       SCOPED_TRACE(cat(dtype_name(dt), " n=", n));
       Rng rng(seed++);
       const int64_t rows = 70, cols = 1024 + 64 * 3;
