@@ -1,0 +1,69 @@
+// Foundation bad-input cases of `loom generate` and `loom info`: each must exit non-zero with
+// one line on stderr naming the offending value (never a crash, never a stack of messages).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_util.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+using test::expect_one_line_error;
+using test::run_loom;
+using test::run_loom_stderr;
+
+// A one-layer model with a 32-token context and a 512-token vocabulary.
+constexpr const char* kSmallCtxDims = "--dims d=64,layers=1,heads=4,kv_heads=2,ffn=128,vocab=512,ctx=32";
+
+TEST(CliErrors, GenerateMissingModelFile) {
+  const std::string missing = test::temp_dir() + "/no-such-model.gguf";
+  expect_one_line_error(run_loom_stderr("generate -m " + missing + " -n 4"), {missing});
+}
+
+TEST(CliErrors, GenerateTruncatedModelFile) {
+  const std::string dir = test::temp_dir();
+  const std::string full = test::synth_model(dir, "tiny.gguf", "--shape tiny");
+  const std::string bytes = test::read_text(full);
+  ASSERT_GT(bytes.size(), 1000u);
+  const std::string cut = dir + "/cut.gguf";
+  test::write_text(cut, bytes.substr(0, bytes.size() / 2));
+  // The message names the first tensor whose data is missing and says the file is truncated.
+  expect_one_line_error(run_loom_stderr("generate -m " + cut + " -n 4"), {"tensor '", "truncated"});
+}
+
+TEST(CliErrors, GeneratePromptLongerThanContext) {
+  const std::string dir = test::temp_dir();
+  const std::string model = test::synth_model(dir, "ctx32.gguf", kSmallCtxDims);
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "once upon a time ";
+  expect_one_line_error(run_loom_stderr("generate -m " + model + " -n 1 -p '" + prompt + "'"), {"prompt", "32"});
+}
+
+TEST(CliErrors, GenerateTokensPastContext) {
+  const std::string dir = test::temp_dir();
+  const std::string model = test::synth_model(dir, "ctx32.gguf", kSmallCtxDims);
+  expect_one_line_error(run_loom_stderr("generate -m " + model + " -n 40 -p 'once'"), {"-n 40", "32"});
+  // Within the context the same command works (the limit is the context, not -n itself).
+  const auto ok = run_loom("generate -m " + model + " -n 8 -p 'once'");
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+}
+
+TEST(CliErrors, GenerateTokenizerVocabularyDisagrees) {
+  const std::string dir = test::temp_dir();
+  const std::string model = test::synth_model(dir, "v512.gguf", kSmallCtxDims);
+  const std::string other =
+      test::synth_model(dir, "v1024.gguf", "--dims d=64,layers=1,heads=4,kv_heads=2,ffn=128,vocab=1024,ctx=32");
+  expect_one_line_error(run_loom_stderr("generate -m " + model + " -t " + other + " -n 2 -p 'once'"),
+                        {"1024", "512"});
+}
+
+TEST(CliErrors, InfoMissingFile) {
+  const std::string missing = test::temp_dir() + "/nothing-here.gguf";
+  expect_one_line_error(run_loom_stderr("info " + missing), {missing});
+}
+
+}  // namespace
+}  // namespace loom
