@@ -22,6 +22,24 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
     LOOM_CHECK(kv >= shard_.kv_head_begin && kv < shard_.kv_head_begin + shard_.n_kv_heads,
                "query head ", shard_.q_head_begin + h, " needs kv head ", kv);
   }
+  {
+    const int hq = shard_.n_q_heads, hk = shard_.n_kv_heads, G = c.group_size();
+    bool uniform = hq % hk == 0;
+    for (int h = 0; uniform && h < hq; ++h)
+      uniform = (shard_.q_head_begin + h) / G - shard_.kv_head_begin == h / (hq / hk);
+    if (uniform) {
+      head_runs_.push_back({0, hq, 0, hk});
+    } else {
+      for (int h = 0; h < hq; ++h) {
+        const int kv = (shard_.q_head_begin + h) / G - shard_.kv_head_begin;
+        if (!head_runs_.empty() && head_runs_.back().kv_begin == kv) {
+          ++head_runs_.back().n_q;
+        } else {
+          head_runs_.push_back({h, 1, kv, 1});
+        }
+      }
+    }
+  }
   for (const LayerWeights& L : model_->layers) {
     LayerShard s;
     s.wq = L.wq.row_block(int64_t(shard_.q_head_begin) * dh, int64_t(shard_.n_q_heads) * dh);
@@ -99,7 +117,6 @@ int Transformer::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<f
   }
 
   const float scale = 1.0f / std::sqrt(float(dh));
-  kernels::AttentionShape ashape{hq, hk, int(dh), scale};
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& LW = model_->layers[size_t(l)];
@@ -137,17 +154,20 @@ int Transformer::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<f
     }
     t0 = 0;
     for (const ForwardSeq& s : batch.seqs) {
-      if (s.n_tokens > 0) {
+      for (const HeadRun& run : head_runs_) {
+        if (s.n_tokens == 0) break;
         kernels::KvView view;
-        view.k = kl;
-        view.v = vl;
+        view.k = kl + run.kv_begin * lay.floats_per_head_block();
+        view.v = vl + run.kv_begin * lay.floats_per_head_block();
         view.block_table = s.block_table;
         view.block_size = lay.block_size;
         view.block_stride = lay.floats_per_block();
         view.head_stride = lay.floats_per_head_block();
         view.pos_stride = dh;
-        kernels::attention(q_.data() + t0 * q_dim, s.n_tokens, q_dim, pos_.data() + t0, view, 0,
-                           s.start_pos + s.n_tokens, ashape, att_.data() + t0 * q_dim, q_dim, nullptr, pool_);
+        const kernels::AttentionShape ashape{run.n_q, run.n_kv, int(dh), scale};
+        kernels::attention(q_.data() + t0 * q_dim + run.q_begin * dh, s.n_tokens, q_dim, pos_.data() + t0, view, 0,
+                           s.start_pos + s.n_tokens, ashape, att_.data() + t0 * q_dim + run.q_begin * dh, q_dim,
+                           nullptr, pool_);
       }
       t0 += s.n_tokens;
     }

@@ -1,0 +1,106 @@
+// The engine on many ranks: a plan (parallel/plan.h) executed by SPMD ranks over a communicator
+// (comm/world.h). Today's plans: TP(t) (Megatron, PLANS.md), DP(d) (independent replicas), and
+// DP(d) x TP(t); other degrees (pp, sp, kvp, shift) are rejected with a message.
+//
+// Ranks: plan rank = dp*t + tp (plan.h). Each DP replica is one TP group; its rank 0 (tp == 0)
+// owns a Scheduler + EngineLoop driving a DistExecutor (dist_executor.h: step descriptor
+// broadcast, sharded forward, logits and sampling on the group's rank 0); the other ranks of the
+// group run run_follower(). The replica leaders form a second group ("leaders", ordered by dp).
+//
+// Request routing (DP): request `id` runs on replica ((id % d) + d) % d, the rule KvPlacement
+// assumes (kv_placement.h, "DP convention"). DistEngine::run() broadcasts the requests to the
+// replica leaders, each runs its share to completion, and the finished sequences and their
+// metrics come back to world rank 0.
+//
+// Start-up, on every rank, in this order, so that errors name the cause on every rank:
+//   1. parse the plan; check_agreement("plan") over the world (ranks started with different
+//      --plan fail on every rank, naming the values); plan size == world size;
+//   2. load the model (memory-mapped: no weight bytes are read yet), validate(plan, shape) —
+//      a layout that does not divide the model fails here, before any shard, KV cache or
+//      transformer is built — and check_agreement("model and engine config") on a hash of the
+//      plan, the model's config and weight dtype, and the engine config;
+//   3. split the TP group and the leaders group; size the KV cache: each rank computes the blocks
+//      its budget holds for ITS KV heads, the world takes the minimum (all ranks use the same
+//      block ids, so every cache must have the same number of blocks);
+//   4. build the shard (views of the mapped weights), the KV cache and, on leaders, the loop.
+// A rank that throws anywhere (unreadable model file, bad plan, a failing step) fails its peers
+// through the communicator within the comm timeout: local ranks throw "rank R failed: ..." and
+// run_distributed rethrows the original error; mpi prints "loom: rank R failed: ..." and aborts
+// the job (comm/world.h).
+//
+// For `loom generate` and `loom bench offline`: call run_distributed(options, driver). The driver
+// runs on world rank 0 only, with a DistEngine (an Engine-like handle); when it returns the other
+// ranks are released and run_distributed returns on every rank. Output belongs to the driver
+// (only rank 0 prints). Example:
+//   DistOptions o; o.comm = "local"; o.ranks = 4; o.plan = "tp=4"; o.model_path = path;
+//   run_distributed(o, [&](DistEngine& e) { auto done = e.run(requests); ... e.metrics() ... });
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/engine.h"
+#include "parallel/plan.h"
+
+namespace loom {
+
+struct DistOptions {
+  std::string comm = "local";  // single | local | mpi (comm/world.h)
+  int ranks = 1;               // world size; mpi: 0 = as many as mpirun started (else must match)
+  std::string plan = "tp=1";   // plan.h string form; its size must equal the world size
+  std::string model_path;
+  // Per replica (max_num_seqs, token budget, block size...). engine.threads = worker threads PER
+  // RANK; 0 picks 1 on the local backend with several ranks (ranks are threads already), cores /
+  // ranks-on-this-host under mpi (OMPI_COMM_WORLD_LOCAL_SIZE), else default_thread_count().
+  // kv_cache_bytes is per rank; without it each rank takes kv_cache_fraction of MemAvailable
+  // divided by the ranks sharing this process.
+  EngineConfig engine;
+  CommOptions comm_options;
+  // How rank `world_rank` gets its model; default load_model(model_path). Tests use it to inject
+  // a failure on one rank.
+  std::function<std::shared_ptr<const Model>(int world_rank)> load_model;
+};
+
+// World rank 0's handle on the distributed engine. Not thread-safe (one driver thread), except
+// loop().submit()/cancel() as EngineLoop documents.
+class DistEngine {
+ public:
+  virtual ~DistEngine() = default;
+  virtual const ModelConfig& model_config() const = 0;
+  virtual std::shared_ptr<const Model> model() const = 0;
+  virtual const Plan& plan() const = 0;
+  virtual std::string_view backend() const = 0;
+  virtual int world_size() const = 0;
+  virtual int num_replicas() const = 0;  // plan.dp
+  virtual int threads_per_rank() const = 0;
+  virtual int num_kv_blocks() const = 0;  // per rank (equal on all ranks)
+  virtual const EngineConfig& config() const = 0;
+
+  // Replica 0's scheduler, loop and clock (drive them directly for live, single-replica use,
+  // e.g. streaming with loop().on_token; replicas 1.. only run through run()).
+  virtual Scheduler& scheduler() = 0;
+  virtual EngineLoop& loop() = 0;
+  virtual Clock& clock() = 0;
+  // Replica 0's metrics, plus, after run(), the requests and steps of the other replicas (their
+  // times shifted onto this clock by the difference of the replicas' run() start times).
+  virtual Metrics& metrics() = 0;
+
+  // Runs `requests` (arrival_s relative to now; ids unique) to completion on their replicas
+  // (id % dp); returns every finished sequence (rejected ones included) in finishing order.
+  // Throws loom::Error if the group failed during the run.
+  virtual std::vector<Sequence> run(std::vector<Request> requests) = 0;
+};
+
+// Runs the engine described by `options` on every rank this process hosts (see above), calling
+// `driver` on world rank 0. Throws loom::Error on a user error (naming the value and limit) or
+// when a rank failed.
+void run_distributed(const DistOptions& options, const std::function<void(DistEngine&)>& driver);
+
+// The replica that runs request `id` under dp replicas.
+inline int replica_of(RequestId id, int dp) { return int(((id % dp) + dp) % dp); }
+
+}  // namespace loom

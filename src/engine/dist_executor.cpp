@@ -1,0 +1,105 @@
+#include "engine/dist_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "core/error.h"
+#include "engine/step_codec.h"
+
+namespace loom {
+
+namespace {
+
+// Broadcast of one descriptor from group rank 0: the inline buffer carries [u64 size][payload
+// prefix]; the rest, if any, follows in a second broadcast. Every rank calls it; on rank 0 `wire`
+// is the payload, on the others it receives it.
+void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::vector<uint8_t>& inl) {
+  constexpr size_t kHead = sizeof(uint64_t), kRoom = DistExecutor::kInlineBytes - kHead;
+  inl.resize(DistExecutor::kInlineBytes);
+  const bool root = group.rank() == 0;
+  if (root) {
+    const uint64_t n = wire.size();
+    std::memcpy(inl.data(), &n, kHead);
+    std::memcpy(inl.data() + kHead, wire.data(), std::min<size_t>(n, kRoom));
+  }
+  group.broadcast(inl.data(), inl.size(), 0);
+  uint64_t n = 0;
+  std::memcpy(&n, inl.data(), kHead);
+  if (!root) {
+    wire.resize(size_t(n));
+    std::memcpy(wire.data(), inl.data() + kHead, std::min<size_t>(size_t(n), kRoom));
+  }
+  if (n > kRoom) group.broadcast(wire.data() + kRoom, size_t(n) - kRoom, 0);
+}
+
+}  // namespace
+
+void to_forward_batch(const StepBatch& batch, int num_blocks, bool with_logits, ForwardBatch& fb) {
+  fb.tokens.clear();
+  fb.seqs.clear();
+  for (const ScheduledSeq& s : batch.seqs) {
+    LOOM_CHECK(int(s.token_ids.size()) == s.num_tokens);
+    fb.tokens.insert(fb.tokens.end(), s.token_ids.begin(), s.token_ids.end());
+    for (BlockId b : s.block_ids) LOOM_CHECK(b >= 0 && b < num_blocks, "block id ", b, " of ", num_blocks);
+    ForwardSeq f;
+    f.start_pos = s.start;
+    f.n_tokens = s.num_tokens;
+    f.block_table = s.block_ids.data();
+    f.n_blocks = int(s.block_ids.size());
+    f.want_logits = with_logits && s.sample;
+    fb.seqs.push_back(f);
+  }
+}
+
+DistExecutor::DistExecutor(Communicator& group, Transformer& model, KvStorage& kv)
+    : group_(group), kernel_(model, kv) {
+  LOOM_CHECK(group.rank() == 0, "the DistExecutor runs on rank 0 of its group, not ", group.rank());
+}
+
+StepResult DistExecutor::execute(const StepBatch& batch) {
+  if (broken_) fail(error_);
+  try {
+    if (group_.size() > 1) {
+      encode_step(batch, wire_);
+      broadcast_descriptor(group_, wire_, inline_);
+    }
+    // The kernel executor runs this rank's shard (the Transformer all-reduces with the
+    // followers), computes the sampled rows' logits and samples.
+    return kernel_.execute(batch);
+  } catch (const std::exception& e) {
+    // Any failure here leaves the followers somewhere inside this step: the group is unusable.
+    broken_ = true;
+    error_ = e.what();
+    throw;
+  }
+}
+
+void DistExecutor::stop() {
+  if (stopped_ || broken_) return;
+  stopped_ = true;
+  if (group_.size() == 1) return;
+  wire_ = encode_stop();
+  broadcast_descriptor(group_, wire_, inline_);
+}
+
+int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv) {
+  LOOM_CHECK(group.rank() != 0, "rank 0 of a group leads; it does not follow");
+  std::vector<uint8_t> wire, inl;
+  ForwardBatch fb;
+  std::vector<float> logits;
+  int64_t steps = 0;
+  while (true) {
+    broadcast_descriptor(group, wire, inl);
+    DecodedStep d = decode_step(wire.data(), wire.size());
+    if (d.command == StepCommand::kStop) return steps;
+    if (d.batch.block_size != kv.layout.block_size)
+      fail("step ", d.batch.step_index, " uses KV blocks of ", d.batch.block_size, " tokens, this rank's cache ",
+           kv.layout.block_size);
+    to_forward_batch(d.batch, kv.layout.num_blocks, false, fb);
+    model.forward(fb, kv, logits);
+    ++steps;
+  }
+}
+
+}  // namespace loom

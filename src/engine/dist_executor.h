@@ -1,0 +1,80 @@
+// SPMD execution of the engine's steps over a TP group (ARCHITECTURE.md "Ranks and the step
+// loop"; PLANS.md "TP(t) — Megatron").
+//
+// Every rank of the group holds a Transformer over its shard (ShardSpec: its query heads, the KV
+// heads they use, its FFN columns; Wo/W_down partial sums all-reduced over the group) and its own
+// KvStorage with the SAME block ids as every other rank (same num_blocks; each stores only its KV
+// heads). Rank 0 of the group owns the Scheduler and the EngineLoop; its StepExecutor is a
+// DistExecutor:
+//   execute(batch): 1. broadcast the step descriptor (step_codec.h) over the group;
+//                   2. run its shard of the forward pass, which all-reduces with the followers;
+//                   3. compute the logits of the sampled positions and sample (rank 0 only).
+// Ranks 1.. run run_follower(): receive a descriptor, run the same forward pass without logits,
+// repeat until the stop command.
+//
+// Descriptor transport: one broadcast of a fixed kInlineBytes buffer per step (size word +
+// payload); a descriptor larger than that (long prefill chunks) follows in a second broadcast.
+//
+// Logits: the classifier is NOT sharded. After the last layer's all-reduce every rank holds the
+// same final hidden states bit for bit (the all-reduce is deterministic and returns identical
+// bits to all ranks), so rank 0 computes rmsnorm + classifier for the sampled rows itself and
+// followers skip it. This costs rank 0 vocab*d MACs per sampled token that a vocab-sharded
+// classifier would split t ways (plus a gather of logits); for the models this engine runs on CPU
+// so far (vocab <= 128K, few sampled rows per step) the simpler form was chosen; sharding the
+// classifier is a local change here.
+//
+// Failures: a communicator error (a peer failed or timed out) makes the group unusable; the
+// executor remembers the first one (broken()) and fails every later step at once without touching
+// the communicator, so the loop drains quickly and the caller can rethrow error().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/step.h"
+#include "engine/executor.h"
+#include "engine/transformer.h"
+
+namespace loom {
+
+class DistExecutor : public StepExecutor {
+ public:
+  // Bytes of the per-step broadcast (a size word and up to kInlineBytes - 8 descriptor bytes).
+  static constexpr std::size_t kInlineBytes = 4096;
+
+  // `group` is the TP group (this rank is its rank 0); `model`/`kv` this rank's shard. All must
+  // outlive the executor.
+  DistExecutor(Communicator& group, Transformer& model, KvStorage& kv);
+
+  StepResult execute(const StepBatch& batch) override;
+
+  // Sends the stop command to the followers (once; later calls and calls on a broken group do
+  // nothing). Call before the group is destroyed when the engine is done.
+  void stop();
+
+  bool broken() const { return broken_; }
+  const std::string& error() const { return error_; }
+  int64_t num_steps() const { return kernel_.num_steps(); }
+
+ private:
+  Communicator& group_;
+  KernelExecutor kernel_;
+  std::vector<uint8_t> wire_, inline_;
+  bool stopped_ = false;
+  bool broken_ = false;
+  std::string error_;
+};
+
+// The loop of a TP group's rank != 0: executes the descriptors broadcast by rank 0 with this
+// rank's shard until the stop command. Returns the number of steps executed. Throws loom::Error
+// when the group fails (a peer failed, a timeout) or a descriptor is malformed.
+int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv);
+
+// Builds the forward batch of `batch` (block ids checked against `num_blocks`); want_logits
+// follows ScheduledSeq::sample when `with_logits`, else is false everywhere. `fb` keeps pointers
+// into `batch`.
+void to_forward_batch(const StepBatch& batch, int num_blocks, bool with_logits, ForwardBatch& fb);
+
+}  // namespace loom

@@ -1,0 +1,157 @@
+#include "engine/step_codec.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace loom {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x5054534c;  // "LSTP"
+constexpr uint32_t kVersion = 1;
+
+class Writer {
+ public:
+  explicit Writer(std::vector<uint8_t>& out) : out_(out) { out_.clear(); }
+  template <typename T>
+  void put(T v) {
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+  void put_bytes(const void* p, size_t n) {
+    const size_t at = out_.size();
+    out_.resize(at + n);
+    if (n) std::memcpy(out_.data() + at, p, n);
+  }
+
+ private:
+  std::vector<uint8_t>& out_;
+};
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  template <typename T>
+  T get(const char* what) {
+    T v;
+    need(sizeof(T), what);
+    std::memcpy(&v, p_ + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  void get_bytes(void* dst, size_t n, const char* what) {
+    need(n, what);
+    if (n) std::memcpy(dst, p_ + at_, n);
+    at_ += n;
+  }
+  size_t left() const { return n_ - at_; }
+
+ private:
+  void need(size_t n, const char* what) {
+    if (n > n_ - at_)
+      fail("step descriptor truncated: ", what, " needs ", n, " bytes at offset ", at_, ", ", n_ - at_, " left");
+  }
+  const uint8_t* p_;
+  size_t n_, at_ = 0;
+};
+
+void put_header(Writer& w, StepCommand c) {
+  w.put<uint32_t>(kMagic);
+  w.put<uint32_t>(kVersion);
+  w.put<uint32_t>(uint32_t(c));
+}
+
+}  // namespace
+
+void encode_step(const StepBatch& b, std::vector<uint8_t>& out) {
+  Writer w(out);
+  put_header(w, StepCommand::kStep);
+  w.put<int64_t>(b.step_index);
+  w.put<int32_t>(b.block_size);
+  w.put<uint32_t>(uint32_t(b.plan.size()));
+  w.put_bytes(b.plan.data(), b.plan.size());
+  w.put<uint32_t>(uint32_t(b.seqs.size()));
+  for (const ScheduledSeq& s : b.seqs) {
+    LOOM_CHECK(int(s.token_ids.size()) == s.num_tokens, "sequence ", s.seq_id, ": ", s.token_ids.size(),
+               " token ids for ", s.num_tokens, " tokens");
+    w.put<int64_t>(s.seq_id);
+    w.put<int32_t>(s.start);
+    w.put<int32_t>(s.num_tokens);
+    w.put<uint8_t>(uint8_t((s.is_prefill ? 1 : 0) | (s.sample ? 2 : 0)));
+    w.put<float>(s.sampling.temperature);
+    w.put<float>(s.sampling.top_p);
+    w.put<int32_t>(s.sampling.top_k);
+    w.put<uint64_t>(s.sampling.seed);
+    w.put<int32_t>(s.priority);
+    w.put<uint32_t>(uint32_t(s.block_ids.size()));
+    w.put_bytes(s.token_ids.data(), s.token_ids.size() * sizeof(TokenId));
+    w.put_bytes(s.block_ids.data(), s.block_ids.size() * sizeof(BlockId));
+  }
+}
+
+std::vector<uint8_t> encode_stop() {
+  std::vector<uint8_t> out;
+  Writer w(out);
+  put_header(w, StepCommand::kStop);
+  return out;
+}
+
+DecodedStep decode_step(const uint8_t* data, size_t bytes) {
+  static_assert(sizeof(TokenId) == 4 && sizeof(BlockId) == 4, "wire format uses 32-bit ids");
+  Reader r(data, bytes);
+  const uint32_t magic = r.get<uint32_t>("magic");
+  if (magic != kMagic) fail("step descriptor: bad magic ", magic, " (not a loom step descriptor)");
+  const uint32_t version = r.get<uint32_t>("version");
+  if (version != kVersion) fail("step descriptor version ", version, ", this build reads ", kVersion);
+  const uint32_t cmd = r.get<uint32_t>("command");
+  DecodedStep d;
+  if (cmd == uint32_t(StepCommand::kStop)) {
+    d.command = StepCommand::kStop;
+    return d;
+  }
+  if (cmd != uint32_t(StepCommand::kStep)) fail("step descriptor: unknown command ", cmd);
+  d.command = StepCommand::kStep;
+  StepBatch& b = d.batch;
+  b.step_index = r.get<int64_t>("step_index");
+  b.block_size = r.get<int32_t>("block_size");
+  const uint32_t plan_len = r.get<uint32_t>("plan length");
+  if (plan_len > r.left()) fail("step descriptor: plan length ", plan_len, " exceeds the ", r.left(), " bytes left");
+  b.plan.resize(plan_len);
+  r.get_bytes(b.plan.data(), plan_len, "plan");
+  const uint32_t n_seqs = r.get<uint32_t>("sequence count");
+  if (n_seqs > r.left()) fail("step descriptor: ", n_seqs, " sequences in ", r.left(), " bytes");
+  b.seqs.resize(n_seqs);
+  for (ScheduledSeq& s : b.seqs) {
+    s.seq_id = r.get<int64_t>("seq_id");
+    s.start = r.get<int32_t>("start");
+    s.num_tokens = r.get<int32_t>("num_tokens");
+    const uint8_t flags = r.get<uint8_t>("flags");
+    s.is_prefill = flags & 1;
+    s.sample = flags & 2;
+    s.sampling.temperature = r.get<float>("temperature");
+    s.sampling.top_p = r.get<float>("top_p");
+    s.sampling.top_k = r.get<int32_t>("top_k");
+    s.sampling.seed = r.get<uint64_t>("seed");
+    s.priority = r.get<int32_t>("priority");
+    const uint32_t n_blocks = r.get<uint32_t>("block count");
+    if (s.start < 0 || s.num_tokens < 1)
+      fail("step descriptor: sequence ", s.seq_id, " has start ", s.start, " and ", s.num_tokens, " tokens");
+    if (uint64_t(s.num_tokens) * 4 + uint64_t(n_blocks) * 4 > r.left())
+      fail("step descriptor: sequence ", s.seq_id, " lists ", s.num_tokens, " tokens and ", n_blocks,
+           " blocks in ", r.left(), " bytes");
+    s.token_ids.resize(size_t(s.num_tokens));
+    r.get_bytes(s.token_ids.data(), s.token_ids.size() * 4, "token ids");
+    s.block_ids.resize(n_blocks);
+    r.get_bytes(s.block_ids.data(), s.block_ids.size() * 4, "block ids");
+    b.num_tokens += s.num_tokens;
+    (s.is_prefill ? b.num_prefill_tokens : b.num_decode_tokens) += s.num_tokens;
+    b.num_sampled += s.sample;
+  }
+  if (r.left() != 0) fail("step descriptor: ", r.left(), " bytes after the last sequence");
+  return d;
+}
+
+}  // namespace loom

@@ -1,0 +1,401 @@
+// The engine on many ranks (local backend: ranks as threads) against the single-rank path: every
+// plan must produce the same greedy tokens for a batch of prompts of different lengths, batched
+// with chunked prefill (STYLE.md: parallel executors are compared against the single-rank
+// engine, token for token). TP changes the order in which Wo/W_down partial sums are added, so
+// logits differ in the last bits: the criterion is equal greedy tokens; when one differs, the
+// failure message gives the single-rank top-2 logit gap at that position, to tell a genuine
+// near-tie from a bug.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "engine/dist_engine.h"
+#include "engine/generator.h"
+#include "engine/step_codec.h"
+#include "model/loader.h"
+#include "model/synth.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+const std::vector<std::string> kPlans = {"tp=1", "tp=2", "tp=4", "tp=8", "dp=2", "dp=2,tp=2"};
+
+// Greedy tokens of one prompt through the single-sequence, single-rank path (generator.h).
+std::vector<int32_t> alone(const std::shared_ptr<Model>& m, const std::vector<int32_t>& prompt, int n,
+                           std::vector<int32_t> stop_ids = {}) {
+  ThreadPool pool(1);
+  Transformer tf(m, ShardSpec::full(m->config), &pool);
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.stop_ids = std::move(stop_ids);
+  return generate(tf, prompt, o).tokens;
+}
+
+// Single-rank logits after `context`: top-1 minus top-2 (how close a greedy choice was).
+double top2_gap(const std::shared_ptr<Model>& m, const std::vector<int32_t>& context) {
+  ThreadPool pool(1);
+  Transformer tf(m, ShardSpec::full(m->config), &pool);
+  KvLayout lay;
+  lay.n_layers = m->config.n_layers;
+  lay.n_kv_heads = m->config.n_kv_heads;
+  lay.head_dim = m->config.head_dim;
+  lay.block_size = 16;
+  lay.num_blocks = int((context.size() + 15) / 16);
+  KvStorage kv(lay);
+  std::vector<int32_t> blocks(size_t(lay.num_blocks));
+  for (int i = 0; i < lay.num_blocks; ++i) blocks[size_t(i)] = i;
+  ForwardBatch fb;
+  fb.tokens = context;
+  fb.seqs.push_back(ForwardSeq{0, int(context.size()), blocks.data(), int(lay.num_blocks), true});
+  std::vector<float> logits;
+  tf.forward(fb, kv, logits);
+  std::vector<float> v = logits;
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+  return double(v[0]) - double(v[1]);
+}
+
+std::vector<Request> make_requests(const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& max_tokens,
+                                   const std::vector<int32_t>& eos) {
+  std::vector<Request> rs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.id = int64_t(i) + 1;
+    r.prompt = prompts[i];
+    r.max_tokens = max_tokens[i];
+    r.sampling.temperature = 0;
+    r.stop.eos_ids = eos;
+    r.stop.ignore_eos = eos.empty();
+    rs.push_back(r);
+  }
+  return rs;
+}
+
+// Runs `requests` under `plan` on the local backend; returns outputs by request id.
+std::map<int64_t, std::vector<int32_t>> run_plan(const std::string& plan, const std::shared_ptr<Model>& model,
+                                                 std::vector<Request> requests, int budget = 16) {
+  DistOptions o;
+  o.comm = "local";
+  o.plan = plan;
+  o.ranks = Plan::parse(plan).size();
+  o.engine.max_tokens_per_step = budget;  // small: prompts are prefilled in chunks beside decodes
+  o.engine.max_num_seqs = 64;
+  o.engine.kv_cache_bytes = int64_t(8) << 20;
+  o.comm_options.timeout_s = 30;
+  o.load_model = [model](int) { return model; };
+  std::map<int64_t, std::vector<int32_t>> out;
+  run_distributed(o, [&](DistEngine& e) {
+    EXPECT_EQ(e.num_replicas(), Plan::parse(plan).dp);
+    for (const Sequence& s : e.run(requests)) {
+      EXPECT_TRUE(s.finish_reason == FinishReason::kLength || s.finish_reason == FinishReason::kStop)
+          << "request " << s.id() << ": " << finish_reason_name(s.finish_reason) << " " << s.finish_detail;
+      out[s.id()] = s.output;
+    }
+    // Every request, on every replica, is in the merged metrics.
+    EXPECT_EQ(e.metrics().summary().num_requests, int64_t(requests.size()));
+  });
+  return out;
+}
+
+// Compares outputs with the single-rank tokens; explains a difference with the top-2 gap.
+void expect_tokens(const std::string& plan, const std::shared_ptr<Model>& m,
+                   const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& want,
+                   const std::map<int64_t, std::vector<int32_t>>& got) {
+  ASSERT_EQ(got.size(), prompts.size()) << plan;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t>& g = got.at(int64_t(i) + 1);
+    if (g == want[i]) continue;
+    size_t k = 0;
+    while (k < g.size() && k < want[i].size() && g[k] == want[i][k]) ++k;
+    std::string why = "lengths differ";
+    if (k < g.size() && k < want[i].size()) {
+      std::vector<int32_t> ctx = prompts[i];
+      ctx.insert(ctx.end(), want[i].begin(), want[i].begin() + long(k));
+      why = cat("token ", k, ": ", g[k], " vs single-rank ", want[i][k], ", single-rank top-2 logit gap ",
+                top2_gap(m, ctx));
+    }
+    ADD_FAILURE() << "plan " << plan << ", prompt " << i << " (" << prompts[i].size() << " tokens): " << why;
+  }
+}
+
+// Random prompts of awkward lengths (BOS first).
+std::vector<std::vector<int32_t>> random_prompts(int n, int max_len, int vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::vector<int32_t>> ps;
+  const int fixed[] = {1, 7, 17, 40, 3, 29, 12};
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {1};
+    const int len = i < 7 ? std::min(fixed[i], max_len) : 1 + int(rng.below(uint64_t(max_len)));
+    for (int j = 0; j < len; ++j) p.push_back(3 + int32_t(rng.below(uint64_t(vocab - 3))));
+    ps.push_back(p);
+  }
+  return ps;
+}
+
+// ---- the step descriptor ----
+
+TEST(StepCodec, RoundTripAndMalformedInput) {
+  StepBatch b;
+  b.step_index = 97;
+  b.block_size = 16;
+  b.plan = "tp=4";
+  Rng rng(3);
+  for (int i = 0; i < 7; ++i) {
+    ScheduledSeq s;
+    s.seq_id = 1000 + i * 17;
+    s.start = int(rng.below(300));
+    s.num_tokens = 1 + int(rng.below(17));
+    s.is_prefill = s.num_tokens > 1;
+    s.sample = i % 2 == 0;
+    for (int k = 0; k < s.num_tokens; ++k) s.token_ids.push_back(int32_t(rng.below(512)));
+    for (int k = 0; k < (s.start + s.num_tokens + 15) / 16; ++k) s.block_ids.push_back(int32_t(rng.below(999)));
+    s.sampling.temperature = 0.7f;
+    s.sampling.top_p = 0.9f;
+    s.sampling.top_k = 40 + i;
+    s.sampling.seed = 0xfeedull << i;
+    s.priority = -i;
+    b.seqs.push_back(s);
+    b.num_tokens += s.num_tokens;
+    (s.is_prefill ? b.num_prefill_tokens : b.num_decode_tokens) += s.num_tokens;
+    b.num_sampled += s.sample;
+  }
+  std::vector<uint8_t> wire;
+  encode_step(b, wire);
+  const DecodedStep d = decode_step(wire.data(), wire.size());
+  ASSERT_EQ(d.command, StepCommand::kStep);
+  EXPECT_EQ(d.batch.step_index, 97);
+  EXPECT_EQ(d.batch.block_size, 16);
+  EXPECT_EQ(d.batch.plan, "tp=4");
+  EXPECT_EQ(d.batch.num_tokens, b.num_tokens);
+  EXPECT_EQ(d.batch.num_prefill_tokens, b.num_prefill_tokens);
+  EXPECT_EQ(d.batch.num_sampled, b.num_sampled);
+  ASSERT_EQ(d.batch.seqs.size(), b.seqs.size());
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const ScheduledSeq &x = b.seqs[i], &y = d.batch.seqs[i];
+    EXPECT_EQ(y.seq_id, x.seq_id);
+    EXPECT_EQ(y.start, x.start);
+    EXPECT_EQ(y.num_tokens, x.num_tokens);
+    EXPECT_EQ(y.is_prefill, x.is_prefill);
+    EXPECT_EQ(y.sample, x.sample);
+    EXPECT_EQ(y.token_ids, x.token_ids);
+    EXPECT_EQ(y.block_ids, x.block_ids);
+    EXPECT_EQ(y.sampling.temperature, x.sampling.temperature);
+    EXPECT_EQ(y.sampling.top_p, x.sampling.top_p);
+    EXPECT_EQ(y.sampling.top_k, x.sampling.top_k);
+    EXPECT_EQ(y.sampling.seed, x.sampling.seed);
+    EXPECT_EQ(y.priority, x.priority);
+  }
+  const std::vector<uint8_t> stop = encode_stop();
+  EXPECT_EQ(decode_step(stop.data(), stop.size()).command, StepCommand::kStop);
+  // Every truncation is an error, never a read past the end (ASan builds would see one).
+  for (size_t n : {size_t(0), size_t(3), size_t(13), wire.size() / 2, wire.size() - 1})
+    EXPECT_THROW(decode_step(wire.data(), n), Error) << n;
+  std::vector<uint8_t> longer = wire;
+  longer.push_back(0);
+  EXPECT_THROW(decode_step(longer.data(), longer.size()), Error);
+  std::vector<uint8_t> bad = wire;
+  bad[0] ^= 1;
+  EXPECT_THROW(decode_step(bad.data(), bad.size()), Error);
+}
+
+// ---- exactness: stories260K (8 query heads, 4 KV heads, F = 172: uneven at tp=8) ----
+
+class DistStories : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LOOM_REQUIRE_SHARED();
+    model_ = load_model(test::stories_dir() + "/stories260K.bin");
+    prompts_ = random_prompts(9, 40, 512, 11);
+  }
+  std::shared_ptr<Model> model_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+TEST_F(DistStories, EveryPlanMatchesSingleRankGreedy) {
+  const int n = 12;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
+  for (const std::string& plan : kPlans) {
+    SCOPED_TRACE(plan);
+    expect_tokens(plan, model_, prompts_, want,
+                  run_plan(plan, model_, make_requests(prompts_, std::vector<int>(prompts_.size(), n), {})));
+  }
+}
+
+struct Reference {
+  std::vector<int32_t> prompt_tokens, next_tokens;
+  int steps = 0;
+};
+
+// Every sequence of reference_greedy.jsonl (an independent implementation), all in one batch,
+// under every plan: next_tokens = prompt[1:] + generated, ending when BOS (1) is produced.
+TEST_F(DistStories, ReferenceGreedyUnderEveryPlan) {
+  std::vector<Reference> refs;
+  std::ifstream in(test::stories_dir() + "/reference_greedy.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    refs.push_back({j.at("prompt_tokens").get<std::vector<int32_t>>(), j.at("next_tokens").get<std::vector<int32_t>>(),
+                    j.at("steps").get<int>()});
+  }
+  ASSERT_FALSE(refs.empty());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_tokens;
+  for (const Reference& r : refs) {
+    prompts.push_back(r.prompt_tokens);
+    max_tokens.push_back(r.steps - int(r.prompt_tokens.size()) + 1);
+  }
+  for (const std::string& plan : kPlans) {
+    SCOPED_TRACE(plan);
+    const auto got = run_plan(plan, model_, make_requests(prompts, max_tokens, {1}), 64);
+    ASSERT_EQ(got.size(), refs.size());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      std::vector<int32_t> next(refs[i].prompt_tokens.begin() + 1, refs[i].prompt_tokens.end());
+      const auto& out = got.at(int64_t(i) + 1);
+      next.insert(next.end(), out.begin(), out.end());
+      EXPECT_EQ(next, refs[i].next_tokens) << "reference " << i;
+    }
+  }
+}
+
+// ---- exactness: a synthetic GQA model (24 query heads, 6 KV heads: at tp=4 and tp=8 some KV
+// heads live on two ranks) ----
+
+class DistSynthGqa : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    SynthOptions o;
+    o.shape = synth_shape("gqa-24x6");
+    o.dtype = DType::F32;
+    o.seed = 7;
+    o.threads = 1;
+    path_ = test::temp_dir() + "/gqa.gguf";
+    write_synth_model(o, path_);
+  }
+  static std::string path_;
+};
+std::string DistSynthGqa::path_;
+
+TEST_F(DistSynthGqa, EveryPlanMatchesSingleRankGreedy) {
+  std::shared_ptr<Model> model = load_model(path_);
+  ASSERT_EQ(model->config.n_heads, 24);
+  ASSERT_EQ(model->config.n_kv_heads, 6);
+  const auto prompts = random_prompts(8, 40, model->config.vocab_size, 23);
+  const int n = 8;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(model, p, n));
+  for (const std::string& plan : kPlans) {
+    SCOPED_TRACE(plan);
+    expect_tokens(plan, model, prompts, want,
+                  run_plan(plan, model, make_requests(prompts, std::vector<int>(prompts.size(), n), {})));
+  }
+}
+
+// ---- errors and faults ----
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+DistOptions stories_options(const std::string& plan, int ranks) {
+  DistOptions o;
+  o.comm = "local";
+  o.plan = plan;
+  o.ranks = ranks;
+  o.model_path = test::stories_dir() + "/stories260K.bin";
+  o.engine.kv_cache_bytes = int64_t(4) << 20;
+  o.comm_options.timeout_s = 20;
+  return o;
+}
+
+TEST(DistErrors, LayoutAndRankCountRejectedUpFront) {
+  LOOM_REQUIRE_SHARED();
+  bool driver_ran = false;
+  auto never = [&](DistEngine&) { driver_ran = true; };
+  EXPECT_NE(error_of([&] { run_distributed(stories_options("tp=3", 3), never); })
+                .find("tp=3 does not divide num_attention_heads=8"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { run_distributed(stories_options("tp=4", 2), never); })
+                .find("plan tp=4 needs 4 ranks, but the local world has 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { run_distributed(stories_options("pp=5", 5), never); }).find("not pp=5"), std::string::npos);
+  EXPECT_FALSE(driver_ran);
+}
+
+// One rank cannot read the model: every rank stops with an error naming it, well within the
+// comm timeout (no hang), and the driver never runs.
+TEST(DistErrors, UnreadableModelOnOneRankFailsAllRanks) {
+  LOOM_REQUIRE_SHARED();
+  DistOptions o = stories_options("tp=4", 4);
+  const std::string good = o.model_path;
+  o.load_model = [good](int rank) -> std::shared_ptr<const Model> {
+    return load_model(rank == 2 ? good + ".missing" : good);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string err = error_of([&] { run_distributed(o, [](DistEngine&) { ADD_FAILURE() << "driver ran"; }); });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(err.find("stories260K.bin.missing"), std::string::npos) << err;
+  EXPECT_LT(s, 10.0) << "the other ranks must be released at once, not after the 20 s timeout";
+}
+
+// Ranks holding different models disagree on the fingerprint: a clear error.
+TEST(DistErrors, RanksDisagreeingOnTheModel) {
+  LOOM_REQUIRE_SHARED();
+  SynthOptions so;
+  so.shape = synth_shape("tiny");
+  so.dtype = DType::F32;
+  const std::string other = test::temp_dir() + "/tiny.gguf";
+  write_synth_model(so, other);
+  DistOptions o = stories_options("tp=2", 2);
+  const std::string good = o.model_path;
+  o.load_model = [good, other](int rank) -> std::shared_ptr<const Model> { return load_model(rank == 1 ? other : good); };
+  const std::string err = error_of([&] { run_distributed(o, [](DistEngine&) {}); });
+  EXPECT_NE(err.find("ranks disagree on model and engine config"), std::string::npos) << err;
+}
+
+// The driver (rank 0) fails mid-run: the followers are released with an error, and the driver's
+// own error is what run_distributed reports.
+TEST(DistErrors, DriverFailureReleasesTheOtherRanks) {
+  LOOM_REQUIRE_SHARED();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string err = error_of([&] {
+    run_distributed(stories_options("dp=2,tp=2", 4), [](DistEngine& e) {
+      Request r;
+      r.id = 1;
+      r.prompt = {1, 403, 407};
+      r.max_tokens = 3;
+      r.sampling.temperature = 0;
+      e.run({r});
+      throw Error("driver gave up");
+    });
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(err, "driver gave up");
+  EXPECT_LT(s, 10.0);
+  // A token outside the vocabulary is refused before anything is sent to the other ranks.
+  const std::string bad = error_of([&] {
+    run_distributed(stories_options("tp=2", 2), [](DistEngine& e) {
+      Request r;
+      r.id = 5;
+      r.prompt = {1, 512};
+      e.run({r});
+    });
+  });
+  EXPECT_NE(bad.find("request 5: token id 512 is outside the vocabulary [0, 512)"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace loom
