@@ -1,17 +1,21 @@
 // Kernel benchmark: gemv (decode) as a fraction of this machine's memcpy bandwidth, gemm
 // (prefill) as a fraction of its peak FMA FLOP/s, for every weight dtype at 1 and 2 threads.
 //
-//   bench_kernels [--path scalar|avx2|avx512] [--rows R] [--cols C] [--tokens N] [--stream-mib M]
+//   bench_kernels [--path scalar|avx2|avx512] [--rows R] [--cols C] [--tokens N]
+//                 [--stream-mib M] [--rounds K]
 //
-// --stream-mib sets the gemv working set (default: 2x the last-level cache, in [256, 1024] MiB);
-// a small one (e.g. 8) measures the in-cache compute ceiling of each dtype instead.
+// gemv streams several copies of the matrix in turn (together --stream-mib, by default 2x the
+// last-level cache in [256, 1024] MiB) so the weights come from DRAM, as in decode; its bytes
+// are the weight bytes only. A small --stream-mib (e.g. 8) measures in-cache ceilings instead.
 //
-// gemv streams several copies of the matrix in turn (together larger than the last-level cache)
-// so the weights come from DRAM, as in decode; its bytes are the weight bytes only.
+// Method: every row runs K rounds (default 3), each round one kernel measurement and one
+// roofline measurement right after it on the same thread count; the row prints best kernel /
+// best roofline. Interleaving makes both see the same machine load (the cores may be shared).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,10 +57,22 @@ Matrices make_matrices(DType dt, int64_t rows, int64_t cols, size_t target_bytes
   return m;
 }
 
+// Best of `rounds` of (kernel seconds, roofline value), interleaved.
+std::pair<double, double> interleaved(int rounds, const std::function<double()>& kernel_s,
+                                      const std::function<double()>& roofline) {
+  double best_s = 1e30, best_roof = 0.0;
+  for (int i = 0; i < rounds; ++i) {
+    best_s = std::min(best_s, kernel_s());
+    best_roof = std::max(best_roof, roofline());
+  }
+  return {best_s, best_roof};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t rows = 2048, cols = 8192, tokens = 64;
+  int rounds = 3;
   size_t stream_bytes =
       std::clamp<size_t>(2 * kernels::last_level_cache_bytes(), size_t(256) << 20, size_t(1) << 30);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -66,59 +82,59 @@ int main(int argc, char** argv) {
     else if (a == "--cols") cols = std::atoll(argv[i + 1]);
     else if (a == "--tokens") tokens = std::atoll(argv[i + 1]);
     else if (a == "--stream-mib") stream_bytes = size_t(std::atoll(argv[i + 1])) << 20;
+    else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
   }
   cols = (cols + 31) / 32 * 32;
-  std::printf("kernel path: %s   last-level cache: %zu MiB   gemv working set: %zu MiB\n", kernels::kernel_path(),
-              kernels::last_level_cache_bytes() >> 20, stream_bytes >> 20);
-  const int thread_counts[2] = {1, 2};
-  double mem[3] = {0, 0, 0}, peak[3] = {0, 0, 0};
-  for (int t : thread_counts) {
-    mem[t] = kernels::measure_memcpy_bandwidth(t);
-    peak[t] = kernels::measure_peak_flops(t);
-    std::printf("roofline %dT: memcpy %.1f GB/s (read+write)   peak f32 FMA %.1f GFLOP/s\n", t, mem[t] * 1e-9,
-                peak[t] * 1e-9);
-  }
-  // The cores are often shared (CI, other ranks): if 2 threads do not reach ~1.6x the FMA rate of
-  // one, the 2-thread rows measure contention, not the kernels. Say so next to the numbers.
-  const double core_scaling = peak[2] / peak[1];
-  std::printf("2T/1T peak FLOP/s: %.2f%s\n", core_scaling,
-              core_scaling < 1.6 ? "  (the second core is busy: 2-thread rows are not meaningful)" : "");
-  std::printf("\n%-5s %-5s %3s  %-16s %12s  %s\n", "op", "dtype", "thr", "shape", "achieved", "fraction of roofline");
+  std::printf("kernel path: %s   last-level cache: %zu MiB   gemv working set: %zu MiB   rounds: %d\n",
+              kernels::kernel_path(), kernels::last_level_cache_bytes() >> 20, stream_bytes >> 20, rounds);
+  kernels::Roofline roof(2);
+  const double peak1 = roof.peak_flops(1, 3), peak2 = roof.peak_flops(2, 3);
+  std::printf("roofline now: memcpy 1T %.1f GB/s, 2T %.1f GB/s (read+write); peak f32 FMA 1T %.1f, 2T %.1f GFLOP/s\n",
+              roof.memcpy_bandwidth(1, 2) * 1e-9, roof.memcpy_bandwidth(2, 2) * 1e-9, peak1 * 1e-9, peak2 * 1e-9);
+  // If 2 threads do not reach ~1.6x the FMA rate of one, the second core is busy (shared machine)
+  // and the 2-thread rows measure contention, not the kernels.
+  std::printf("2T/1T peak FLOP/s: %.2f%s\n", peak2 / peak1,
+              peak2 / peak1 < 1.6 ? "  (the second core is busy: 2-thread rows are not meaningful)" : "");
+  std::printf("\n%-5s %-5s %3s  %-16s %14s %14s  %s\n", "op", "dtype", "thr", "shape", "achieved", "roofline",
+              "fraction");
   Rng rng(2);
   std::vector<float> x(static_cast<size_t>(tokens * cols)), y(static_cast<size_t>(tokens * rows));
   for (auto& v : x) v = float(rng.normal());
+  const std::string gemv_shape = std::to_string(rows) + "x" + std::to_string(cols);
+  const std::string gemm_shape = std::to_string(tokens) + "x" + gemv_shape;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+    const std::string name(dtype_name(dt));
     const Matrices m = make_matrices(dt, rows, cols, stream_bytes);
-    for (int t : thread_counts) {
+    for (int t : {1, 2}) {
       ThreadPool pool(t);
-      // gemv: every copy once per pass, best of 3 passes (after one warm-up pass).
-      double best = 1e30;
-      for (int rep = 0; rep < 4; ++rep) {
+      auto gemv_pass = [&] {  // every copy once
         const double t0 = now_s();
         for (int c = 0; c < m.copies; ++c)
           kernels::matmul(x.data(), 1, cols, m.view(c, dt, rows, cols), y.data(), rows, &pool);
-        if (rep > 0) best = std::min(best, now_s() - t0);
-      }
-      const double bw = double(m.matrix_bytes) * m.copies / best;
-      std::printf("%-5s %-5s %3d  %-16s %7.1f GB/s  %.2f of memcpy(%dT)\n", "gemv", std::string(dtype_name(dt)).c_str(),
-                  t, (std::to_string(rows) + "x" + std::to_string(cols)).c_str(), bw * 1e-9, bw / mem[t], t);
+        return now_s() - t0;
+      };
+      gemv_pass();  // warm-up
+      const auto [s, bw] = interleaved(rounds, gemv_pass, [&] { return roof.memcpy_bandwidth(t); });
+      const double got = double(m.matrix_bytes) * m.copies / s;
+      std::printf("%-5s %-5s %3d  %-16s %9.1f GB/s %9.1f GB/s  %.2f of memcpy\n", "gemv", name.c_str(), t,
+                  gemv_shape.c_str(), got * 1e-9, bw * 1e-9, got / bw);
     }
-    for (int t : thread_counts) {
+    for (int t : {1, 2}) {
       ThreadPool pool(t);
-      double best = 1e30;
-      for (int rep = 0; rep < 3; ++rep) {
+      auto gemm_once = [&] {
         const double t0 = now_s();
         kernels::matmul(x.data(), tokens, cols, m.view(0, dt, rows, cols), y.data(), rows, &pool);
-        if (rep > 0) best = std::min(best, now_s() - t0);
-      }
-      const double flops = 2.0 * double(tokens) * double(rows) * double(cols) / best;
-      std::printf("%-5s %-5s %3d  %-16s %6.1f GFLOP/s  %.2f of peak(%dT)\n", "gemm", std::string(dtype_name(dt)).c_str(),
-                  t, (std::to_string(tokens) + "x" + std::to_string(rows) + "x" + std::to_string(cols)).c_str(),
-                  flops * 1e-9, flops / peak[t], t);
+        return now_s() - t0;
+      };
+      gemm_once();  // warm-up
+      const auto [s, pk] = interleaved(rounds, gemm_once, [&] { return roof.peak_flops(t); });
+      const double got = 2.0 * double(tokens) * double(rows) * double(cols) / s;
+      std::printf("%-5s %-5s %3d  %-16s %6.1f GFLOP/s %6.1f GFLOP/s  %.2f of peak\n", "gemm", name.c_str(), t,
+                  gemm_shape.c_str(), got * 1e-9, pk * 1e-9, got / pk);
     }
   }
   return 0;

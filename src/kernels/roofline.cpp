@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/dispatch.h"
@@ -28,41 +27,46 @@ size_t last_level_cache_bytes() {
   return l2 > 0 ? size_t(l2) : 0;
 }
 
-double measure_memcpy_bandwidth(int threads, size_t bytes) {
+Roofline::Roofline(int max_threads, size_t bytes)
+    : threads_(std::max(max_threads, 1)), pool_(std::make_unique<ThreadPool>(std::max(max_threads, 1))) {
   if (bytes == 0) bytes = std::clamp<size_t>(2 * last_level_cache_bytes(), size_t(256) << 20, size_t(1) << 30);
-  threads = std::max(threads, 1);
-  std::vector<char> src(bytes), dst(bytes);
-  ThreadPool pool(threads);
-  // First touch both buffers from their copying threads (page faults are not bandwidth).
-  auto copy = [&](int ith, int nth) {
+  src_.resize(bytes);
+  dst_.resize(bytes);
+  // First touch from the copying threads (page faults are not bandwidth).
+  pool_->run([&](int ith, int nth) {
     const auto [b, e] = ThreadPool::split(int64_t(bytes), ith, nth);
-    std::memcpy(dst.data() + b, src.data() + b, size_t(e - b));
-  };
-  pool.run([&](int ith, int nth) {
-    const auto [b, e] = ThreadPool::split(int64_t(bytes), ith, nth);
-    std::memset(src.data() + b, ith + 1, size_t(e - b));
-    std::memset(dst.data() + b, 0, size_t(e - b));
+    std::memset(src_.data() + b, ith + 1, size_t(e - b));
+    std::memset(dst_.data() + b, 0, size_t(e - b));
   });
+}
+
+Roofline::~Roofline() = default;
+
+double Roofline::memcpy_bandwidth(int threads, int reps) {
+  const int64_t bytes = int64_t(src_.size());
+  const int nth = std::clamp(threads, 1, threads_);
   double best = 0.0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < std::max(reps, 1); ++rep) {
     const double t0 = now_s();
-    pool.run(copy);
-    const double dt = now_s() - t0;
-    best = std::max(best, 2.0 * double(bytes) / dt);
+    pool_->run([&](int ith, int) {
+      if (ith >= nth) return;
+      const auto [b, e] = ThreadPool::split(bytes, ith, nth);
+      std::memcpy(dst_.data() + b, src_.data() + b, size_t(e - b));
+    });
+    best = std::max(best, 2.0 * double(bytes) / (now_s() - t0));
   }
   return best;
 }
 
-double measure_peak_flops(int threads) {
-  threads = std::max(threads, 1);
-  ThreadPool pool(threads);
+double Roofline::peak_flops(int threads, int reps) {
   const detail::KernelTable& tab = detail::active_table();
-  const int64_t iters = 20'000'000;
+  const int64_t iters = 10'000'000;
+  const int nth = std::clamp(threads, 1, threads_);
+  std::vector<double> flops(static_cast<size_t>(threads_), 0.0);
   double best = 0.0;
-  std::vector<double> flops(static_cast<size_t>(threads));
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < std::max(reps, 1); ++rep) {
     const double t0 = now_s();
-    pool.run([&](int ith, int) { flops[size_t(ith)] = tab.fma_peak(iters); });
+    pool_->run([&](int ith, int) { flops[size_t(ith)] = ith < nth ? tab.fma_peak(iters) : 0.0; });
     const double dt = now_s() - t0;
     double total = 0.0;
     for (double f : flops) total += f;
@@ -70,5 +74,11 @@ double measure_peak_flops(int threads) {
   }
   return best;
 }
+
+double measure_memcpy_bandwidth(int threads, size_t bytes) {
+  return Roofline(threads, bytes).memcpy_bandwidth(threads, 5);
+}
+
+double measure_peak_flops(int threads) { return Roofline(threads, 64).peak_flops(threads, 3); }
 
 }  // namespace loom::kernels
