@@ -21,6 +21,10 @@ namespace loom::kernels {
 // n == 1 is the decode gemv (memory-bound: streams W once); n > 1 is the prefill gemm
 // (W tiles reused across rows of x). Work is split over output rows across the pool.
 // accumulate: y += x . W^T instead of y = x . W^T.
+// Numerics: every path uses exactly the reference's weights (f16/bf16 widen exactly, q8_0 is
+// d*q, exact in f32) and f32 activations (no activation quantization), so results differ from
+// matmul_ref, between paths, and between n == 1 and n > 1, only by the f32 summation order:
+// |y - y_ref| <= (cols + 8) * 2^-24 * sum_k |x_k w_k| (tests/kernels/test_matmul.cpp).
 void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
             ThreadPool* pool, bool accumulate = false);
 void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
@@ -52,7 +56,8 @@ struct RopeParams {
 // Fills inv_freq[head_dim/2].
 void rope_inv_freq(const RopeParams& p, float* inv_freq);
 // Rotates x[n_tokens, n_heads, head_dim] in place; token t is at position pos[t]; rows of x are
-// ld floats apart (ld >= n_heads*head_dim).
+// ld floats apart (ld >= n_heads*head_dim). The angle pos * inv_freq is formed in double (it
+// reaches 1e5 rad at long contexts), cos/sin rounded to f32.
 void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, const int32_t* pos, const RopeParams& p);
 void rope_ref(float* x, int64_t n_tokens, int64_t ld, int n_heads, const int32_t* pos, const RopeParams& p);
 
