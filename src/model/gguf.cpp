@@ -311,6 +311,7 @@ int64_t GgufFile::get_int(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) fail("GGUF '", path_, "': missing key '", key, "'");
   if (!v->is_integer()) fail("GGUF key '", key, "': expected an integer, found ", gguf_type_name(v->type));
+  if (!(v->num >= -9.2e18 && v->num <= 9.2e18)) fail("GGUF key '", key, "': ", v->num, " is out of range");
   return int64_t(v->num);
 }
 int64_t GgufFile::get_int(const std::string& key, int64_t fallback) const {
@@ -586,6 +587,7 @@ std::shared_ptr<Model> load_gguf_model(const std::string& path) {
   raws.reserve(gf->tensors().size());
   std::map<std::string, const RawTensor*> by_name;
   for (auto& t : gf->tensors()) {
+    check_layer_index(t.name, "blk.", m->config.n_layers, m->config.arch + ".block_count");
     RawTensor r;
     r.name = t.name;
     r.dtype = t.dtype;
@@ -639,10 +641,10 @@ Vocab gguf_vocab(const GgufFile& f) {
            t->is_array() ? cat(t->count, " elements") : std::string(gguf_type_name(t->type)));
     v.types.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-      const int x = int(t->nums[i]);
-      if (x < 0 || x > 6)
+      const double x = t->nums[i];
+      if (!(x >= 0 && x <= 6))
         fail("GGUF key 'tokenizer.ggml.token_type': element ", i, " = ", x, " (expected 0 to 6)");
-      v.types.push_back(x == 0 ? TokenType::Normal : TokenType(x));
+      v.types.push_back(x == 0 ? TokenType::Normal : TokenType(int(x)));
     }
   }
   if (const GgufValue* m = f.find("tokenizer.ggml.merges")) {

@@ -45,6 +45,13 @@ bool get_bool(const json& j, const std::string& key, const std::string& what, bo
   return it->get<bool>();
 }
 
+std::string get_str(const json& j, const std::string& key, const std::string& what, const std::string& fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) fail(what, ": key '", key, "': expected a string, found ", it->dump());
+  return it->get<std::string>();
+}
+
 struct ArchInfo {
   const char* hf;
   const char* arch;
@@ -112,12 +119,13 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   c.tied_embeddings = get_bool(j, "tie_word_embeddings", what, false);
   c.qkv_bias = c.arch == "qwen2" || get_bool(j, "attention_bias", what, false);
   if (get_bool(j, "mlp_bias", what, false)) fail(what, ": key 'mlp_bias' = true is not supported");
-  const std::string act = j.value("hidden_act", std::string("silu"));
+  const std::string act = get_str(j, "hidden_act", what, "silu");
   if (act != "silu") fail(what, ": key 'hidden_act' = '", act, "' is not supported (expected silu)");
 
   if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
     if (!rs->is_object()) fail(what, ": key 'rope_scaling': expected an object, found ", rs->dump());
-    std::string type = rs->value("rope_type", rs->value("type", std::string("default")));
+    const std::string type =
+        get_str(*rs, "rope_type", what + " rope_scaling", get_str(*rs, "type", what + " rope_scaling", "default"));
     if (type == "llama3") {
       c.rope_scaling.llama3 = true;
       const std::string w = what + " rope_scaling";

@@ -1,6 +1,7 @@
 #include "model/loader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -56,10 +57,12 @@ void fill_model_weights(Model& m, const TensorFinder& find) {
   };
   const int64_t d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_dim, v = c.vocab_size;
   m.tok_embd = matrix("token_embd", v, d, true);
-  m.layers.assign(size_t(c.n_layers), LayerWeights{});
+  // Grown layer by layer: a corrupt layer count fails at the first missing tensor instead of
+  // allocating for it.
+  m.layers.clear();
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = cat("blk.", l, ".");
-    auto& L = m.layers[size_t(l)];
+    LayerWeights L;
     L.attn_norm = vec(p + "attn_norm", d, true);
     L.wq = matrix(p + "attn_q", q, d, true);
     L.wk = matrix(p + "attn_k", kv, d, true);
@@ -74,9 +77,22 @@ void fill_model_weights(Model& m, const TensorFinder& find) {
     L.w_gate = matrix(p + "ffn_gate", f, d, true);
     L.w_up = matrix(p + "ffn_up", f, d, true);
     L.w_down = matrix(p + "ffn_down", d, f, true);
+    m.layers.push_back(L);
   }
   m.out_norm = vec("output_norm", d, true);
   m.output = c.tied_embeddings ? m.tok_embd : matrix("output", v, d, true);
+}
+
+void check_layer_index(const std::string& tensor, const std::string& prefix, int n_layers, const std::string& key) {
+  if (tensor.compare(0, prefix.size(), prefix) != 0) return;
+  int64_t layer = 0;
+  size_t i = prefix.size();
+  if (i >= tensor.size() || !std::isdigit(static_cast<unsigned char>(tensor[i]))) return;
+  for (; i < tensor.size() && std::isdigit(static_cast<unsigned char>(tensor[i])) && layer < (1 << 30); ++i)
+    layer = layer * 10 + (tensor[i] - '0');
+  if (layer >= n_layers)
+    fail("tensor '", tensor, "' belongs to layer ", layer, " but ", key, " = ", n_layers, " (expected layers 0 to ",
+         n_layers - 1, ")");
 }
 
 std::string detect_model_format(const std::string& path) {

@@ -84,6 +84,10 @@ using TensorFinder = std::function<const RawTensor*(const std::string& canonical
 // converted to f32 copies. The output matrix is tok_embd when m.config.tied_embeddings.
 void fill_model_weights(Model& m, const TensorFinder& find);
 
+// Throws loom::Error when `tensor` is named prefix + N + ... with N >= n_layers (a layer count
+// `key` that disagrees with the file's tensors).
+void check_layer_index(const std::string& tensor, const std::string& prefix, int n_layers, const std::string& key);
+
 // Shape text "[a, b]" for messages.
 std::string shape_text(const std::vector<int64_t>& shape);
 

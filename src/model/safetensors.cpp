@@ -244,6 +244,7 @@ std::shared_ptr<Model> load_safetensors_model(const std::string& path) {
     auto sf = std::make_shared<SafetensorsFile>(f);
     m->storage.push_back(sf->mapping());
     for (auto& [name, t] : sf->tensors()) {
+      check_layer_index(name, "model.layers.", m->config.n_layers, "num_hidden_layers");
       if (by_name.count(name)) fail("safetensors model '", path, "': tensor '", name, "' appears in two shards");
       by_name[name] = &t;
     }

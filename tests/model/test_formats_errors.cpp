@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <typeinfo>
 #include <nlohmann/json.hpp>
 
 #include "model/gguf.h"
@@ -155,6 +156,9 @@ TEST(FormatsGgufErrors, InconsistentConfig) {
                {"llama.attention.head_count' = 5", "embedding_length = 64"});
   expect_error([&] { load_model(patch_u32("llama.vocab_size", 500)); },
                {"llama.vocab_size' = 500", "token_embd.weight", "512 rows"});
+  expect_error([&] { load_model(patch_u32("llama.block_count", 1)); },
+               {"blk.1.", "layer 1", "llama.block_count = 1"});
+  expect_error([&] { load_model(patch_u32("llama.block_count", 2000000000)); }, {"missing tensor 'blk.2.attn_norm.weight'"});
   expect_error([&] { load_model(patch_u32("llama.rope.dimension_count", 8)); },
                {"rope.dimension_count' = 8", "16"});
   // A wrong value type is named too.
@@ -297,6 +301,8 @@ TEST(FormatsSafetensorsErrors, BadConfigJson) {
     }));
   }, {"num_attention_heads = 5", "hidden_size = 64"});
   expect_error([&] { load_model(with([](json& c) { c.erase("hidden_size"); })); }, {"missing key 'hidden_size'"});
+  expect_error([&] { load_model(with([](json& c) { c["num_hidden_layers"] = 1; })); },
+               {"model.layers.1.", "layer 1", "num_hidden_layers = 1"});
   expect_error([&] { load_model(with([](json& c) { c["intermediate_size"] = "big"; })); },
                {"intermediate_size", "integer", "\"big\""});
   expect_error([&] { load_model(with([](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; })); },
@@ -321,6 +327,82 @@ TEST(FormatsSafetensorsErrors, EosListKeepsAll) {
   auto m = load_model(f.dir);
   EXPECT_EQ(m->config.eos_id, 2);
   EXPECT_EQ(m->config.eos_ids, (std::vector<int>{2, 7, 9}));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Every single-byte corruption of a small GGUF's header and of a safetensors header either
+// loads or raises loom::Error: no crash, no other exception type (run under LOOM_SANITIZE for
+// out-of-bounds reads).
+void expect_only_loom_errors(const std::string& path, const std::string& good, const std::vector<size_t>& positions,
+                             const std::function<void(const std::string&)>& load) {
+  int errors = 0, loaded = 0;
+  write_bytes(path, good);
+  // Patch one byte in place (rewriting whole files is slow on a discard-mounted disk).
+  auto patch = [&](size_t pos, char c) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(pos));
+    f.put(c);
+  };
+  for (size_t pos : positions) {
+    for (uint8_t flip : {uint8_t(0xff), uint8_t(0x01)}) {
+      patch(pos, char(uint8_t(good[pos]) ^ flip));
+      struct Restore {
+        std::function<void()> fn;
+        ~Restore() { fn(); }
+      } restore{[&] { patch(pos, good[pos]); }};
+      try {
+        load(path);
+        ++loaded;
+      } catch (const loom::Error&) {
+        ++errors;
+      } catch (const std::exception& e) {
+        FAIL() << "byte " << pos << " ^ " << int(flip) << ": " << typeid(e).name() << ": " << e.what();
+      }
+    }
+  }
+  EXPECT_GT(errors, 0);
+  EXPECT_GT(loaded, 0);  // some bytes (values inside weights, names' letters) are harmless
+}
+
+TEST(FormatsCorruption, GgufHeaderBytes) {
+  const std::string dir = test::temp_dir();
+  SynthOptions o;
+  o.shape = parse_synth_dims("d=32,layers=1,heads=2,kv_heads=1,ffn=32,vocab=260,ctx=16,tied=0");
+  o.dtype = DType::Q8_0;
+  write_synth_model(o, dir + "/good.gguf");
+  const std::string good = read_bytes(dir + "/good.gguf");
+  const GgufFile f(dir + "/good.gguf");
+  const size_t data_start = size_t(f.tensors()[0].data - f.mapping()->data());
+  // Every byte of the fixed header, the model keys and the tensor infos; every 7th byte of the
+  // long tokenizer arrays between them (their structure repeats), to keep the test fast.
+  const size_t tokens_at = good.find("tokenizer.ggml.tokens");
+  const size_t infos_at = good.find("token_embd.weight") - 8;
+  ASSERT_LT(tokens_at, infos_at);
+  std::vector<size_t> positions;
+  for (size_t p = 0; p < data_start; p += (p >= tokens_at + 64 && p < infos_at - 256) ? 7 : 1) positions.push_back(p);
+  expect_only_loom_errors(dir + "/bad.gguf", good, positions, [](const std::string& p) {
+    load_model(p);
+    load_vocab(p, "");
+  });
+}
+
+TEST(FormatsCorruption, SafetensorsHeaderBytes) {
+  const std::string dir = test::temp_dir() + "/m";
+  SynthOptions o;
+  o.shape = parse_synth_dims("d=32,layers=1,heads=2,kv_heads=1,ffn=32,vocab=260,ctx=16,tied=0");
+  o.dtype = DType::F16;
+  o.format = "safetensors";
+  write_synth_model(o, dir);
+  const std::string good = read_bytes(dir + "/model.safetensors");
+  const size_t header_end = 8 + size_t(get_le<uint64_t>(good, 0));
+  std::vector<size_t> positions;
+  for (size_t p = 0; p < header_end; ++p) positions.push_back(p);
+  expect_only_loom_errors(dir + "/model.safetensors", good, positions, [&](const std::string&) { load_model(dir); });
 }
 
 }  // namespace

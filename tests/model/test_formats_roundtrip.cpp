@@ -127,8 +127,19 @@ TEST_P(FormatsRoundTrip, LoadedWeightsEqualWhatTheWriterMeant) {
   // An Spm vocabulary goes to safetensors as a llama2.c tokenizer.bin, whose convention is a
   // plain ' ' word marker where GGUF keeps U+2581: compare with the marker normalised.
   auto marker_free = [](std::vector<std::string> toks) {
-    for (auto& t : toks)
-      for (size_t p; (p = t.find("\xe2\x96\x81")) != std::string::npos;) t.replace(p, 3, " ");
+    const std::string marker = "\xe2\x96\x81";
+    for (auto& t : toks) {
+      std::string out;
+      for (size_t i = 0; i < t.size();) {
+        if (t.compare(i, marker.size(), marker) == 0) {
+          out += ' ';
+          i += marker.size();
+        } else {
+          out += t[i++];
+        }
+      }
+      t = out;
+    }
     return toks;
   };
   EXPECT_EQ(marker_free(v.tokens), marker_free(w.tokens));
