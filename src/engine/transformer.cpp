@@ -64,6 +64,10 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
   rope_.low_freq_factor = c.rope_scaling.low_freq_factor;
   rope_.high_freq_factor = c.rope_scaling.high_freq_factor;
   rope_.original_max_position = c.rope_scaling.original_max_position;
+  if (!c.rope_scaling.freq_factors.empty()) {
+    LOOM_CHECK(int(c.rope_scaling.freq_factors.size()) == dh / 2, "rope freq_factors size");
+    rope_.freq_factors = c.rope_scaling.freq_factors.data();  // owned by the model's config
+  }
 }
 
 void Transformer::ensure_scratch(int64_t n) {

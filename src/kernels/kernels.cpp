@@ -100,6 +100,7 @@ void rope_inv_freq(const RopeParams& p, float* inv_freq) {
         f = (1.0 - smooth) * f / p.factor + smooth * f;
       }
     }
+    if (p.freq_factors) f /= double(p.freq_factors[i]);
     inv_freq[i] = float(f);
   }
 }

@@ -52,6 +52,9 @@ struct RopeParams {
   bool llama3 = false;
   float factor = 1.0f, low_freq_factor = 1.0f, high_freq_factor = 4.0f;
   int original_max_position = 8192;
+  // Per-frequency divisors as GGUF stores Llama-3 scaling (rope_freqs.weight, [head_dim/2]):
+  // inv_freq[i] = theta^(-2i/head_dim) / freq_factors[i]. nullptr: none. Not combined with llama3.
+  const float* freq_factors = nullptr;
 };
 // Fills inv_freq[head_dim/2].
 void rope_inv_freq(const RopeParams& p, float* inv_freq);
