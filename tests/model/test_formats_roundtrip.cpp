@@ -80,6 +80,9 @@ void expect_weights_match(const Model& m, uint64_t seed, DType dtype, DType vect
 // Qwen2 layout (QKV biases, half-split RoPE in GGUF too, no Q/K permutation), awkward sizes.
 const char* kQwen2Mini = "d=96,layers=2,heads=3,kv_heads=1,ffn=224,vocab=419,ctx=64,arch=qwen2,tok=qwen2,theta=1000000";
 
+// Mistral layout through HF (MistralForCausalLM), explicit head_dim != d/heads, untied.
+const char* kMistralMini = "d=64,layers=1,heads=4,kv_heads=2,head_dim=32,ffn=96,vocab=300,arch=mistral,tied=0";
+
 struct Case {
   std::string shape, format;
   DType dtype;
@@ -92,7 +95,9 @@ TEST_P(FormatsRoundTrip, LoadedWeightsEqualWhatTheWriterMeant) {
   const Case& k = GetParam();
   const std::string dir = test::temp_dir();
   SynthOptions o;
-  o.shape = k.shape == "qwen2-mini" ? parse_synth_dims(kQwen2Mini) : synth_shape(k.shape);
+  o.shape = k.shape == "qwen2-mini"     ? parse_synth_dims(kQwen2Mini)
+            : k.shape == "mistral-mini" ? parse_synth_dims(kMistralMini)
+                                        : synth_shape(k.shape);
   o.dtype = k.dtype;
   o.format = k.format;
   o.seed = 97;
@@ -118,7 +123,8 @@ TEST_P(FormatsRoundTrip, LoadedWeightsEqualWhatTheWriterMeant) {
   const bool gguf = k.format == "gguf", qwen = k.shape == "qwen2-mini";
   EXPECT_EQ(c.rope_style, gguf && !qwen ? RopeStyle::Interleaved : RopeStyle::HalfSplit);
   EXPECT_EQ(c.qkv_bias, qwen);
-  EXPECT_EQ(c.arch, qwen ? "qwen2" : "llama");
+  const bool mistral = k.shape == "mistral-mini";
+  EXPECT_EQ(c.arch, qwen ? "qwen2" : mistral && !gguf ? "mistral" : "llama");
   expect_weights_match(*m, o.seed, k.dtype, gguf ? DType::F32 : k.dtype, gguf && !qwen);
 
   // The embedded / companion vocabulary comes back as written.
@@ -159,6 +165,8 @@ std::vector<Case> all_cases() {
   cs.push_back({"qwen2-mini", "gguf", DType::Q8_0});
   cs.push_back({"qwen2-mini", "gguf", DType::F16});
   cs.push_back({"qwen2-mini", "safetensors", DType::BF16});
+  cs.push_back({"mistral-mini", "safetensors", DType::F16});
+  cs.push_back({"mistral-mini", "gguf", DType::Q8_0});
   return cs;
 }
 
