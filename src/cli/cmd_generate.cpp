@@ -1,4 +1,10 @@
 // `loom generate`: load a model, tokenize a prompt, stream the generated text.
+//
+// Many ranks: `--ranks N --plan tp=4 [--comm local|mpi]` (or several --prompt) run the prompts as
+// one batch through the distributed engine (engine/dist_engine.h): local = N ranks as threads of
+// this process (1 worker thread each unless --threads), mpi = one rank per process under
+// `mpirun -np N loom generate ... --comm mpi` (each process maps the model; only rank 0 prints).
+// --prefill-chunk is then the engine's token budget per step (chunked prefill beside decodes).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -7,6 +13,7 @@
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/dist_engine.h"
 #include "engine/generator.h"
 #include "engine/transformer.h"
 #include "kernels/kernels.h"
@@ -18,7 +25,8 @@ namespace loom::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, tokenizer, prompt = "Once upon a time";
+  std::string model, tokenizer;
+  std::vector<std::string> prompts;  // default {"Once upon a time"}
   int n = 256;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -27,19 +35,97 @@ struct GenerateArgs {
   int prefill_chunk = 512;
   bool print_ids = false;
   bool no_bos = false;
+  int ranks = 0;  // 0: not given
+  std::string plan, comm;
 };
+
+std::vector<int32_t> stop_ids_of(const Model& model, const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < tok.vocab_size(); ++i)
+    if (tok.is_eog(i)) ids.push_back(i);
+  // llama2.c checkpoints end a story by starting the next one: BOS stops generation there
+  // (as llama2.c's run.c does).
+  if (model.format == "llama2c" && model.config.bos_id >= 0) ids.push_back(model.config.bos_id);
+  return ids;
+}
+
+void print_ids(const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  std::fputs("ids:", stdout);
+  for (int32_t id : prompt) std::printf(" %d", id);
+  std::fputs(" |", stdout);
+  for (int32_t id : generated) std::printf(" %d", id);
+  std::fputs("\n", stdout);
+}
+
+// The prompts as one batch through the distributed engine; rank 0 prints, in prompt order.
+void run_generate_distributed(const GenerateArgs& a) {
+  if (a.n < 1) fail("-n must be >= 1 with --ranks/--plan/--comm or several prompts, got ", a.n);
+  DistOptions o;
+  o.comm = a.comm.empty() ? "local" : a.comm;
+  o.plan = a.plan.empty() ? (a.ranks > 1 ? cat("tp=", a.ranks) : "tp=1") : a.plan;
+  o.ranks = a.ranks > 0 ? a.ranks : (o.comm == "mpi" ? 0 : Plan::parse(o.plan).size());
+  o.model_path = a.model;
+  o.engine.threads = a.threads;
+  o.engine.max_tokens_per_step = a.prefill_chunk;
+  run_distributed(o, [&](DistEngine& e) {
+    auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
+    const std::vector<int32_t> stop = stop_ids_of(*e.model(), *tok);
+    std::vector<Request> reqs;
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = 0; i < a.prompts.size(); ++i) {
+      Request r;
+      r.id = int64_t(i);
+      r.prompt = tok->encode(a.prompts[i], !a.no_bos);
+      r.max_tokens = a.n;
+      r.stop.eos_ids = stop;
+      r.sampling.temperature = a.temperature;
+      r.sampling.top_p = a.top_p;
+      r.sampling.top_k = a.top_k;
+      r.sampling.seed = a.seed;
+      prompts.push_back(r.prompt);
+      reqs.push_back(std::move(r));
+    }
+    const double t0 = e.clock().now();
+    std::vector<Sequence> done = e.run(reqs);
+    const double secs = e.clock().now() - t0;
+    std::vector<const Sequence*> by_id(reqs.size(), nullptr);
+    for (const Sequence& s : done) by_id.at(size_t(s.id())) = &s;
+    int64_t n_gen = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Sequence* s = by_id[i];
+      if (!s) fail("prompt ", i, " did not finish");
+      if (s->finish_reason == FinishReason::kRejected || s->finish_reason == FinishReason::kError)
+        fail("prompt ", i, ": ", finish_reason_name(s->finish_reason), ": ", s->finish_detail);
+      StreamDecoder stream(*tok);
+      std::string text;
+      for (int32_t id : prompts[i]) text += stream.push(id);
+      for (int32_t id : s->output)
+        if (std::find(stop.begin(), stop.end(), id) == stop.end()) text += stream.push(id);
+      text += stream.flush();
+      std::printf("%s\n", text.c_str());
+      if (a.print_ids) print_ids(prompts[i], s->output);
+      n_gen += s->num_output();
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "[%zu prompts, %lld tokens generated in %.3f s (%.1f tok/s), plan %s on %d %s ranks, %d threads per rank, %s kernels]\n",
+                 reqs.size(), (long long)n_gen, secs, secs > 0 ? double(n_gen) / secs : 0.0,
+                 e.plan().to_string().c_str(), e.world_size(), std::string(e.backend()).c_str(),
+                 e.threads_per_rank(), kernels::kernel_path());
+  });
+}
 
 void run_generate(const GenerateArgs& a) {
   if (a.temperature < 0.0f) fail("--temperature must be >= 0, got ", a.temperature);
   if (!(a.top_p > 0.0f && a.top_p <= 1.0f)) fail("--top-p must be in (0, 1], got ", a.top_p);
   if (a.top_k < 0) fail("--top-k must be >= 0, got ", a.top_k);
   if (a.n < 0) fail("-n must be >= 0, got ", a.n);
+  if (a.ranks != 0 || !a.plan.empty() || !a.comm.empty() || a.prompts.size() > 1) return run_generate_distributed(a);
 
   std::shared_ptr<Model> model = load_model(a.model);
   auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
   const ModelConfig& c = model->config;
 
-  std::vector<int32_t> prompt = tok->encode(a.prompt, !a.no_bos);
+  std::vector<int32_t> prompt = tok->encode(a.prompts.at(0), !a.no_bos);
   ThreadPool pool(a.threads > 0 ? a.threads : default_thread_count());
   Transformer tf(model, ShardSpec::full(c), &pool);
 
@@ -50,11 +136,7 @@ void run_generate(const GenerateArgs& a) {
   opts.sampling.top_p = a.top_p;
   opts.sampling.top_k = a.top_k;
   opts.seed = a.seed;
-  for (int i = 0; i < tok->vocab_size(); ++i)
-    if (tok->is_eog(i)) opts.stop_ids.push_back(i);
-  // llama2.c checkpoints end a story by starting the next one: BOS stops generation there
-  // (as llama2.c's run.c does).
-  if (model->format == "llama2c" && c.bos_id >= 0) opts.stop_ids.push_back(c.bos_id);
+  opts.stop_ids = stop_ids_of(*model, *tok);
 
   StreamDecoder stream(*tok);
   // The prompt text first, as the model sees it (after BOS), then the continuation.
@@ -78,13 +160,7 @@ void run_generate(const GenerateArgs& a) {
   std::string rest = stream.flush();
   std::fputs(rest.c_str(), stdout);
   std::fputs("\n", stdout);
-  if (a.print_ids) {
-    std::fputs("ids:", stdout);
-    for (int32_t id : prompt) std::printf(" %d", id);
-    std::fputs(" |", stdout);
-    for (int32_t id : generated) std::printf(" %d", id);
-    std::fputs("\n", stdout);
-  }
+  if (a.print_ids) print_ids(prompt, generated);
   const double pf = r.prefill_s > 0 ? double(prompt.size()) / r.prefill_s : 0.0;
   const double dc = r.decode_s > 0 && r.tokens.size() > 1 ? double(r.tokens.size() - 1) / r.decode_s : 0.0;
   std::fprintf(stderr, "[%zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s, %d threads, %s kernels]\n",
@@ -98,7 +174,7 @@ void register_generate(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt, streaming it as it is produced");
   sub->add_option("--model,-m", a->model, "Model: llama2.c .bin, GGUF file, or safetensors dir/file")->required();
   sub->add_option("--tokenizer,-t", a->tokenizer, "Tokenizer file (llama2.c .bin or tokenizer.json) if not with the model");
-  sub->add_option("--prompt,-p", a->prompt, "Prompt text");
+  sub->add_option("--prompt,-p", a->prompts, "Prompt text (repeat for a batch of prompts)");
   sub->add_option("-n", a->n, "Tokens to generate");
   sub->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)");
   sub->add_option("--top-p", a->top_p, "Nucleus sampling threshold");
@@ -108,7 +184,13 @@ void register_generate(CLI::App& app) {
   sub->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per forward step");
   sub->add_flag("--print-ids", a->print_ids, "Also print the prompt and generated token ids");
   sub->add_flag("--no-bos", a->no_bos, "Do not prepend BOS to the prompt");
-  set_action(sub, [a] { run_generate(*a); });
+  sub->add_option("--ranks", a->ranks, "Ranks to run on (local: threads of this process; mpi: must match mpirun -np)");
+  sub->add_option("--plan", a->plan, "Parallel plan, e.g. tp=4, dp=2, dp=2,tp=2 (default tp=<ranks>)");
+  sub->add_option("--comm", a->comm, "Communicator backend: single, local or mpi (default local)");
+  set_action(sub, [a] {
+    if (a->prompts.empty()) a->prompts.push_back("Once upon a time");
+    run_generate(*a);
+  });
 }
 
 }  // namespace loom::cli

@@ -47,6 +47,30 @@ std::vector<std::string> all_gather_strings(Communicator& c, const std::string& 
   return out;
 }
 
+// check_agreement on `text`, but naming the values: when ranks disagree (every rank then takes
+// this path, and the group stays usable), the texts are gathered and the error lists each
+// distinct one with the ranks holding it.
+void agree_on_text(Communicator& c, const std::string& what, const std::string& text) {
+  try {
+    c.check_agreement(what, hash_bytes(text.data(), text.size()));
+    return;
+  } catch (const Error&) {
+  }
+  const std::vector<std::string> all = all_gather_strings(c, text);
+  std::vector<std::pair<std::string, std::string>> distinct;  // value, ranks
+  for (size_t r = 0; r < all.size(); ++r) {
+    auto it = std::find_if(distinct.begin(), distinct.end(), [&](const auto& d) { return d.first == all[r]; });
+    if (it == distinct.end()) {
+      distinct.push_back({all[r], cat(r)});
+    } else {
+      it->second += cat(",", r);
+    }
+  }
+  std::string msg = cat("ranks disagree on ", what, ":");
+  for (const auto& [value, ranks] : distinct) msg += cat(" rank(s) ", ranks, " have '", value, "';");
+  fail(msg);
+}
+
 // ---- requests and results as JSON (sent once per run() to the replica leaders) ----
 
 json to_json(const Request& r) {
@@ -157,7 +181,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   // 1. the plan, agreed before anything is loaded
   st.plan = Plan::parse(o.plan);
   const std::string plan_text = st.plan.to_string();
-  world.check_agreement("plan", hash_bytes(plan_text.data(), plan_text.size()));
+  agree_on_text(world, "the plan", plan_text);
   if (st.plan.size() != world.size())
     fail("plan ", plan_text, " needs ", st.plan.size(), " ranks, but the ", st.backend, " world has ", world.size(),
          " (give --ranks ", st.plan.size(), " or mpirun -np ", st.plan.size(), ")");
@@ -174,7 +198,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   st.config.validate(c);
   if (st.config.max_model_len == 0) st.config.max_model_len = c.max_seq_len;
   const std::string fp = engine_fingerprint(st.plan, *st.model, st.config);
-  world.check_agreement("model and engine config (" + fp + ")", hash_bytes(fp.data(), fp.size()));
+  agree_on_text(world, "the model and engine config", fp);
   st.layout = rank_layout(st.plan, shape, world.rank());
 
   // 3. groups and the KV cache size

@@ -363,7 +363,7 @@ TEST(DistErrors, RanksDisagreeingOnTheModel) {
   const std::string good = o.model_path;
   o.load_model = [good, other](int rank) -> std::shared_ptr<const Model> { return load_model(rank == 1 ? other : good); };
   const std::string err = error_of([&] { run_distributed(o, [](DistEngine&) {}); });
-  EXPECT_NE(err.find("ranks disagree on model and engine config"), std::string::npos) << err;
+  EXPECT_NE(err.find("ranks disagree on the model and engine config"), std::string::npos) << err;
 }
 
 // The driver (rank 0) fails mid-run: the followers are released with an error, and the driver's

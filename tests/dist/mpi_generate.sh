@@ -1,0 +1,46 @@
+#!/bin/sh
+# MPI exactness check of the distributed engine: the greedy ids of a batch of prompts from
+# `mpirun -np N loom generate ... --plan P --comm mpi` must equal, prompt by prompt, the ids of
+# the single-rank, one-prompt-at-a-time `loom generate` (no --ranks/--plan: the generator path).
+# Usage: mpi_generate.sh LOOM MODEL NP PLAN N MPIRUN [MPIRUN ARGS...]
+# Exit 77 (ctest skip) when the model file is missing (../shared not beside the checkout).
+set -u
+loom=$1 model=$2 np=$3 plan=$4 n=$5
+shift 5
+if [ ! -e "$model" ]; then
+  echo "skip: $model is missing (../shared not beside the checkout)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Prompts of different lengths: with --prefill-chunk 16 the long ones are prefilled in chunks
+# while the short ones already decode.
+set -- "$@" -np "$np" "$loom" generate -m "$model" -n "$n" --plan "$plan" --comm mpi --print-ids \
+  --prefill-chunk 16 \
+  -p "Once upon a time" \
+  -p "Lily and Ben went to the park to play with a big red ball and a little blue kite" \
+  -p "Tom" \
+  -p "The sun was hot and the cat was sleepy, so she lay down under the old tree"
+for p in "Once upon a time" \
+         "Lily and Ben went to the park to play with a big red ball and a little blue kite" \
+         "Tom" \
+         "The sun was hot and the cat was sleepy, so she lay down under the old tree"; do
+  "$loom" generate -m "$model" -n "$n" --threads 1 --print-ids -p "$p" > "$tmp/one.txt" 2> "$tmp/one.err" || {
+    echo "single-rank loom generate failed:"; cat "$tmp/one.err"; exit 1; }
+  grep '^ids:' "$tmp/one.txt" >> "$tmp/want.txt"
+done
+start=$(date +%s)
+"$@" > "$tmp/got_all.txt" 2> "$tmp/got.err"
+rc=$?
+end=$(date +%s)
+cat "$tmp/got.err"
+if [ $rc -ne 0 ]; then
+  echo "mpirun failed with status $rc"; cat "$tmp/got_all.txt"; exit 1
+fi
+grep '^ids:' "$tmp/got_all.txt" > "$tmp/got.txt"
+if ! cmp -s "$tmp/want.txt" "$tmp/got.txt"; then
+  echo "plan $plan on $np MPI ranks differs from single-rank generation:"
+  diff "$tmp/want.txt" "$tmp/got.txt"
+  exit 1
+fi
+echo "plan $plan on $np MPI ranks: $(wc -l < "$tmp/got.txt") prompts, same ids as single-rank ($((end - start)) s)"

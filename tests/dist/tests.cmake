@@ -1,0 +1,49 @@
+# MPI runs of the distributed engine (engine/dist_engine.h): `loom generate --comm mpi` under
+# mpirun for every executed plan, on stories260K and on a synthetic GQA model (24 query heads,
+# 6 KV heads, f32) written by `loom synth`, compared with single-rank generation by
+# mpi_generate.sh. Same mpirun flags as tests/comm (root in CI, 2 cores).
+if(LOOM_MPI)
+  set(loom_dist_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
+  set(loom_dist_env OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  set(loom_dist_gqa ${CMAKE_CURRENT_BINARY_DIR}/dist_gqa_24x6_f32.gguf)
+  add_test(NAME dist_mpi_synth_gqa_model
+           COMMAND $<TARGET_FILE:loom> synth --shape gqa-24x6 --dtype f32 --seed 7 -o ${loom_dist_gqa})
+  set_tests_properties(dist_mpi_synth_gqa_model PROPERTIES FIXTURES_SETUP dist_gqa TIMEOUT 60)
+  set(loom_dist_stories ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin)
+  # name, ranks, plan
+  set(loom_dist_plans "tp1 1 tp=1" "tp2 2 tp=2" "tp4 4 tp=4" "tp8 8 tp=8" "dp2 2 dp=2" "dp2tp2 4 dp=2,tp=2")
+  foreach(entry ${loom_dist_plans})
+    separate_arguments(parts UNIX_COMMAND "${entry}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 plan)
+    add_test(NAME dist_mpi_stories_${name}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_stories}
+                     ${np} ${plan} 24 ${loom_dist_mpirun})
+    set_tests_properties(dist_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${loom_dist_env}")
+    add_test(NAME dist_mpi_gqa_${name}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_gqa}
+                     ${np} ${plan} 8 ${loom_dist_mpirun})
+    set_tests_properties(dist_mpi_gqa_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED dist_gqa
+                         ENVIRONMENT "${loom_dist_env}")
+  endforeach()
+  # Faults under MPI: a plan that does not divide the model, and a rank count that does not match
+  # the plan, end the job with the message (never a hang).
+  add_test(NAME dist_mpi_fault_bad_layout
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "tp=3 does not divide num_attention_heads=8"
+                   ${loom_dist_mpirun} -np 3 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=3 --comm mpi)
+  add_test(NAME dist_mpi_fault_rank_count
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "plan tp=4 needs 4 ranks, but the mpi world has 2"
+                   ${loom_dist_mpirun} -np 2 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=4 --comm mpi)
+  set_tests_properties(dist_mpi_fault_bad_layout dist_mpi_fault_rank_count PROPERTIES TIMEOUT 90
+                       ENVIRONMENT "${loom_dist_env}")
+endif()
+if(LOOM_MPI)
+  # Ranks started with different plans (mpirun MPMD form): every rank reports the disagreement.
+  add_test(NAME dist_mpi_fault_plan_disagreement
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "ranks disagree on the plan: rank\\(s\\) 0 have .tp=2.; rank\\(s\\) 1 have .dp=2."
+                   ${loom_dist_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
+                   : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan dp=2 --comm mpi)
+  set_tests_properties(dist_mpi_fault_plan_disagreement PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_dist_env}")
+endif()
