@@ -1,0 +1,346 @@
+// Model benchmark (single rank): decode and prefill tokens/s of a synthetic llama-3.2-1b
+// (model/synth.h shape, tied 128256 x 2048 classifier) in f32, bf16 and q8_0 at 1 and 2 threads,
+// each next to this machine's roofline measured in the same run (kernels/roofline.h):
+//
+//   decode  roofline time per token = weight bytes streamed per token / memcpy bandwidth
+//           (every layer matrix + the classifier; one embedding row and the KV reads of a short
+//           context are negligible and left out); fraction = roofline time / measured time.
+//   prefill roofline time = FLOPs / peak FMA FLOP/s, FLOPs = 2 * layer params * T
+//           + 2 * vocab * d (logits of the last token only, as the engine computes them)
+//           + causal attention 2 * 2 * n_layers * n_heads * head_dim * T(T+1)/2.
+//
+// Then a per-kernel profile of one decode token at every thread count (--no-profile skips it):
+// every matrix kind timed alone over all layers, from a cold cache (as in decode, where the rest
+// of the model streams between two uses of a matrix), as time per token and as a fraction of
+// memcpy bandwidth, with the remainder (attention, norms, RoPE, argmax) as "other", and the
+// cost of one empty ThreadPool::run (paid by every pooled kernel call).
+//
+//   bench_model [--dtypes f32,bf16,q8_0] [--threads 1,2] [--decode-tokens N] [--prefill-tokens T]
+//               [--no-profile]
+//
+// Models are written once to $LOOM_BENCH_DIR (default /tmp/loom-bench) and reused.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/transformer.h"
+#include "kernels/kernels.h"
+#include "kernels/roofline.h"
+#include "model/loader.h"
+#include "model/synth.h"
+
+using namespace loom;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t c = s.find(',', pos);
+    if (c == std::string::npos) c = s.size();
+    if (c > pos) out.push_back(s.substr(pos, c - pos));
+    pos = c + 1;
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+std::string bench_dir() {
+  const char* env = std::getenv("LOOM_BENCH_DIR");
+  return env && *env ? env : "/tmp/loom-bench";
+}
+
+// The synthetic model file of `shape` in `dtype`, written once (to a temporary name, then
+// renamed, so an interrupted write is never reused).
+std::string ensure_model(const std::string& shape, DType dtype) {
+  const std::string dir = bench_dir();
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + shape + "-" + std::string(dtype_name(dtype)) + ".gguf";
+  if (std::filesystem::exists(path)) return path;
+  SynthOptions o;
+  o.shape = synth_shape(shape);
+  o.dtype = dtype;
+  o.format = "gguf";
+  o.seed = 1;
+  const std::string tmp = path + ".partial";
+  std::printf("writing %s ...\n", path.c_str());
+  std::fflush(stdout);
+  const SynthResult r = write_synth_model(o, tmp);
+  std::filesystem::rename(tmp, path);
+  std::printf("  %.2f GB in %.1f s\n", double(r.bytes) / 1e9, r.seconds);
+  return path;
+}
+
+struct MatrixKind {
+  const char* name;
+  std::vector<WeightView> views;  // one per layer (or the classifier alone)
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const auto& v : views) b += v.bytes();
+    return b;
+  }
+  int64_t params() const {
+    int64_t p = 0;
+    for (const auto& v : views) p += v.rows * v.cols;
+    return p;
+  }
+};
+
+std::vector<MatrixKind> matrix_kinds(const Model& m) {
+  std::vector<MatrixKind> k = {{"attn_q", {}}, {"attn_k", {}},   {"attn_v", {}},   {"attn_out", {}},
+                               {"ffn_gate", {}}, {"ffn_up", {}}, {"ffn_down", {}}, {"output", {m.output}}};
+  for (const LayerWeights& l : m.layers) {
+    k[0].views.push_back(l.wq), k[1].views.push_back(l.wk), k[2].views.push_back(l.wv);
+    k[3].views.push_back(l.wo), k[4].views.push_back(l.w_gate), k[5].views.push_back(l.w_up);
+    k[6].views.push_back(l.w_down);
+  }
+  return k;
+}
+
+KvStorage make_kv(const ModelConfig& c, int64_t positions) {
+  KvLayout lay;
+  lay.n_layers = c.n_layers;
+  lay.n_kv_heads = c.n_kv_heads;
+  lay.head_dim = c.head_dim;
+  lay.block_size = kDefaultKvBlockSize;
+  lay.num_blocks = int((positions + lay.block_size - 1) / lay.block_size);
+  return KvStorage(lay);
+}
+
+ForwardBatch one_seq(const std::vector<int32_t>& tokens, int64_t start, const std::vector<int32_t>& table) {
+  ForwardBatch b;
+  b.tokens = tokens;
+  ForwardSeq s;
+  s.start_pos = start;
+  s.n_tokens = int(tokens.size());
+  s.block_table = table.data();
+  s.n_blocks = int(table.size());
+  s.want_logits = true;
+  b.seqs.push_back(s);
+  return b;
+}
+
+// Seconds per decode token after a 16-token prompt and 2 warm-up tokens: the fastest of
+// n_tokens (the machine is shared: other processes only ever add time), and the median.
+struct DecodeTime {
+  double best = 0, median = 0;
+};
+DecodeTime time_decode(Transformer& tf, int n_tokens) {
+  const ModelConfig& c = tf.config();
+  const int prompt_len = 16, warm = 2;
+  KvStorage kv = make_kv(c, prompt_len + warm + n_tokens + 1);
+  std::vector<int32_t> table(size_t(kv.layout.num_blocks));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  std::vector<int32_t> prompt(prompt_len);
+  for (int i = 0; i < prompt_len; ++i) prompt[size_t(i)] = (i * 7919 + 13) % c.vocab_size;
+  std::vector<float> logits;
+  tf.forward(one_seq(prompt, 0, table), kv, logits);
+  int32_t next = kernels::argmax(logits.data(), c.vocab_size);
+  int64_t pos = prompt_len;
+  std::vector<double> per_token;
+  for (int i = 0; i < warm + n_tokens; ++i) {
+    const double t0 = now_seconds();
+    tf.forward(one_seq({next}, pos, table), kv, logits);
+    next = kernels::argmax(logits.data(), c.vocab_size);
+    const double dt = now_seconds() - t0;
+    ++pos;
+    if (i >= warm) per_token.push_back(dt);
+  }
+  return {*std::min_element(per_token.begin(), per_token.end()), median(per_token)};
+}
+
+// Best-of-`reps` seconds for one forward pass over a prompt of `n_tokens` (one chunk).
+double time_prefill(Transformer& tf, int n_tokens, int reps) {
+  const ModelConfig& c = tf.config();
+  KvStorage kv = make_kv(c, n_tokens);
+  std::vector<int32_t> table(size_t(kv.layout.num_blocks));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
+  for (int i = 0; i < n_tokens; ++i) prompt[size_t(i)] = (i * 7919 + 13) % c.vocab_size;
+  std::vector<float> logits;
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now_seconds();
+    tf.forward(one_seq(prompt, 0, table), kv, logits);
+    best = std::min(best, now_seconds() - t0);
+  }
+  return best;
+}
+
+// Reads `buf` once (sum of every 64th byte) so what was cached before is evicted.
+uint64_t evict(const std::vector<uint8_t>& buf) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < buf.size(); i += 64) s += buf[i];
+  return s;
+}
+
+// Fastest of `reps` timings of one gemv over every view of the kind (all layers in turn), each pass
+// starting from a cache emptied by reading `flush` (in decode, the rest of the model streams
+// between two uses of a matrix, so nothing of it is cached).
+double time_kind(const MatrixKind& k, ThreadPool* pool, int reps, const std::vector<uint8_t>& flush) {
+  int64_t cols = 0, rows = 0;
+  for (const auto& v : k.views) cols = std::max(cols, v.cols), rows = std::max(rows, v.rows);
+  std::vector<float> x(static_cast<size_t>(cols), 0.01f), y(static_cast<size_t>(rows));
+  std::vector<double> t;
+  static volatile uint64_t sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    sink = sink + evict(flush);
+    const double t0 = now_seconds();
+    for (const auto& v : k.views) kernels::matmul(x.data(), 1, cols, v, y.data(), rows, pool);
+    t.push_back(now_seconds() - t0);
+  }
+  return median(t);
+}
+
+// Mean seconds of one ThreadPool::run of an empty job: the fixed cost every pooled kernel call
+// pays (wake the workers, wait for all of them to finish).
+double time_dispatch(ThreadPool* pool) {
+  const int n = 2000;
+  const double t0 = now_seconds();
+  for (int i = 0; i < n; ++i) pool->run([](int, int) {});
+  return (now_seconds() - t0) / n;
+}
+
+// The 1-minute load average next to the core count: timings taken while other processes run
+// (a shared build machine) are slower than the roofline measured between them suggests.
+void print_load(const char* when) {
+  double l1 = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l1) != 1) l1 = -1;
+    std::fclose(f);
+  }
+  std::printf("[%s: load average %.2f on %d cores%s]\n", when, l1, int(std::thread::hardware_concurrency()),
+              l1 > double(std::thread::hardware_concurrency()) ? " -- machine busy, timings are pessimistic" : "");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> dtypes = {"f32", "bf16", "q8_0"};
+  std::vector<int> threads = {1, 2};
+  int decode_tokens = 10, prefill_tokens = 128;
+  bool profile = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--dtypes") dtypes = split(next());
+    else if (a == "--threads") {
+      threads.clear();
+      for (auto& s : split(next())) threads.push_back(std::atoi(s.c_str()));
+    } else if (a == "--decode-tokens") decode_tokens = std::atoi(next().c_str());
+    else if (a == "--prefill-tokens") prefill_tokens = std::atoi(next().c_str());
+    else if (a == "--no-profile") profile = false;
+    else {
+      std::fprintf(stderr, "usage: bench_model [--dtypes f32,bf16,q8_0] [--threads 1,2] [--decode-tokens N] "
+                           "[--prefill-tokens T] [--no-profile]\n");
+      return 2;
+    }
+  }
+  try {
+    print_load("start");
+    std::printf("kernel path %s, LLC %.0f MiB, models in %s\n", kernels::kernel_path(),
+                double(kernels::last_level_cache_bytes()) / (1 << 20), bench_dir().c_str());
+    std::vector<double> bw, peak;
+    for (int t : threads) {
+      bw.push_back(kernels::measure_memcpy_bandwidth(t));
+      peak.push_back(kernels::measure_peak_flops(t));
+      std::printf("roofline %d thread(s): memcpy %.2f GB/s, peak %.1f GFLOP/s\n", t, bw.back() / 1e9,
+                  peak.back() / 1e9);
+    }
+    std::printf("\ndecode: best of %d tokens (median alongside); prefill: best of 2 passes of %d tokens\n",
+                decode_tokens, prefill_tokens);
+    std::printf("%-6s %3s | %10s %9s %9s %6s %7s | %10s %9s %9s %6s\n", "dtype", "thr", "decode t/s", "ms/tok",
+                "roof ms", "frac", "med ms", "prefill t/s", "s", "roof s", "frac");
+    struct Profile {
+      std::string dtype;
+      int threads;
+      double bw, token_s;
+      std::vector<std::pair<MatrixKind, double>> kinds;
+      double dispatch_us = 0;
+    };
+    std::vector<Profile> profiles;
+    for (const std::string& dname : dtypes) {
+      const DType dt = parse_dtype(dname);
+      const std::string path = ensure_model("llama-3.2-1b", dt);
+      std::shared_ptr<const Model> model = load_model(path);
+      const ModelConfig& c = model->config;
+      const auto kinds = matrix_kinds(*model);
+      int64_t weight_bytes = 0, layer_params = 0;
+      for (const auto& k : kinds) {
+        weight_bytes += k.bytes();
+        if (std::strcmp(k.name, "output") != 0) layer_params += k.params();
+      }
+      const double T = prefill_tokens;
+      const double flops = 2.0 * double(layer_params) * T + 2.0 * double(c.vocab_size) * c.d_model +
+                           4.0 * c.n_layers * c.n_heads * c.head_dim * T * (T + 1) / 2;
+      for (size_t ti = 0; ti < threads.size(); ++ti) {
+        ThreadPool pool(threads[ti]);
+        Transformer tf(model, ShardSpec::full(c), &pool);
+        const DecodeTime dec = time_decode(tf, decode_tokens);
+        const double tok_s = dec.best;
+        const double roof_tok = double(weight_bytes) / bw[ti];
+        const double pf_s = time_prefill(tf, prefill_tokens, 2);
+        const double roof_pf = flops / peak[ti];
+        std::printf("%-6s %3d | %10.2f %9.1f %9.1f %5.0f%% %7.1f | %11.1f %9.3f %9.3f %5.0f%%\n", dname.c_str(),
+                    threads[ti], 1.0 / tok_s, tok_s * 1e3, roof_tok * 1e3, 100.0 * roof_tok / tok_s,
+                    dec.median * 1e3, T / pf_s, pf_s, roof_pf, 100.0 * roof_pf / pf_s);
+        std::fflush(stdout);
+        if (profile) {
+          Profile p{dname, threads[ti], bw[ti], tok_s, {}};
+          p.dispatch_us = time_dispatch(&pool) * 1e6;
+          // 2x the last-level cache, at least 512 MiB: reading it evicts everything cached.
+          const size_t llc = kernels::last_level_cache_bytes();
+          std::vector<uint8_t> flush(std::max<size_t>(2 * llc, size_t(512) << 20), 1);
+          for (const auto& k : kinds) p.kinds.emplace_back(k, time_kind(k, &pool, 5, flush));
+          profiles.push_back(std::move(p));
+        }
+      }
+      std::printf("       weight bytes per token %.3f GB, layer params %.3f G, prefill %.1f GFLOP\n",
+                  double(weight_bytes) / 1e9, double(layer_params) / 1e9, flops / 1e9);
+    }
+    for (const Profile& p : profiles) {
+      std::printf("\nper-kernel decode profile: %s, %d thread(s), memcpy %.2f GB/s, measured %.1f ms/token\n",
+                  p.dtype.c_str(), p.threads, p.bw / 1e9, p.token_s * 1e3);
+      std::printf("  %-9s %9s %9s %9s %7s %6s\n", "kernel", "MB/tok", "ms/tok", "roof ms", "GB/s", "frac");
+      double sum = 0;
+      for (const auto& [k, s] : p.kinds) {
+        const double mb = double(k.bytes());
+        sum += s;
+        std::printf("  %-9s %9.1f %9.2f %9.2f %7.2f %5.0f%%\n", k.name, mb / 1e6, s * 1e3, mb / p.bw * 1e3,
+                    mb / s / 1e9, 100.0 * (mb / p.bw) / s);
+      }
+      std::printf("  %-9s %9s %9.2f   (%.0f%% of the token)\n", "gemv sum", "", sum * 1e3, 100.0 * sum / p.token_s);
+      std::printf("  %-9s %9s %9.2f   (attention, norms, RoPE, argmax, dispatch)\n", "other", "",
+                  (p.token_s - sum) * 1e3);
+      std::printf("  pool dispatch: %.1f us per empty run() (a decode token makes ~%d: 8 per layer + classifier)\n",
+                  p.dispatch_us, 8 * 16 + 1);
+    }
+    print_load("end");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
