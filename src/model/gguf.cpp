@@ -623,6 +623,9 @@ Vocab gguf_vocab(const GgufFile& f) {
   // "llama3", "llama-v3", "smaug-bpe", "falcon3" for the same regex); loom calls it "llama3".
   v.pre = f.get_string("tokenizer.ggml.pre", "default");
   if (v.pre == "llama-bpe" || v.pre == "llama-v3" || v.pre == "smaug-bpe" || v.pre == "falcon3") v.pre = "llama3";
+  // GGUF has no ignore_merges key: Llama-3's tokenizer.json sets it, and readers of GGUF infer
+  // it from the pre-tokenizer (a pre-token that is itself a token is emitted whole).
+  if (v.pre == "llama3") v.ignore_merges = true;
   const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
   if (!tokens) fail("GGUF '", f.path(), "': missing key 'tokenizer.ggml.tokens'");
   if (!tokens->is_array() || tokens->elem_type != GgufType::String)
