@@ -462,7 +462,9 @@ void run_rank(const DistOptions& o, Communicator& world, const std::function<voi
   RankState st;
   set_up(o, world, st);
   if (st.layout.tp != 0) {
-    run_follower(*st.tp, *st.tf, *st.kv);
+    std::function<void(const StepBatch&)> hook;
+    if (o.follower_before_step) hook = [&o, r = world.rank()](const StepBatch& b) { o.follower_before_step(r, b); };
+    run_follower(*st.tp, *st.tf, *st.kv, hook);
     return;
   }
   Leader leader(st);

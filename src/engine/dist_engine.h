@@ -63,6 +63,9 @@ struct DistOptions {
   // How rank `world_rank` gets its model; default load_model(model_path). Tests use it to inject
   // a failure on one rank.
   std::function<std::shared_ptr<const Model>(int world_rank)> load_model;
+  // Called on every follower rank (tp index > 0) with each step before it executes (tracing;
+  // tests inject a mid-run failure with it). May throw: that rank fails, and so does the job.
+  std::function<void(int world_rank, const StepBatch&)> follower_before_step;
 };
 
 // World rank 0's handle on the distributed engine. Not thread-safe (one driver thread), except

@@ -83,7 +83,8 @@ void DistExecutor::stop() {
   broadcast_descriptor(group_, wire_, inline_);
 }
 
-int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv) {
+int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
+                     const std::function<void(const StepBatch&)>& before_step) {
   LOOM_CHECK(group.rank() != 0, "rank 0 of a group leads; it does not follow");
   std::vector<uint8_t> wire, inl;
   ForwardBatch fb;
@@ -96,6 +97,7 @@ int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv) {
     if (d.batch.block_size != kv.layout.block_size)
       fail("step ", d.batch.step_index, " uses KV blocks of ", d.batch.block_size, " tokens, this rank's cache ",
            kv.layout.block_size);
+    if (before_step) before_step(d.batch);
     to_forward_batch(d.batch, kv.layout.num_blocks, false, fb);
     model.forward(fb, kv, logits);
     ++steps;

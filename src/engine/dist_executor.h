@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,10 @@ class DistExecutor : public StepExecutor {
 // The loop of a TP group's rank != 0: executes the descriptors broadcast by rank 0 with this
 // rank's shard until the stop command. Returns the number of steps executed. Throws loom::Error
 // when the group fails (a peer failed, a timeout) or a descriptor is malformed.
-int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv);
+// `before_step`, when set, is called with each decoded batch before it executes (tracing, fault
+// injection in tests).
+int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
+                     const std::function<void(const StepBatch&)>& before_step = nullptr);
 
 // Builds the forward batch of `batch` (block ids checked against `num_blocks`); want_logits
 // follows ScheduledSeq::sample when `with_logits`, else is false everywhere. `fb` keeps pointers

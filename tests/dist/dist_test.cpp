@@ -351,6 +351,35 @@ TEST(DistErrors, UnreadableModelOnOneRankFailsAllRanks) {
   EXPECT_LT(s, 10.0) << "the other ranks must be released at once, not after the 20 s timeout";
 }
 
+// A follower fails in the middle of a run (after a few steps): rank 0's step fails through the
+// communicator, and run_distributed reports the follower's own error well before the timeout.
+TEST(DistErrors, FollowerFailingMidRunFailsTheJob) {
+  LOOM_REQUIRE_SHARED();
+  DistOptions o = stories_options("dp=2,tp=2", 4);
+  o.follower_before_step = [](int rank, const StepBatch& b) {
+    if (rank == 3 && b.step_index == 4) throw Error("rank 3 broke at step 4");
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string err = error_of([&] {
+    run_distributed(o, [](DistEngine& e) {
+      std::vector<Request> rs;
+      for (int i = 0; i < 4; ++i) {
+        Request r;
+        r.id = i;
+        r.prompt = {1, 403, 407, 261};
+        r.max_tokens = 20;
+        r.sampling.temperature = 0;
+        rs.push_back(r);
+      }
+      e.run(rs);
+      ADD_FAILURE() << "run() returned although a rank failed";
+    });
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(err.find("rank 3 broke at step 4"), std::string::npos) << err;
+  EXPECT_LT(s, 10.0);
+}
+
 // Ranks holding different models disagree on the fingerprint: a clear error.
 TEST(DistErrors, RanksDisagreeingOnTheModel) {
   LOOM_REQUIRE_SHARED();

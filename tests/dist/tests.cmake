@@ -47,3 +47,12 @@ if(LOOM_MPI)
                    : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan dp=2 --comm mpi)
   set_tests_properties(dist_mpi_fault_plan_disagreement PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_dist_env}")
 endif()
+if(LOOM_MPI)
+  # One rank cannot read the model (MPMD: rank 1 is given a missing file): the job ends with that
+  # rank's error instead of hanging the others.
+  add_test(NAME dist_mpi_fault_unreadable_model
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "rank 1 failed: .*stories260K.bin.missing"
+                   ${loom_dist_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
+                   : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories}.missing -n 4 --plan tp=2 --comm mpi)
+  set_tests_properties(dist_mpi_fault_unreadable_model PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_dist_env}")
+endif()
