@@ -1,5 +1,8 @@
 #include "sim/model_catalog.h"
 
+#include "model/hf_config.h"
+#include "model/loader.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -78,42 +81,8 @@ const std::vector<CatalogModel>& model_catalog() {
 }
 
 ModelConfig model_config_from_hf_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot open model config '", path, "'");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const std::exception& e) {
-    fail("model config '", path, "' is not valid JSON: ", e.what());
-  }
-  auto get_int = [&](const char* key, int fallback) -> int {
-    if (!j.contains(key) || j[key].is_null()) {
-      if (fallback < 0) fail("model config '", path, "': missing key '", key, "'");
-      return fallback;
-    }
-    if (!j[key].is_number_integer()) fail("model config '", path, "': key '", key, "' is not an integer");
-    return j[key].get<int>();
-  };
-  ModelConfig c;
-  const std::string type = j.value("model_type", std::string("llama"));
-  c.arch = (type == "qwen2" || type == "qwen3") ? "qwen2" : type == "mistral" ? "mistral" : "llama";
-  c.d_model = get_int("hidden_size", -1);
-  c.n_layers = get_int("num_hidden_layers", -1);
-  c.n_heads = get_int("num_attention_heads", -1);
-  c.n_kv_heads = get_int("num_key_value_heads", c.n_heads);
-  c.head_dim = get_int("head_dim", c.n_heads > 0 ? c.d_model / c.n_heads : 0);
-  c.ffn_dim = get_int("intermediate_size", -1);
-  c.vocab_size = get_int("vocab_size", -1);
-  c.max_seq_len = get_int("max_position_embeddings", 4096);
-  if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<float>();
-  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) c.rms_eps = j["rms_norm_eps"].get<float>();
-  c.tied_embeddings = j.value("tie_word_embeddings", false);
-  c.qkv_bias = type == "qwen2";
-  c.rope_style = RopeStyle::HalfSplit;
-  c.bos_id = 0;
-  c.eos_id = 0;
-  c.validate();
-  return c;
+  // The model layer's parser: one reading of config.json for the engine and the simulator.
+  return load_hf_config(path).config;
 }
 
 ModelConfig find_model(const std::string& name_or_path) {
@@ -122,8 +91,13 @@ ModelConfig find_model(const std::string& name_or_path) {
   if (fs::exists(name_or_path, ec)) {
     fs::path p(name_or_path);
     if (fs::is_directory(p, ec)) p /= "config.json";
-    if (p.filename() == "config.json" || p.extension() == ".json") return model_config_from_hf_json(p.string());
-    fail("model '", name_or_path, "': the simulator reads shapes from an HF config.json (a file or its folder)");
+    if (p.filename() == "config.json" || p.extension() == ".json") {
+      // A checkpoint folder: its config.json alone (the weights need not be there).
+      return model_config_from_hf_json(p.string());
+    }
+    // Any model file loom can load (GGUF, llama2.c, a .safetensors beside its config.json): the
+    // loader maps it and validates it; only the config is used, no weight byte is read.
+    return load_model(name_or_path)->config;
   }
   std::string n = lower(name_or_path);
   static const std::pair<const char*, const char*> kAliases[] = {
@@ -138,7 +112,7 @@ ModelConfig find_model(const std::string& name_or_path) {
     if (m.name == n) return m.config;
   std::string known;
   for (const auto& m : model_catalog()) known += (known.empty() ? "" : ", ") + m.name;
-  fail("unknown model '", name_or_path, "' (known: ", known, "; or a path to an HF config.json)");
+  fail("unknown model '", name_or_path, "' (known: ", known, "; or a path to an HF config.json, a checkpoint folder or a GGUF / llama2.c file)");
 }
 
 double model_weight_bytes(const ModelConfig& c, double bytes_per_param) {
