@@ -269,6 +269,13 @@ int main(int argc, char** argv) {
       std::printf("roofline %d thread(s): memcpy %.2f GB/s, peak %.1f GFLOP/s\n", t, bw.back() / 1e9,
                   peak.back() / 1e9);
     }
+    if (threads.size() > 1 && threads.back() > threads.front()) {
+      const double ratio = peak.back() / peak.front();
+      std::printf("%dT/%dT peak FLOP/s: %.2f%s\n", threads.back(), threads.front(), ratio,
+                  ratio < 0.75 * threads.back() / threads.front()
+                      ? "  (cores busy with other work: multi-thread rows are pessimistic)"
+                      : "");
+    }
     std::printf("\ndecode: best of %d tokens (median alongside); prefill: best of 2 passes of %d tokens\n",
                 decode_tokens, prefill_tokens);
     std::printf("%-6s %3s | %10s %9s %9s %6s %7s | %10s %9s %9s %6s\n", "dtype", "thr", "decode t/s", "ms/tok",
