@@ -82,11 +82,22 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   }
   if (!j.is_object()) fail(what, ": expected a JSON object, found ", type_text(j));
   HfConfig out;
+  // The model class from "architectures"; configs written by hand (or by other tools) often
+  // carry only "model_type", which names the same family.
   auto arch_it = j.find("architectures");
-  if (arch_it == j.end() || !arch_it->is_array() || arch_it->empty() || !(*arch_it)[0].is_string())
+  auto type_it = j.find("model_type");
+  if (arch_it != j.end() && arch_it->is_array() && !arch_it->empty() && (*arch_it)[0].is_string()) {
+    out.architecture = (*arch_it)[0].get<std::string>();
+  } else if (arch_it == j.end() && type_it != j.end() && type_it->is_string()) {
+    for (auto& a : kArchs)
+      if (*type_it == a.model_type) out.architecture = a.hf;
+    if (out.architecture.empty())
+      fail(what, ": model_type '", type_it->get<std::string>(),
+           "' is not supported (loom reads llama, mistral, qwen2) and there is no 'architectures' key");
+  } else {
     fail(what, ": key 'architectures': expected a list with the model class name, found ",
          arch_it == j.end() ? std::string("nothing") : arch_it->dump());
-  out.architecture = (*arch_it)[0].get<std::string>();
+  }
   ModelConfig& c = out.config;
   bool known = false;
   for (auto& a : kArchs)
