@@ -25,6 +25,7 @@
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "engine/dist_engine.h"
 #include "engine/engine.h"
 #include "engine/metrics.h"
 #include "engine/trace.h"
@@ -189,31 +190,57 @@ struct EngineRun {
   Metrics metrics;
   std::vector<Sequence> finished;
   nlohmann::json engine;  // the configuration that ran
+  bool is_driver = true;  // false on the ranks of a distributed run other than world rank 0
 };
 
 // Builds the engine for the chosen layout and runs the requests to completion.
-// Single rank: loom::Engine. Several ranks: the distributed engine, when it exists.
+// Single rank: loom::Engine. Several ranks (or --comm mpi): the distributed engine
+// (engine/dist_engine.h); its driver runs on world rank 0 only, so on the other ranks the
+// returned run has is_driver == false and nothing to report.
 EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> model, const EngineConfig& cfg,
                      std::vector<Request> requests) {
   if (a.comm != "local" && a.comm != "mpi") fail("unknown --comm '", a.comm, "' (local, mpi)");
-  if (a.ranks < 1) fail("--ranks must be >= 1, got ", a.ranks);
-  if (a.ranks > 1)
-    fail("--ranks ", a.ranks, " (plan '", a.plan, "', comm ", a.comm,
-         "): multi-rank offline benchmarks are not supported yet; use --ranks 1");
-  Engine engine(std::move(model), cfg);
+  if (a.ranks < 0 || (a.ranks == 0 && a.comm != "mpi")) fail("--ranks must be >= 1, got ", a.ranks);
   EngineRun run;
-  run.engine = {{"ranks", 1},
-                {"plan", a.plan.empty() ? "single" : a.plan},
-                {"threads", cfg.threads > 0 ? cfg.threads : default_thread_count()},
-                {"max_num_seqs", engine.config().max_num_seqs},
-                {"max_tokens_per_step", engine.config().max_tokens_per_step},
-                {"max_model_len", engine.config().max_model_len},
-                {"block_size", engine.config().block_size},
-                {"num_kv_blocks", engine.num_kv_blocks()},
-                {"kv_cache_bytes", engine.kv_cache_bytes()},
-                {"kernel_path", kernels::kernel_path()}};
-  run.finished = engine.run(std::move(requests));
-  run.metrics = engine.metrics();
+  if (a.ranks == 1 && a.comm == "local" && (a.plan.empty() || a.plan == "tp=1")) {
+    Engine engine(std::move(model), cfg);
+    run.engine = {{"ranks", 1},
+                  {"plan", "tp=1"},
+                  {"threads", cfg.threads > 0 ? cfg.threads : default_thread_count()},
+                  {"max_num_seqs", engine.config().max_num_seqs},
+                  {"max_tokens_per_step", engine.config().max_tokens_per_step},
+                  {"max_model_len", engine.config().max_model_len},
+                  {"block_size", engine.config().block_size},
+                  {"num_kv_blocks", engine.num_kv_blocks()},
+                  {"kv_cache_bytes", engine.kv_cache_bytes()},
+                  {"kernel_path", kernels::kernel_path()}};
+    run.finished = engine.run(std::move(requests));
+    run.metrics = engine.metrics();
+    return run;
+  }
+  DistOptions o;
+  o.comm = a.comm;
+  o.ranks = a.ranks;
+  o.plan = a.plan.empty() ? cat("tp=", a.ranks) : a.plan;
+  o.model_path = a.model;
+  o.engine = cfg;
+  o.load_model = [model](int) { return model; };
+  run.is_driver = false;
+  run_distributed(o, [&](DistEngine& e) {
+    run.is_driver = true;
+    run.engine = {{"ranks", e.world_size()},
+                  {"plan", e.plan().to_string()},
+                  {"comm", std::string(e.backend())},
+                  {"threads_per_rank", e.threads_per_rank()},
+                  {"max_num_seqs", e.config().max_num_seqs},
+                  {"max_tokens_per_step", e.config().max_tokens_per_step},
+                  {"max_model_len", e.config().max_model_len},
+                  {"block_size", e.config().block_size},
+                  {"num_kv_blocks", e.num_kv_blocks()},
+                  {"kernel_path", kernels::kernel_path()}};
+    run.finished = e.run(std::move(requests));
+    run.metrics = e.metrics();
+  });
   return run;
 }
 
@@ -246,6 +273,7 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   const size_t n_requests = requests.size();
 
   EngineRun run = run_engine(a, model, cfg, std::move(requests));
+  if (!run.is_driver) return;  // only world rank 0 reports
   const MetricsSummary s = run.metrics.summary();
 
   // Input tokens of the requests that completed (MetricsSummary::num_prompt_tokens).
@@ -298,8 +326,10 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   std::printf("%s: %zu requests (%s), %lld completed, %lld rejected (%lld too long for %d tokens), %lld clipped\n",
               a.model.c_str(), n_requests, w.source.c_str(), (long long)s.num_completed, (long long)s.num_rejected,
               (long long)ts.num_too_long, max_context, (long long)ts.num_clipped);
-  std::printf("  engine: %s threads, max_num_seqs %d, max_tokens_per_step %d, %d KV blocks, %s kernels\n",
-              run.engine["threads"].dump().c_str(), cfg.max_num_seqs, cfg.max_tokens_per_step,
+  std::printf("  engine: %s ranks, plan %s, %s threads, max_num_seqs %d, max_tokens_per_step %d, %d KV blocks, %s kernels\n",
+              run.engine["ranks"].dump().c_str(), run.engine["plan"].get<std::string>().c_str(),
+              run.engine.value("threads", run.engine.value("threads_per_rank", nlohmann::json(0))).dump().c_str(),
+              cfg.max_num_seqs, cfg.max_tokens_per_step,
               run.engine["num_kv_blocks"].get<int>(), kernels::kernel_path());
   std::printf("  %.3f s, %lld steps, %lld preemptions\n", s.duration_s, (long long)s.num_steps,
               (long long)s.num_preemptions);

@@ -252,10 +252,29 @@ TEST(BenchOfflineErrors, NoWorkload) {
   expect_one_line_error(run_loom_stderr("bench offline -m " + f.model), {"--trace", "--synthetic"});
 }
 
-TEST(BenchOfflineErrors, MultiRankNotSupportedYet) {
+TEST(BenchOffline, MultiRankRunsTheSameWorkload) {
+  // tp=2 and dp=2 on the local backend complete the same requests with the same token counts
+  // as one rank (token equality across plans is checked in tests/dist).
   Fixture f;
-  expect_one_line_error(run_loom_stderr("bench offline -m " + f.model + " --synthetic batch -n 2 --ranks 2 --plan tp=2"),
-                        {"--ranks 2", "not supported yet"});
+  const std::string w = "--synthetic batch -n 6 --prompt-len 9 --output-len 5 ";
+  const json one = f.bench(w, "one.json");
+  for (const char* plan : {"tp=2", "dp=2"}) {
+    SCOPED_TRACE(plan);
+    const json j = f.bench(w + "--ranks 2 --plan " + plan, std::string(plan) + ".json");
+    ASSERT_TRUE(j.contains("summary")) << j.dump(2);
+    EXPECT_EQ(j["engine"]["ranks"], 2);
+    EXPECT_EQ(j["engine"]["plan"], plan);
+    EXPECT_EQ(j["summary"]["num_completed"], one["summary"]["num_completed"]);
+    EXPECT_EQ(j["summary"]["num_output_tokens"], one["summary"]["num_output_tokens"]);
+    EXPECT_EQ(j["summary"]["num_prompt_tokens"], one["summary"]["num_prompt_tokens"]);
+  }
+}
+
+TEST(BenchOfflineErrors, LayoutThatDoesNotDivideTheModel) {
+  // tiny has 4 query heads: tp=3 cannot split them, and the error names both numbers.
+  Fixture f;
+  expect_one_line_error(run_loom_stderr("bench offline -m " + f.model + " --synthetic batch -n 2 --ranks 3 --plan tp=3"),
+                        {"tp=3", "4"});
 }
 
 }  // namespace
