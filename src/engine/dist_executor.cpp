@@ -9,8 +9,6 @@
 
 namespace loom {
 
-namespace {
-
 // Broadcast of one descriptor from group rank 0: the inline buffer carries [u64 size][payload
 // prefix]; the rest, if any, follows in a second broadcast. Every rank calls it; on rank 0 `wire`
 // is the payload, on the others it receives it.
@@ -32,8 +30,6 @@ void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::
   }
   if (n > kRoom) group.broadcast(wire.data() + kRoom, size_t(n) - kRoom, 0);
 }
-
-}  // namespace
 
 void to_forward_batch(const StepBatch& batch, int num_blocks, bool with_logits, ForwardBatch& fb) {
   fb.tokens.clear();

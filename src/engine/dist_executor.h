@@ -76,6 +76,11 @@ class DistExecutor : public StepExecutor {
 int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
                      const std::function<void(const StepBatch&)>& before_step = nullptr);
 
+// One step descriptor (step_codec.h) from `group` rank 0 to the others: on rank 0 `wire` holds
+// the encoded descriptor, on the others it receives it; `inline_buf` is scratch (kInlineBytes).
+// Used by every executor that leads a group (DistExecutor, ShiftExecutor).
+void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::vector<uint8_t>& inline_buf);
+
 // Builds the forward batch of `batch` (block ids checked against `num_blocks`); want_logits
 // follows ScheduledSeq::sample when `with_logits`, else is false everywhere. `fb` keeps pointers
 // into `batch`.

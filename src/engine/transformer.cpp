@@ -7,9 +7,40 @@
 
 namespace loom {
 
+std::vector<ShardLayerWeights> shard_views(const Model& model, const ShardSpec& shard) {
+  const int64_t dh = model.config.head_dim;
+  std::vector<ShardLayerWeights> out;
+  for (const LayerWeights& L : model.layers) {
+    ShardLayerWeights s;
+    s.wq = L.wq.row_block(int64_t(shard.q_head_begin) * dh, int64_t(shard.n_q_heads) * dh);
+    s.wk = L.wk.row_block(int64_t(shard.kv_head_begin) * dh, int64_t(shard.n_kv_heads) * dh);
+    s.wv = L.wv.row_block(int64_t(shard.kv_head_begin) * dh, int64_t(shard.n_kv_heads) * dh);
+    s.wo = L.wo.col_block(int64_t(shard.q_head_begin) * dh, int64_t(shard.n_q_heads) * dh);
+    s.w_gate = L.w_gate.row_block(shard.ffn_begin, shard.ffn_len);
+    s.w_up = L.w_up.row_block(shard.ffn_begin, shard.ffn_len);
+    s.w_down = L.w_down.col_block(shard.ffn_begin, shard.ffn_len);
+    if (L.bq.present()) {
+      s.bq = L.bq.f32() + shard.q_head_begin * dh;
+      s.bk = L.bk.f32() + shard.kv_head_begin * dh;
+      s.bv = L.bv.f32() + shard.kv_head_begin * dh;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool,
                          AllReduce all_reduce)
-    : model_(std::move(model)), shard_(shard), pool_(pool), all_reduce_(std::move(all_reduce)) {
+    : Transformer(model, shard, pool, std::move(all_reduce), shard_views(*model, shard)) {}
+
+Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool, AllReduce all_reduce,
+                         std::vector<ShardLayerWeights> weights, std::shared_ptr<const void> keep_alive)
+    : model_(std::move(model)),
+      shard_(shard),
+      pool_(pool),
+      all_reduce_(std::move(all_reduce)),
+      layers_(std::move(weights)),
+      keep_alive_(std::move(keep_alive)) {
   const ModelConfig& c = model_->config;
   const int dh = c.head_dim;
   LOOM_CHECK(shard_.n_q_heads > 0 && shard_.n_kv_heads > 0 && shard_.ffn_len > 0);
@@ -40,21 +71,13 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
       }
     }
   }
-  for (const LayerWeights& L : model_->layers) {
-    LayerShard s;
-    s.wq = L.wq.row_block(int64_t(shard_.q_head_begin) * dh, int64_t(shard_.n_q_heads) * dh);
-    s.wk = L.wk.row_block(int64_t(shard_.kv_head_begin) * dh, int64_t(shard_.n_kv_heads) * dh);
-    s.wv = L.wv.row_block(int64_t(shard_.kv_head_begin) * dh, int64_t(shard_.n_kv_heads) * dh);
-    s.wo = L.wo.col_block(int64_t(shard_.q_head_begin) * dh, int64_t(shard_.n_q_heads) * dh);
-    s.w_gate = L.w_gate.row_block(shard_.ffn_begin, shard_.ffn_len);
-    s.w_up = L.w_up.row_block(shard_.ffn_begin, shard_.ffn_len);
-    s.w_down = L.w_down.col_block(shard_.ffn_begin, shard_.ffn_len);
-    if (L.bq.present()) {
-      s.bq = L.bq.f32() + shard_.q_head_begin * dh;
-      s.bk = L.bk.f32() + shard_.kv_head_begin * dh;
-      s.bv = L.bv.f32() + shard_.kv_head_begin * dh;
-    }
-    layers_.push_back(s);
+  LOOM_CHECK(layers_.size() == model_->layers.size(), "shard weights for ", layers_.size(), " of ",
+             model_->layers.size(), " layers");
+  for (const LayerShard& s : layers_) {
+    LOOM_CHECK(s.wq.rows == int64_t(shard_.n_q_heads) * dh && s.wk.rows == int64_t(shard_.n_kv_heads) * dh &&
+                   s.wv.rows == s.wk.rows && s.wo.cols == s.wq.rows && s.w_gate.rows == shard_.ffn_len &&
+                   s.w_up.rows == shard_.ffn_len && s.w_down.cols == shard_.ffn_len && s.wo.rows == c.d_model,
+               "shard weights do not match the shard's sizes");
   }
   rope_.head_dim = dh;
   rope_.theta = c.rope_theta;

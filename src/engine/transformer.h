@@ -68,6 +68,20 @@ struct ForwardBatch {
   std::vector<ForwardSeq> seqs;
 };
 
+// One layer's shard weights as a forward pass uses them: Wq/Wk/Wv/W_gate/W_up hold exactly the
+// shard's rows (q heads, kv heads, FFN columns of the ShardSpec, in that order), Wo/W_down its
+// input columns. Views: they may point into the model's mapping (shard_views) or into owned
+// copies (engine/shard_weights.h, Shift 3.3.2).
+struct ShardLayerWeights {
+  WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+  const float* bq = nullptr;  // Qwen2 biases of the shard's rows, or null
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+};
+
+// Views of `model`'s weights for `shard`, one entry per layer (no copy).
+std::vector<ShardLayerWeights> shard_views(const Model& model, const ShardSpec& shard);
+
 class Transformer {
  public:
   using AllReduce = std::function<void(float* data, int64_t n)>;
@@ -76,6 +90,10 @@ class Transformer {
   // (nullptr: single rank).
   Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool,
               AllReduce all_reduce = nullptr);
+  // The same shard computed with the given weights (one entry per layer, shaped as
+  // ShardLayerWeights says); `keep_alive` owns their bytes when they are not the model's.
+  Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool, AllReduce all_reduce,
+              std::vector<ShardLayerWeights> weights, std::shared_ptr<const void> keep_alive = nullptr);
 
   const ModelConfig& config() const { return model_->config; }
   const ShardSpec& shard() const { return shard_; }
@@ -86,12 +104,7 @@ class Transformer {
   int forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits);
 
  private:
-  struct LayerShard {
-    WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
-    const float* bq = nullptr;
-    const float* bk = nullptr;
-    const float* bv = nullptr;
-  };
+  using LayerShard = ShardLayerWeights;
   void ensure_scratch(int64_t n_tokens);
 
   // Query heads that share one KV-head mapping in one attention call: local query heads
@@ -109,6 +122,7 @@ class Transformer {
   ThreadPool* pool_;
   AllReduce all_reduce_;
   std::vector<LayerShard> layers_;
+  std::shared_ptr<const void> keep_alive_;
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;
 

@@ -1,0 +1,44 @@
+// Where a rank's shard weights live (Shift 3.3.2, "Memory Management"): the shift config needs
+// its own 1/P shards beside the base config's 1/t shards. Two ways:
+//   separate: owned copies of the base shard AND of the shift shard (two models sharing one KV
+//             cache; memory w/t + w/P per rank, what the paper ships);
+//   slice:    an owned copy of the base shard, and the shift shard as views sliced out of it
+//             (parallel/sharding.h shift_slice_of_base; memory w/t, no second copy).
+// Weights are memory-mapped views of the model file otherwise (no copy at all): the fixed policy
+// keeps them that way.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/transformer.h"
+#include "parallel/sharding.h"
+
+namespace loom {
+
+enum class ShiftWeights { Separate, Slice };
+// "separate" | "slice"; throws loom::Error naming the value and the choices.
+ShiftWeights parse_shift_weights(const std::string& s);
+const char* shift_weights_name(ShiftWeights w);
+
+// A shard's weights with the bytes they point into (null storage: views of the model).
+struct ShardWeightSet {
+  std::vector<ShardLayerWeights> layers;
+  std::shared_ptr<const void> storage;
+  int64_t owned_bytes = 0;  // bytes this set allocated (0 for views)
+};
+
+// Owned, contiguous copies of `views` (each matrix's rows packed at its own row size, biases
+// copied): what "separate" means for mapped weights.
+ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views);
+
+// The shift shard as views into the base shard `base` (Shift 3.3.2 on-the-fly slicing); `slice`
+// gives the offsets (rows / columns inside the base shard). Shares base's storage.
+ShardWeightSet slice_shard(const ShardWeightSet& base, const ShiftSlice& slice);
+
+// Bytes of the seven matrices of every layer (what the shard computes with).
+int64_t shard_matrix_bytes(const std::vector<ShardLayerWeights>& layers);
+
+}  // namespace loom
