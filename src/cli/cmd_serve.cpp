@@ -1,0 +1,133 @@
+// `loom serve`: an OpenAI-compatible HTTP server (server/http_server.h) over the engine.
+// Loopback by default; Ctrl-C / SIGTERM stop it cleanly.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/cli.h"
+#include "core/error.h"
+#include "model/loader.h"
+#include "model/tokenizer.h"
+#include "server/engine_factory.h"
+#include "server/http_server.h"
+#include "server/serving_engine.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, tokenizer;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string served_model_name;
+  int max_num_seqs = 64;
+  int max_tokens_per_step = 2048;
+  int64_t kv_cache_bytes = 0;
+  int max_model_len = 0;
+  int max_queue = 256;
+  int threads = 0;
+  int http_threads = 0;
+  int ranks = 1;
+  std::string plan, policy;
+};
+
+std::string base_name(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+void run_serve(const ServeArgs& a) {
+  if (a.port < 0 || a.port > 65535) fail("--port must be in [0, 65535], got ", a.port);
+  if (a.max_queue < 1) fail("--max-queue must be >= 1, got ", a.max_queue);
+  if (a.kv_cache_bytes < 0) fail("--kv-cache-bytes must be > 0, got ", a.kv_cache_bytes);
+
+  // Stop signals are taken by sigwait below; block them before any thread starts so every
+  // thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  server::EngineSpec spec;
+  spec.model_path = a.model;
+  spec.config.threads = a.threads;
+  spec.config.max_num_seqs = a.max_num_seqs;
+  spec.config.max_tokens_per_step = a.max_tokens_per_step;
+  spec.config.max_model_len = a.max_model_len;
+  if (a.kv_cache_bytes > 0) spec.config.kv_cache_bytes = a.kv_cache_bytes;
+  spec.ranks = a.ranks;
+  spec.plan = a.plan;
+  spec.policy = a.policy;
+
+  server::check_layout(spec);
+  std::shared_ptr<Model> model = load_model(a.model);
+  auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
+  std::unique_ptr<Engine> engine = server::make_engine(spec, model);
+
+  server::ServingOptions so;
+  so.max_queue = a.max_queue;
+  so.model_name = a.served_model_name.empty() ? base_name(a.model) : a.served_model_name;
+  server::ServingEngine serving(*engine, *tok, server::serving_eos_ids(*tok, model->format, model->config.bos_id),
+                                so);
+  server::HttpServerOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.model_name = so.model_name;
+  ho.http_threads = a.http_threads;
+  server::HttpServer http(serving, *tok, ho);
+  const int port = http.bind();
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::fprintf(stderr, "loom serve: signal %d, stopping\n", sig);
+    serving.shutdown();  // in-flight requests end (aborted) so handler threads can finish
+    http.stop();
+  });
+  std::printf("loom serve: listening on http://%s:%d (model %s, max_model_len %d, %d KV blocks of %d tokens)\n",
+              a.host.c_str(), port, so.model_name.c_str(), engine->config().max_model_len, engine->num_kv_blocks(),
+              engine->config().block_size);
+  std::fflush(stdout);
+  const bool ok = http.listen();
+  // listen() returned: by a signal (the waiter stopped us) or because listening failed; in the
+  // second case wake the waiter so it can finish.
+  if (!ok) pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  if (!ok) fail("listening on ", a.host, ":", port, " failed");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, SSE, /metrics)");
+  sub->add_option("--model,-m", a->model, "Model: llama2.c .bin, GGUF file, or safetensors dir/file")->required();
+  sub->add_option("--tokenizer,-t", a->tokenizer, "Tokenizer file if not with the model");
+  sub->add_option("--host", a->host, "Address to listen on (loopback by default)")->capture_default_str();
+  sub->add_option("--port", a->port, "Port (0: any free port, printed at start)")->capture_default_str();
+  sub->add_option("--served-model-name", a->served_model_name, "Model name clients use (default: the file name)");
+  sub->add_option("--max-num-seqs", a->max_num_seqs, "Running sequences at most")->capture_default_str();
+  sub->add_option("--max-tokens-per-step", a->max_tokens_per_step, "Token budget per step (chunked prefill)")
+      ->capture_default_str();
+  sub->add_option("--kv-cache-bytes", a->kv_cache_bytes, "KV-cache size in bytes (default: a share of free memory)");
+  sub->add_option("--max-model-len", a->max_model_len, "Prompt + output tokens at most (0: the model's context)")
+      ->capture_default_str();
+  sub->add_option("--max-queue", a->max_queue, "Waiting requests at most; beyond it requests get 429")
+      ->capture_default_str();
+  sub->add_option("--threads", a->threads, "Compute threads (0: all cores, or LOOM_THREADS)")->capture_default_str();
+  sub->add_option("--http-threads", a->http_threads, "HTTP handler threads (0: max-num-seqs + max-queue + 16)")
+      ->capture_default_str();
+  sub->add_option("--ranks", a->ranks, "Ranks of the engine (only 1 is supported yet)")->capture_default_str();
+  sub->add_option("--plan", a->plan, "Layout plan (not yet supported by serve)");
+  sub->add_option("--policy", a->policy, "Layout policy (not yet supported by serve)");
+  set_action(sub, [a] { run_serve(*a); });
+}
+
+}  // namespace loom::cli

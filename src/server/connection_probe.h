@@ -1,0 +1,32 @@
+// Tells whether the client of an HTTP request has gone away, while a handler waits for the
+// engine and writes nothing.
+//
+// cpp-httplib 0.11 (Debian 12's) has no Request::is_connection_closed (added in later
+// versions as `!is_socket_alive(sock)`, a non-blocking MSG_PEEK). This does the same check on
+// the connection's socket, which the handler is not given: find() looks the socket up once
+// among the process's descriptors by its two endpoints (our local address and port, the
+// client's address and port, which Request carries; a live TCP connection is unique by them,
+// and the descriptor stays the connection's for as long as the handler runs).
+// closed(): recv(MSG_PEEK | MSG_DONTWAIT) returns 0 (the client closed or shut down its side)
+// or fails with anything but EAGAIN (reset). Bytes waiting (a pipelined request) mean alive.
+// When the socket cannot be found (another transport), closed() is always false and the
+// server falls back to noticing the disconnect when a write fails.
+#pragma once
+
+#include <string>
+
+namespace loom::server {
+
+class ConnectionProbe {
+ public:
+  ConnectionProbe() = default;
+  static ConnectionProbe find(const std::string& local_addr, int local_port, const std::string& remote_addr,
+                              int remote_port);
+  bool found() const { return fd_ >= 0; }
+  bool closed() const;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace loom::server

@@ -1,0 +1,74 @@
+// `loom serve`'s HTTP front end (cpp-httplib's server and thread pool): OpenAI-compatible
+// routes over a ServingEngine.
+//
+//   POST /v1/completions        prompt (text or token ids) -> text; SSE when stream: true
+//   POST /v1/chat/completions   messages -> chat template (the model's, built-ins) -> text
+//   GET  /v1/models             the served model (id, max_model_len, vocab_size)
+//   GET  /health                200 {"status": "ok"} while the engine thread runs
+//   GET  /metrics               Prometheus text format 0.0.4 (prometheus.h lists the series)
+// Anything else: 404 with an OpenAI error body.
+//
+// Streaming: "data: {chunk}\n\n" per text delta in OpenAI's chunk format (chat's first chunk
+// carries the role), a last chunk with finish_reason, with stream_options.include_usage a
+// usage chunk ("choices": []), then "data: [DONE]\n\n". An engine failure mid-stream sends
+// "data: {"error": ...}\n\n" and [DONE].
+//
+// Client disconnects: a streaming request is cancelled when a write to the client fails or,
+// while it waits for tokens, when ConnectionProbe sees the socket closed; a non-streaming one
+// when ConnectionProbe sees it closed while waiting. Cancelling frees its KV blocks.
+//
+// Handler threads: one per connection being served. The pool has max_num_seqs + max_queue + 16
+// threads by default, so that with every running and waiting slot taken, a new request still
+// gets a thread to answer it 429, and /health and /metrics still answer.
+//
+// Errors never escape a handler: ApiError -> its status, OverloadError -> 429, anything else
+// -> 500 with the message. SIGPIPE is ignored process-wide by the constructor (cpp-httplib 0.11
+// sends without MSG_NOSIGNAL; a write to a closed socket must fail, not kill the server).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/tokenizer.h"
+#include "server/serving_engine.h"
+
+namespace loom::server {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;            // 0: any free port (see port())
+  std::string model_name;     // served model name (--served-model-name)
+  int http_threads = 0;       // 0: max_num_seqs + max_queue + 16
+  size_t max_body_bytes = 64u << 20;
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServingEngine& engine, const Tokenizer& tok, HttpServerOptions options);
+  ~HttpServer();  // stops listening
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port; returns the port (the chosen one for port 0). Throws loom::Error naming
+  // the address when it cannot bind.
+  int bind();
+  // Serves until stop() (call bind() first). Returns false when listening failed.
+  bool listen();
+  // bind() and listen() on a thread of its own (tests).
+  int start();
+  void stop();
+  int port() const { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = -1;
+};
+
+// The token ids that end generation for this model: every end-of-generation token of the
+// vocabulary (Tokenizer::is_eog), and for llama2.c checkpoints BOS, which is how they end a
+// story (as `loom generate` and llama2.c's run.c stop).
+std::vector<TokenId> serving_eos_ids(const Tokenizer& tok, const std::string& model_format, int bos_id);
+
+}  // namespace loom::server

@@ -1,0 +1,318 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace loom::server {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "") {
+  ApiError e;
+  e.status = 400;
+  e.param = param;
+  e.message = message;
+  e.code = code;
+  throw e;
+}
+
+bool present(const json& body, const char* key) {
+  auto it = body.find(key);
+  return it != body.end() && !it->is_null();
+}
+
+// Integer field: JSON integers, and floats with an integral value (some clients send 16.0).
+int64_t get_int(const json& v, const std::string& name) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return int64_t(d);
+  }
+  bad(name, cat("'", name, "' must be an integer, got ", v.dump()));
+}
+
+double get_number(const json& v, const std::string& name) {
+  if (!v.is_number()) bad(name, cat("'", name, "' must be a number, got ", v.dump()));
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) bad(name, cat("'", name, "' must be finite"));
+  return d;
+}
+
+bool get_bool(const json& v, const std::string& name) {
+  if (!v.is_boolean()) bad(name, cat("'", name, "' must be a boolean, got ", v.dump()));
+  return v.get<bool>();
+}
+
+std::string get_string(const json& v, const std::string& name) {
+  if (!v.is_string()) bad(name, cat("'", name, "' must be a string, got ", v.dump()));
+  return v.get<std::string>();
+}
+
+std::vector<TokenId> get_token_ids(const json& v, const std::string& name) {
+  std::vector<TokenId> ids;
+  ids.reserve(v.size());
+  for (const json& x : v) {
+    if (!x.is_number_integer()) bad(name, cat("'", name, "' token ids must be integers, got ", x.dump()));
+    const int64_t id = x.get<int64_t>();
+    if (id < 0 || id > std::numeric_limits<TokenId>::max())
+      bad(name, cat("'", name, "' token id ", id, " is out of range"));
+    ids.push_back(TokenId(id));
+  }
+  return ids;
+}
+
+void parse_prompt(const json& p, ApiRequest* r) {
+  auto set_text = [&](const json& s) {
+    r->prompt_text = s.get<std::string>();
+    r->prompt_is_ids = false;
+  };
+  if (p.is_string()) return set_text(p);
+  if (!p.is_array())
+    bad("prompt", cat("'prompt' must be a string, a list of token ids, or a list of one of those; got ",
+                      p.type_name()));
+  if (p.empty()) bad("prompt", "'prompt' must not be empty");
+  if (p[0].is_number_integer()) {
+    r->prompt_ids = get_token_ids(p, "prompt");
+    r->prompt_is_ids = true;
+    return;
+  }
+  // A batch of prompts: only one (n = 1, one choice).
+  if (p.size() != 1)
+    bad("prompt", cat("batched prompts are not supported: 'prompt' has ", p.size(),
+                      " entries, expected 1"));
+  if (p[0].is_string()) return set_text(p[0]);
+  if (p[0].is_array()) {
+    if (p[0].empty()) bad("prompt", "'prompt' must not be empty");
+    r->prompt_ids = get_token_ids(p[0], "prompt");
+    r->prompt_is_ids = true;
+    return;
+  }
+  bad("prompt", cat("'prompt' entries must be strings or token id lists, got ", p[0].type_name()));
+}
+
+void parse_messages(const json& m, ApiRequest* r) {
+  if (!m.is_array()) bad("messages", cat("'messages' must be a list, got ", m.type_name()));
+  if (m.empty()) bad("messages", "'messages' must not be empty");
+  for (size_t i = 0; i < m.size(); ++i) {
+    const json& x = m[i];
+    const std::string where = cat("messages[", i, "]");
+    if (!x.is_object()) bad(where, cat("'", where, "' must be an object, got ", x.type_name()));
+    if (!present(x, "role")) bad(where + ".role", cat("'", where, ".role' is missing"));
+    ChatMessage msg;
+    msg.role = get_string(x["role"], where + ".role");
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer")
+      bad(where + ".role",
+          cat("'", where, ".role' must be system, developer, user or assistant, got '", msg.role, "'"));
+    if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
+    if (!present(x, "content")) {
+      if (msg.role == "assistant") {
+        r->messages.push_back(msg);
+        continue;
+      }
+      bad(where + ".content", cat("'", where, ".content' is missing"));
+    }
+    const json& c = x["content"];
+    if (c.is_string()) {
+      msg.content = c.get<std::string>();
+    } else if (c.is_array()) {
+      for (const json& part : c) {
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          bad(where + ".content", cat("'", where, ".content' parts must be {\"type\": \"text\", \"text\": ...}"));
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      bad(where + ".content", cat("'", where, ".content' must be a string or a list of text parts"));
+    }
+    r->messages.push_back(std::move(msg));
+  }
+}
+
+}  // namespace
+
+json error_json(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}};
+}
+
+ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
+  json b;
+  try {
+    b = json::parse(body);
+  } catch (const json::parse_error& e) {
+    bad("", cat("the request body is not valid JSON: ", e.what()), "invalid_json");
+  }
+  if (!b.is_object()) bad("", cat("the request body must be a JSON object, got ", b.type_name()));
+  ApiRequest r;
+  r.endpoint = endpoint;
+  if (present(b, "model")) r.model = get_string(b["model"], "model");
+
+  if (endpoint == Endpoint::kCompletions) {
+    if (!present(b, "prompt")) bad("prompt", "'prompt' is required");
+    parse_prompt(b["prompt"], &r);
+    if (present(b, "echo") && get_bool(b["echo"], "echo")) bad("echo", "'echo' is not supported");
+    if (present(b, "best_of") && get_int(b["best_of"], "best_of") != 1)
+      bad("best_of", "'best_of' must be 1 (one sequence per request)");
+    if (present(b, "logprobs")) {
+      const json& lp = b["logprobs"];
+      if (!(lp.is_number_integer() && lp.get<int64_t>() == 0) && !(lp.is_boolean() && !lp.get<bool>()))
+        bad("logprobs", "'logprobs' is not supported");
+    }
+  } else {
+    if (!present(b, "messages")) bad("messages", "'messages' is required");
+    parse_messages(b["messages"], &r);
+    if (present(b, "logprobs") && get_bool(b["logprobs"], "logprobs")) bad("logprobs", "'logprobs' is not supported");
+  }
+
+  // max_completion_tokens (chat) supersedes max_tokens, as in OpenAI's API.
+  const char* max_key = "max_tokens";
+  if (endpoint == Endpoint::kChat && present(b, "max_completion_tokens")) max_key = "max_completion_tokens";
+  if (present(b, max_key)) {
+    const int64_t m = get_int(b[max_key], max_key);
+    if (m < 1) bad(max_key, cat("'", max_key, "' must be >= 1, got ", m));
+    r.max_tokens = int(std::min<int64_t>(m, std::numeric_limits<int>::max()));
+  }
+  if (present(b, "temperature")) {
+    const double t = get_number(b["temperature"], "temperature");
+    if (t < 0) bad("temperature", cat("'temperature' must be >= 0, got ", t));
+    r.sampling.temperature = float(t);
+  }
+  if (present(b, "top_p")) {
+    const double p = get_number(b["top_p"], "top_p");
+    if (!(p > 0 && p <= 1)) bad("top_p", cat("'top_p' must be in (0, 1], got ", p));
+    r.sampling.top_p = float(p);
+  }
+  if (present(b, "top_k")) {
+    const int64_t k = get_int(b["top_k"], "top_k");
+    if (k < -1) bad("top_k", cat("'top_k' must be -1 (off), 0 (off) or positive, got ", k));
+    r.sampling.top_k = k < 0 ? 0 : int(std::min<int64_t>(k, std::numeric_limits<int>::max()));
+  }
+  if (present(b, "seed")) {
+    r.sampling.seed = uint64_t(get_int(b["seed"], "seed"));
+    r.has_seed = true;
+  }
+  if (present(b, "n")) {
+    const int64_t n = get_int(b["n"], "n");
+    if (n != 1) bad("n", cat("'n' must be 1 (one choice per request), got ", n));
+  }
+  if (present(b, "stop")) {
+    const json& s = b["stop"];
+    if (s.is_string()) {
+      r.stop.push_back(s.get<std::string>());
+    } else if (s.is_array()) {
+      for (const json& x : s) r.stop.push_back(get_string(x, "stop"));
+    } else {
+      bad("stop", cat("'stop' must be a string or a list of strings, got ", s.type_name()));
+    }
+    for (const std::string& x : r.stop)
+      if (x.empty()) bad("stop", "'stop' strings must not be empty");
+  }
+  if (present(b, "stream")) r.stream = get_bool(b["stream"], "stream");
+  if (present(b, "stream_options")) {
+    const json& so = b["stream_options"];
+    if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    if (present(so, "include_usage"))
+      r.include_usage = get_bool(so["include_usage"], "stream_options.include_usage");
+  }
+  if (present(b, "ignore_eos")) r.ignore_eos = get_bool(b["ignore_eos"], "ignore_eos");
+  if (present(b, "priority")) {
+    const int64_t p = get_int(b["priority"], "priority");
+    if (p < std::numeric_limits<int>::min() || p > std::numeric_limits<int>::max())
+      bad("priority", cat("'priority' ", p, " is out of the int range"));
+    r.priority = int(p);
+  }
+  if (present(b, "slo")) {
+    const json& s = b["slo"];
+    if (!s.is_object()) bad("slo", cat("'slo' must be an object {ttft_ms, tpot_ms}, got ", s.type_name()));
+    Slo slo;
+    if (present(s, "ttft_ms")) slo.ttft_ms = get_number(s["ttft_ms"], "slo.ttft_ms");
+    if (present(s, "tpot_ms")) slo.tpot_ms = get_number(s["tpot_ms"], "slo.tpot_ms");
+    if (slo.ttft_ms < 0) bad("slo.ttft_ms", cat("'slo.ttft_ms' must be >= 0, got ", slo.ttft_ms));
+    if (slo.tpot_ms < 0) bad("slo.tpot_ms", cat("'slo.tpot_ms' must be >= 0, got ", slo.tpot_ms));
+    r.slo = slo;
+  }
+  return r;
+}
+
+json usage_json(int prompt_tokens, int completion_tokens) {
+  return json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json finish_reason_json(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    default: return nullptr;
+  }
+}
+
+json completion_response(const std::string& id, int64_t created, const std::string& model,
+                         const std::string& text, FinishReason reason, int prompt_tokens,
+                         int completion_tokens) {
+  json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason_json(reason)}};
+  return json{{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(prompt_tokens, completion_tokens)}};
+}
+
+json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
+                   FinishReason reason, int prompt_tokens, int completion_tokens) {
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", text}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", finish_reason_json(reason)}};
+  return json{{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(prompt_tokens, completion_tokens)}};
+}
+
+json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                  const std::string& text, const json& finish, bool role_only, bool include_usage) {
+  json choice;
+  if (endpoint == Endpoint::kCompletions) {
+    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  } else {
+    json delta = json::object();
+    if (role_only) {
+      delta = {{"role", "assistant"}, {"content", ""}};
+    } else if (!text.empty()) {
+      delta = {{"content", text}};
+    }
+    choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  }
+  json c = {{"id", id},
+            {"object", endpoint == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({choice})}};
+  if (include_usage) c["usage"] = nullptr;
+  return c;
+}
+
+json stream_usage_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                        int prompt_tokens, int completion_tokens) {
+  return json{{"id", id},
+              {"object", endpoint == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array()},
+              {"usage", usage_json(prompt_tokens, completion_tokens)}};
+}
+
+}  // namespace loom::server

@@ -1,0 +1,96 @@
+// The OpenAI-compatible request and response bodies of `loom serve` (JSON only; no HTTP here).
+//
+// Requests (POST /v1/completions, /v1/chat/completions) are parsed and validated up front into
+// an ApiRequest; anything wrong raises ApiError with the HTTP status and OpenAI's error shape
+//   {"error": {"message": ..., "type": "invalid_request_error", "param": ..., "code": ...}}
+// so the handler answers 4xx before the engine sees the request.
+//
+// Supported fields (OpenAI's names; vLLM extensions marked *):
+//   model, prompt (completions: a string, a list of token ids, or a one-element list of either),
+//   messages (chat: role + content string or [{type: "text", text}] parts),
+//   max_tokens (>= 1; chat also max_completion_tokens, which wins), temperature (>= 0),
+//   top_p (in (0, 1]), top_k* (>= -1; -1 and 0 = off), seed (integer), n (must be 1),
+//   stop (string or list of non-empty strings), stream, stream_options.include_usage
+//   (only with stream), ignore_eos*, priority* (int, lower = more urgent), and loom's
+//   slo {ttft_ms, tpot_ms} (>= 0, ms).
+// Unknown fields are ignored (clients send many optional ones); fields that change the output
+// in ways loom cannot honour (echo, logprobs, best_of > 1, n != 1) are rejected.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "model/chat_template.h"
+
+namespace loom::server {
+
+// An error answered to the client. status: 400 (bad request), 404 (unknown route or model),
+// 429 (queue full), 500 (the engine failed on the request).
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" -> null
+  std::string code;   // "" -> null
+};
+
+// {"error": {...}} for e.
+nlohmann::json error_json(const ApiError& e);
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // "" when absent
+  // Completions: the prompt as text, or as token ids (prompt_is_ids).
+  std::string prompt_text;
+  std::vector<TokenId> prompt_ids;
+  bool prompt_is_ids = false;
+  // Chat.
+  std::vector<ChatMessage> messages;
+
+  std::optional<int> max_tokens;  // absent: completions 16, chat the rest of the context
+  SamplingParams sampling;        // temperature 1, top_p 1, top_k 0 unless given
+  bool has_seed = false;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;
+  bool ignore_eos = false;
+  int priority = 0;
+  std::optional<Slo> slo;
+};
+
+// Parses and validates a request body. Throws ApiError (400) naming the field.
+ApiRequest parse_api_request(Endpoint endpoint, const std::string& body);
+
+// Usage block.
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens);
+
+// "stop", "length", or null (json) for a reason that is not a normal finish.
+nlohmann::json finish_reason_json(FinishReason r);
+
+// Non-streaming response bodies.
+nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                   const std::string& text, FinishReason reason, int prompt_tokens,
+                                   int completion_tokens);
+nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model,
+                             const std::string& text, FinishReason reason, int prompt_tokens,
+                             int completion_tokens);
+
+// One streaming chunk (the JSON after "data: "). text_or_null: the delta; finish: a reason or
+// null; role_only (chat's first chunk): delta {"role": "assistant", "content": ""}. With
+// include_usage every chunk carries "usage": null, as OpenAI's do.
+nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created,
+                            const std::string& model, const std::string& text,
+                            const nlohmann::json& finish, bool role_only, bool include_usage);
+// The usage chunk sent last when include_usage: "choices": [] and the usage.
+nlohmann::json stream_usage_chunk(Endpoint endpoint, const std::string& id, int64_t created,
+                                  const std::string& model, int prompt_tokens,
+                                  int completion_tokens);
+
+}  // namespace loom::server

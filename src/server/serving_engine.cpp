@@ -1,0 +1,346 @@
+#include "server/serving_engine.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace loom::server {
+
+// ---- RequestStream ----
+
+bool RequestStream::next(Update* out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!fresh_ && !finished_) cv_.wait_for(lock, timeout, [&] { return fresh_ || finished_; });
+  if (!fresh_ && !finished_) return false;
+  out->text.swap(pending_);
+  pending_.clear();
+  out->num_output = num_output_;
+  out->finished = finished_;
+  out->reason = reason_;
+  out->detail = detail_;
+  fresh_ = false;
+  return true;
+}
+
+void RequestStream::push(std::string text, int num_output) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    pending_ += text;
+    num_output_ = num_output;
+    fresh_ = true;
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::finish(std::string text, int num_output, FinishReason reason, std::string detail) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    pending_ += text;
+    num_output_ = num_output;
+    finished_ = true;
+    fresh_ = true;
+    reason_ = reason;
+    detail_ = std::move(detail);
+  }
+  cv_.notify_all();
+}
+
+// ---- ServingEngine ----
+
+ServingEngine::ServingEngine(Engine& engine, const Tokenizer& tok, std::vector<TokenId> eos_ids,
+                             ServingOptions options)
+    : engine_(engine), tok_(tok), eos_ids_(std::move(eos_ids)), options_(std::move(options)) {
+  if (options_.max_queue < 1) fail("--max-queue must be >= 1, got ", options_.max_queue);
+  EngineLoop& loop = engine_.loop();
+  loop.on_token = [this](const TokenEvent& ev) { on_token(ev); };
+  loop.on_finish = [this](const Sequence& s) { on_finish(s); };
+  loop.on_batch = [this](StepBatch& b) { on_batch(b); };
+  engine_.scheduler().set_stop_check([this](const Sequence& s) { return stop_check(s); });
+  stats_.kv_blocks_total = engine_.num_kv_blocks();
+  thread_ = std::thread([this] { run(); });
+}
+
+ServingEngine::~ServingEngine() { shutdown(); }
+
+void ServingEngine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  EngineLoop& loop = engine_.loop();
+  loop.on_token = nullptr;
+  loop.on_finish = nullptr;
+  loop.on_batch = nullptr;
+  engine_.scheduler().set_stop_check(nullptr);
+}
+
+std::shared_ptr<RequestStream> ServingEngine::submit(Request r) {
+  std::shared_ptr<RequestStream> st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) throw OverloadError{"the server is shutting down", 503};
+    const int waiting = std::max(0, num_live_ - stats_.num_running);
+    if (waiting >= options_.max_queue) {
+      overload_total_.fetch_add(1);
+      throw OverloadError{cat("the server is overloaded: ", waiting, " requests are waiting (--max-queue ",
+                              options_.max_queue, "); retry later")};
+    }
+    r.id = next_id_.fetch_add(1);
+    r.arrival_s = engine_.clock().now();
+    r.stop.eos_ids = eos_ids_;
+    st = std::make_shared<RequestStream>(r.id, r.prompt_len());
+    ++num_live_;
+    inbox_.emplace_back(std::move(r), st);
+  }
+  cv_.notify_all();
+  return st;
+}
+
+void ServingEngine::cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+void ServingEngine::run() {
+  EngineLoop& loop = engine_.loop();
+  bool busy = false;
+  int consecutive_faults = 0;
+  for (;;) {
+    std::vector<std::pair<Request, std::shared_ptr<RequestStream>>> in;
+    std::vector<RequestId> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!busy) cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+      if (stop_) break;
+      in.swap(inbox_);
+      cancels.swap(cancels_);
+    }
+    for (auto& [r, st] : in) {
+      Live l;
+      l.stream = st;
+      l.decoder = std::make_unique<StreamDecoder>(tok_);
+      l.filter = StopFilter(r.stop.stop_strings);
+      l.arrival_s = r.arrival_s;
+      l.prompt_len = r.prompt_len();
+      live_.emplace(r.id, std::move(l));
+      loop.submit(std::move(r));
+    }
+    for (RequestId id : cancels) loop.cancel(id);
+    bool ran = false;
+    bool faulted = false;
+    try {
+      ran = loop.step();
+    } catch (const std::exception& e) {
+      faulted = true;
+      fail_all(e.what());
+    } catch (...) {
+      faulted = true;
+      fail_all("unknown exception");
+    }
+    publish();
+    busy = !loop.idle();
+    consecutive_faults = faulted ? consecutive_faults + 1 : 0;
+    if (busy && (!ran || consecutive_faults > 0)) {
+      // Nothing could run (or the loop keeps failing): do not spin on the core the engine's
+      // workers need; new submissions and cancellations still wake us.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(consecutive_faults > 0 ? 10 : 1),
+                   [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+    }
+  }
+  // Shutting down: whatever is still live ends as aborted.
+  for (auto it = live_.begin(); it != live_.end();) {
+    auto next = std::next(it);
+    finish_live(it, "", it->second.num_tokens, FinishReason::kAbort, "the server is shutting down");
+    it = next;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [r, st] : inbox_) st->finish("", 0, FinishReason::kAbort, "the server is shutting down");
+  inbox_.clear();
+}
+
+bool ServingEngine::stop_check(const Sequence& s) {
+  auto it = live_.find(s.id());
+  if (it == live_.end()) return false;
+  Live& l = it->second;
+  try {
+    while (l.consumed < s.num_output()) l.filter.append(l.decoder->push(s.output[size_t(l.consumed++)]));
+  } catch (const std::exception& e) {
+    log_warn("serve: detokenising request ", s.id(), " failed: ", e.what());
+  }
+  return l.filter.stopped();
+}
+
+void ServingEngine::on_batch(StepBatch& b) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.last_plan = b.plan.empty() ? "default" : b.plan;
+    stats_.num_running = engine_.scheduler().num_running();
+  }
+  if (options_.fault_hook) options_.fault_hook(b);
+}
+
+void ServingEngine::on_token(const TokenEvent& ev) {
+  auto it = live_.find(ev.seq_id);
+  if (it == live_.end()) return;
+  Live& l = it->second;
+  ++l.num_tokens;
+  const double now = engine_.clock().now();
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    if (l.num_tokens == 1) {
+      ttft_.observe(now - l.arrival_s);
+      prompt_tokens_total_ += l.prompt_len;
+    } else {
+      itl_.observe(now - l.last_token_s);
+    }
+    ++generation_tokens_total_;
+  }
+  l.last_token_s = now;
+  if (ev.finished) return;  // on_finish delivers the rest
+  try {
+    // Tokens the stop check did not see (only possible without a stop check call): decode here.
+    if (l.consumed < l.num_tokens) {
+      l.filter.append(l.decoder->push(ev.token));
+      ++l.consumed;
+    }
+    std::string ready = l.filter.take_ready();
+    if (!ready.empty()) l.stream->push(std::move(ready), l.num_tokens);
+  } catch (const std::exception& e) {
+    log_warn("serve: streaming request ", ev.seq_id, " failed: ", e.what());
+  }
+}
+
+void ServingEngine::on_finish(const Sequence& s) {
+  auto it = live_.find(s.id());
+  if (it == live_.end()) return;
+  Live& l = it->second;
+  std::string text;
+  try {
+    // The eos token that ended a request is never decoded (it is not text). The decoder's
+    // held-back bytes of an incomplete UTF-8 sequence come out as U+FFFD.
+    if (!l.filter.stopped()) l.filter.append(l.decoder->flush());
+    text = l.filter.take_all();
+  } catch (const std::exception& e) {
+    log_warn("serve: finishing request ", s.id(), " failed: ", e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    switch (s.finish_reason) {
+      case FinishReason::kStop: ++success_stop_; break;
+      case FinishReason::kLength: ++success_length_; break;
+      case FinishReason::kAbort: ++success_abort_; break;
+      case FinishReason::kRejected: ++failed_rejected_; break;
+      default: ++failed_error_; break;
+    }
+    if (s.finish_reason == FinishReason::kStop || s.finish_reason == FinishReason::kLength)
+      e2e_.observe(engine_.clock().now() - l.arrival_s);
+  }
+  finish_live(it, std::move(text), s.num_output(), s.finish_reason, s.finish_detail);
+}
+
+void ServingEngine::finish_live(std::unordered_map<RequestId, Live>::iterator it, std::string text,
+                                int num_output, FinishReason reason, std::string detail) {
+  it->second.stream->finish(std::move(text), num_output, reason, std::move(detail));
+  live_.erase(it);
+  std::lock_guard<std::mutex> lock(mu_);
+  --num_live_;
+}
+
+void ServingEngine::fail_all(const std::string& what) {
+  log_warn("serve: engine step failed, failing ", live_.size(), " live requests: ", what);
+  EngineLoop& loop = engine_.loop();
+  for (auto it = live_.begin(); it != live_.end();) {
+    auto next = std::next(it);
+    const RequestId id = it->first;
+    loop.cancel(id);  // frees its KV blocks at the next step
+    {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      ++failed_error_;
+    }
+    finish_live(it, "", it->second.num_tokens, FinishReason::kError, cat("internal error in the engine: ", what));
+    it = next;
+  }
+}
+
+void ServingEngine::publish() {
+  const Scheduler& sched = engine_.scheduler();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.num_running = sched.num_running();
+  stats_.num_waiting = sched.num_waiting() + int(inbox_.size());
+  stats_.num_live = num_live_;
+  stats_.kv_blocks_used = sched.num_used_blocks();
+  stats_.kv_blocks_total = engine_.num_kv_blocks();
+  stats_.num_preemptions = sched.num_preemptions();
+  stats_.num_steps = sched.num_steps();
+}
+
+EngineStats ServingEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats s = stats_;
+  s.num_live = num_live_;
+  // Requests not yet handed to the scheduler are waiting too.
+  s.num_waiting = std::max(s.num_waiting, num_live_ - s.num_running);
+  return s;
+}
+
+std::string ServingEngine::render_metrics() const {
+  const EngineStats st = stats();
+  const std::string model = "model_name=\"" + prom_escape(options_.model_name) + "\"";
+  std::string o;
+  auto gauge = [&](const std::string& name, const std::string& help, double v) {
+    o += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n";
+    o += name + "{" + model + "} " + prom_number(v) + "\n";
+  };
+  auto counter = [&](const std::string& name, const std::string& help,
+                     const std::vector<std::pair<std::string, int64_t>>& series) {
+    o += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n";
+    for (const auto& [labels, v] : series)
+      o += name + "{" + model + (labels.empty() ? "" : "," + labels) + "} " + std::to_string(v) + "\n";
+  };
+  const double usage = st.kv_blocks_total > 0 ? double(st.kv_blocks_used) / double(st.kv_blocks_total) : 0.0;
+  gauge("vllm:num_requests_running", "Number of requests running (holding KV blocks).", st.num_running);
+  gauge("vllm:num_requests_waiting", "Number of requests waiting to be scheduled.", st.num_waiting);
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage: fraction of blocks in use (1 = full).", usage);
+  gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (older vLLM name of vllm:kv_cache_usage_perc).", usage);
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    counter("vllm:prompt_tokens_total", "Prefill tokens processed.", {{"", prompt_tokens_total_}});
+    counter("vllm:generation_tokens_total", "Generation tokens produced.", {{"", generation_tokens_total_}});
+    counter("vllm:request_success_total", "Finished requests by finish reason.",
+            {{"finished_reason=\"stop\"", success_stop_},
+             {"finished_reason=\"length\"", success_length_},
+             {"finished_reason=\"abort\"", success_abort_}});
+    counter("vllm:num_preemptions_total", "Preemptions (recomputation) by the scheduler.", {{"", st.num_preemptions}});
+    ttft_.render(&o, "vllm:time_to_first_token_seconds", "Time to first token in seconds.", model);
+    itl_.render(&o, "vllm:inter_token_latency_seconds", "Time between consecutive output tokens in seconds.", model);
+    itl_.render(&o, "vllm:time_per_output_token_seconds",
+                "Time per output token in seconds (older vLLM name of the inter-token latency).", model);
+    e2e_.render(&o, "vllm:e2e_request_latency_seconds", "End-to-end latency of finished requests in seconds.",
+                model);
+    o += "# HELP loom:requests_failed_total Requests that ended in an engine error or were rejected by the "
+         "scheduler.\n# TYPE loom:requests_failed_total counter\n";
+    o += "loom:requests_failed_total{" + model + ",reason=\"error\"} " + std::to_string(failed_error_) + "\n";
+    o += "loom:requests_failed_total{" + model + ",reason=\"rejected\"} " + std::to_string(failed_rejected_) + "\n";
+  }
+  counter("loom:requests_rejected_overload_total", "Requests answered 429 because the waiting queue was full.",
+          {{"", overload_total_.load()}});
+  gauge("loom:kv_blocks_used", "KV-cache blocks in use.", st.kv_blocks_used);
+  gauge("loom:kv_blocks_total", "KV-cache blocks in the cache.", st.kv_blocks_total);
+  counter("loom:engine_steps_total", "Engine steps executed.", {{"", st.num_steps}});
+  o += "# HELP loom:step_plan_info Layout plan of the last engine step.\n# TYPE loom:step_plan_info gauge\n";
+  o += "loom:step_plan_info{" + model + ",plan=\"" + prom_escape(st.last_plan) + "\"} 1\n";
+  return o;
+}
+
+}  // namespace loom::server

@@ -1,0 +1,180 @@
+// The bridge between HTTP handler threads and the engine: one engine thread runs the
+// EngineLoop (steps while work exists, sleeps on a condition variable when idle); handler
+// threads submit requests and read their output from a per-request RequestStream fed by the
+// loop's hooks.
+//
+// Text: the engine thread detokenises each request's tokens with a StreamDecoder (UTF-8 safe)
+// and applies its stop strings through the scheduler's stop check hook (StopFilter: the first
+// stop string ends the request, is cut from the text, and text that may start a stop string
+// is held back until it is known not to), so streams only ever see final text.
+//
+// Queue bound: a request is refused (OverloadError -> 429) when `max_queue` requests are already
+// waiting (submitted and not running: the scheduler's waiting queue plus those not yet handed
+// to it).
+//
+// Faults: the executor failing on a step finishes that step's requests with FinishReason::kError
+// (EngineLoop does this); any other exception on the engine thread (a hook, the scheduler) fails
+// every live request with kError, cancels them (their KV blocks are freed) and the loop goes on.
+// cancel(id) from any thread (a client went away) aborts the request and frees its blocks at
+// the next step.
+//
+// Thread-safety: submit, cancel, stats, render_metrics and RequestStream are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/tokenizer.h"
+#include "server/prometheus.h"
+#include "server/stop_filter.h"
+
+namespace loom::server {
+
+// What a handler reads from its request. Text deltas accumulate until taken.
+class RequestStream {
+ public:
+  struct Update {
+    std::string text;        // new final text since the last update
+    int num_output = 0;      // tokens generated so far
+    bool finished = false;
+    FinishReason reason = FinishReason::kNone;
+    std::string detail;      // why it was rejected / failed (finish_detail)
+  };
+  explicit RequestStream(RequestId id, int prompt_len) : id_(id), prompt_len_(prompt_len) {}
+  RequestId id() const { return id_; }
+  int prompt_len() const { return prompt_len_; }
+
+  // Waits up to `timeout` for new text or the finish; returns false when nothing came. Once
+  // finished, every call returns the final state (with empty text) at once.
+  bool next(Update* out, std::chrono::milliseconds timeout);
+
+  // Engine side.
+  void push(std::string text, int num_output);
+  void finish(std::string text, int num_output, FinishReason reason, std::string detail);
+
+ private:
+  const RequestId id_;
+  const int prompt_len_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string pending_;
+  int num_output_ = 0;
+  bool finished_ = false;
+  bool fresh_ = false;  // something not yet returned by next()
+  FinishReason reason_ = FinishReason::kNone;
+  std::string detail_;
+};
+
+// The request was not queued: 429 (the waiting queue is full) or 503 (shutting down).
+struct OverloadError {
+  std::string message;
+  int status = 429;
+};
+
+struct ServingOptions {
+  int max_queue = 256;  // waiting requests at most; more -> OverloadError
+  std::string model_name = "loom";
+  // Test hook: called on the engine thread for every batch before it runs; an exception thrown
+  // from it takes the engine-thread fault path (see above).
+  std::function<void(const StepBatch&)> fault_hook;
+};
+
+// A snapshot for /metrics and /health.
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;  // scheduler waiting queue + submitted, not yet handed over
+  int num_live = 0;     // submitted and not finished
+  int kv_blocks_used = 0;
+  int kv_blocks_total = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  std::string last_plan = "default";
+};
+
+class ServingEngine {
+ public:
+  // Starts the engine thread. `engine` and `tok` must outlive this object.
+  ServingEngine(Engine& engine, const Tokenizer& tok, std::vector<TokenId> eos_ids, ServingOptions options);
+  ~ServingEngine();  // shutdown()
+
+  // Stops the engine thread; live and queued requests finish with kAbort, later submits are
+  // refused. Idempotent.
+  void shutdown();
+  ServingEngine(const ServingEngine&) = delete;
+  ServingEngine& operator=(const ServingEngine&) = delete;
+
+  // Queues r (its id, arrival time and eos ids are set here); returns its stream. Throws
+  // OverloadError when the waiting queue is full.
+  std::shared_ptr<RequestStream> submit(Request r);
+  void cancel(RequestId id);
+
+  EngineStats stats() const;
+  std::string render_metrics() const;  // Prometheus text format 0.0.4
+  // The engine's fixed configuration (read-only from any thread).
+  const EngineConfig& engine_config() const { return engine_.config(); }
+  int num_kv_blocks() const { return engine_.num_kv_blocks(); }
+  int max_model_len() const { return engine_.config().max_model_len; }
+  const ServingOptions& options() const { return options_; }
+
+ private:
+  struct Live {
+    std::shared_ptr<RequestStream> stream;
+    std::unique_ptr<StreamDecoder> decoder;
+    StopFilter filter;
+    int consumed = 0;      // tokens pushed into the decoder
+    int num_tokens = 0;    // tokens seen by on_token
+    double arrival_s = 0;
+    double last_token_s = -1;
+    int prompt_len = 0;
+  };
+
+  void run();
+  bool stop_check(const Sequence& s);
+  void on_token(const TokenEvent& ev);
+  void on_finish(const Sequence& s);
+  void on_batch(StepBatch& b);
+  void fail_all(const std::string& what);
+  void publish();
+  void finish_live(std::unordered_map<RequestId, Live>::iterator it, std::string text, int num_output,
+                   FinishReason reason, std::string detail);
+
+  Engine& engine_;
+  const Tokenizer& tok_;
+  std::vector<TokenId> eos_ids_;
+  ServingOptions options_;
+  std::atomic<RequestId> next_id_{1};
+
+  // Handler -> engine thread.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<Request, std::shared_ptr<RequestStream>>> inbox_;
+  std::vector<RequestId> cancels_;
+  bool stop_ = false;
+  int num_live_ = 0;  // submitted, not finished (under mu_)
+  EngineStats stats_;  // last published (under mu_)
+
+  // Engine thread only.
+  std::unordered_map<RequestId, Live> live_;
+
+  // Metrics (under metrics_mu_).
+  mutable std::mutex metrics_mu_;
+  Histogram ttft_{ttft_buckets()}, itl_{itl_buckets()}, e2e_{e2e_buckets()};
+  int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0;
+  int64_t success_stop_ = 0, success_length_ = 0, success_abort_ = 0;
+  int64_t failed_error_ = 0, failed_rejected_ = 0;
+  std::atomic<int64_t> overload_total_{0};
+
+  std::thread thread_;
+};
+
+}  // namespace loom::server

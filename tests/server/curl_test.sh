@@ -1,0 +1,77 @@
+#!/bin/sh
+# curl against `loom serve` on 127.0.0.1 (a free port): raw SSE framing ("data: " lines, the
+# [DONE] terminator), /health, /metrics in the Prometheus text format, an error status.
+# Usage: curl_test.sh LOOM_BIN WORK_DIR
+set -eu
+loom=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+"$loom" synth --shape tiny --dtype f32 -o "$work/tiny.gguf" > /dev/null
+
+"$loom" serve -m "$work/tiny.gguf" --port 0 --threads 1 --served-model-name tiny > "$work/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+url=""
+i=0
+while [ $i -lt 200 ]; do
+  url=$(sed -n 's/.*listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/serve.log")
+  [ -n "$url" ] && break
+  kill -0 $pid 2>/dev/null || { cat "$work/serve.log"; echo "FAIL: loom serve exited"; exit 1; }
+  sleep 0.05
+  i=$((i + 1))
+done
+[ -n "$url" ] || { cat "$work/serve.log"; echo "FAIL: no listening line"; exit 1; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+# /health
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] || fail "/health is not 200"
+
+# Streaming completion: raw SSE framing.
+curl -sN "$url/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"tiny","prompt":"Hello","max_tokens":12,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}' \
+  > "$work/sse.txt"
+# Every non-empty line starts with "data: ", every event is followed by a blank line.
+if grep -v '^$' "$work/sse.txt" | grep -qv '^data: '; then cat "$work/sse.txt"; fail "a line without 'data: '"; fi
+events=$(grep -c '^data: ' "$work/sse.txt")
+blanks=$(grep -c '^$' "$work/sse.txt")
+[ "$events" -ge 3 ] || fail "only $events events"
+[ "$events" = "$blanks" ] || fail "$events events but $blanks blank lines"
+[ "$(tail -n 2 "$work/sse.txt" | head -n 1)" = "data: [DONE]" ] || fail "the stream does not end with data: [DONE]"
+grep -q '"finish_reason":"length"' "$work/sse.txt" || fail "no finish_reason chunk"
+grep -q '"completion_tokens":12' "$work/sse.txt" || fail "no usage chunk with 12 completion tokens"
+head -c 20 "$work/sse.txt" | grep -q '^data: {"choices"' || fail "the first event is not a JSON chunk"
+curl -sN -D "$work/headers.txt" -o /dev/null "$url/v1/completions" -d '{"prompt":"Hi","max_tokens":2,"ignore_eos":true,"stream":true}'
+grep -qi '^content-type: text/event-stream' "$work/headers.txt" || fail "no text/event-stream content type"
+grep -qi '^transfer-encoding: chunked' "$work/headers.txt" || fail "not chunked"
+
+# An error: status and body.
+code=$(curl -s -o "$work/err.json" -w '%{http_code}' "$url/v1/completions" -d '{"prompt":"Hi","top_p":2}')
+[ "$code" = 400 ] || fail "top_p 2 answered $code"
+grep -q '"type":"invalid_request_error"' "$work/err.json" || fail "error body: $(cat "$work/err.json")"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/nothing")" = 404 ] || fail "unknown route is not 404"
+
+# /metrics: content type and every sample line `name[{labels}] number`.
+curl -s -D "$work/mh.txt" "$url/metrics" > "$work/metrics.txt"
+grep -qi '^content-type: text/plain; version=0.0.4' "$work/mh.txt" || fail "metrics content type"
+bad=$(grep -v '^#' "$work/metrics.txt" | grep -v '^$' |
+      grep -Ev '^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$' || true)
+[ -z "$bad" ] || fail "unparsable metrics lines: $bad"
+for m in vllm:time_to_first_token_seconds_bucket vllm:inter_token_latency_seconds_bucket \
+         vllm:e2e_request_latency_seconds_bucket vllm:num_requests_running vllm:num_requests_waiting \
+         vllm:kv_cache_usage_perc vllm:prompt_tokens_total vllm:generation_tokens_total \
+         vllm:request_success_total loom:step_plan_info; do
+  grep -q "^$m" "$work/metrics.txt" || fail "metric $m missing"
+done
+grep -q '^vllm:generation_tokens_total{model_name="tiny"} 14$' "$work/metrics.txt" ||
+  fail "generation tokens: $(grep '^vllm:generation_tokens_total' "$work/metrics.txt")"
+
+# Layout flags not supported yet: a clear error, non-zero exit.
+if "$loom" serve -m "$work/tiny.gguf" --ranks 2 --port 0 > "$work/ranks.log" 2>&1; then fail "--ranks 2 started"; fi
+grep -q "not yet supported" "$work/ranks.log" || fail "--ranks 2 message: $(cat "$work/ranks.log")"
+
+# SIGTERM stops the server cleanly.
+kill -TERM $pid
+wait $pid || fail "loom serve exited non-zero after SIGTERM"
+trap - EXIT
+echo "curl tests passed"

@@ -1,0 +1,244 @@
+// Unit tests of the pieces under the HTTP layer: stop strings over streamed text (against a
+// naive whole-text reference), request validation, Prometheus rendering, SSE parsing and the
+// bench summary arithmetic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "server/bench_serve.h"
+#include "server/openai_api.h"
+#include "server/prometheus.h"
+#include "server/stop_filter.h"
+
+namespace loom::server {
+namespace {
+
+// Naive reference: after each chunk arrives (a token's text), search the whole text so far;
+// the first time any stop string occurs, the final text ends at the earliest such occurrence.
+// (Like vLLM, stops are checked per token, so which of two overlapping stops wins can depend
+// on where the token boundaries fall.)
+std::string reference_stop(const std::vector<std::string>& chunks, const std::vector<std::string>& stops,
+                           bool* stopped) {
+  std::string text;
+  *stopped = false;
+  for (const std::string& c : chunks) {
+    text += c;
+    size_t best = std::string::npos;
+    for (const auto& s : stops) best = std::min(best, text.find(s));
+    if (best != std::string::npos) {
+      *stopped = true;
+      return text.substr(0, best);
+    }
+  }
+  return text;
+}
+
+TEST(StopFilter, RandomTextsAndChunkingsMatchTheNaiveReference) {
+  Rng rng(17);
+  const char alphabet[] = "ab c";
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int len = 1 + int(rng.below(40));
+    std::string full;
+    for (int i = 0; i < len; ++i) full += alphabet[rng.below(4)];
+    std::vector<std::string> stops;
+    const int n_stops = 1 + int(rng.below(3));
+    for (int s = 0; s < n_stops; ++s) {
+      std::string st;
+      const int sl = 1 + int(rng.below(4));
+      for (int i = 0; i < sl; ++i) st += alphabet[rng.below(4)];
+      stops.push_back(st);
+    }
+    std::vector<std::string> chunks;
+    for (size_t pos = 0; pos < full.size();) {
+      const size_t n = std::min(full.size() - pos, size_t(1 + rng.below(3)));
+      chunks.push_back(full.substr(pos, n));
+      pos += n;
+    }
+    bool ref_stopped = false;
+    const std::string expected = reference_stop(chunks, stops, &ref_stopped);
+    const std::string ctx = "full '" + full + "' stops " + ::testing::PrintToString(stops) + " expected '" + expected + "'";
+
+    StopFilter f(stops);
+    std::string streamed;
+    for (const std::string& c : chunks) {
+      const bool stopped = f.append(c);
+      streamed += f.take_ready();
+      // Nothing sent may ever go past the final text (no stop string leaks, not even a part).
+      ASSERT_EQ(expected.compare(0, streamed.size(), streamed), 0) << ctx << " streamed '" << streamed << "'";
+      if (stopped) break;
+    }
+    streamed += f.take_all();
+    EXPECT_EQ(streamed, expected) << ctx;
+    EXPECT_EQ(f.stopped(), ref_stopped) << ctx;
+  }
+}
+
+TEST(StopFilter, HoldsBackOnlyWhatCouldStartAStop) {
+  StopFilter f({"STOP"});
+  f.append("abc ST");
+  EXPECT_EQ(f.take_ready(), "abc ");  // "ST" may be the start of STOP
+  f.append("x");
+  EXPECT_EQ(f.take_ready(), "STx");
+  f.append("yST");
+  f.append("OP and more");
+  EXPECT_TRUE(f.stopped());
+  EXPECT_EQ(f.matched(), "STOP");
+  EXPECT_EQ(f.take_all(), "y");
+}
+
+TEST(StopFilter, NoStopsPassesEverything) {
+  StopFilter f;
+  f.append("hello");
+  EXPECT_EQ(f.take_ready(), "hello");
+  EXPECT_FALSE(f.stopped());
+}
+
+ApiError parse_error(Endpoint ep, const std::string& body) {
+  try {
+    parse_api_request(ep, body);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for " << body;
+  return {};
+}
+
+TEST(OpenAiApi, ParsesTheSupportedFields) {
+  const ApiRequest r = parse_api_request(
+      Endpoint::kCompletions,
+      R"({"model":"m","prompt":[5,6,7],"max_tokens":9,"temperature":0.5,"top_p":0.9,"top_k":-1,"seed":42,)"
+      R"("n":1,"stop":["a","bc"],"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true,)"
+      R"("priority":-3,"slo":{"ttft_ms":250,"tpot_ms":20},"user":"ignored"})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_TRUE(r.prompt_is_ids);
+  EXPECT_EQ(r.prompt_ids, (std::vector<TokenId>{5, 6, 7}));
+  EXPECT_EQ(*r.max_tokens, 9);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  EXPECT_EQ(r.priority, -3);
+  ASSERT_TRUE(r.slo);
+  EXPECT_EQ(r.slo->ttft_ms, 250);
+  EXPECT_EQ(r.slo->tpot_ms, 20);
+
+  const ApiRequest c = parse_api_request(
+      Endpoint::kChat,
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],)"
+      R"("max_tokens":5,"max_completion_tokens":7,"stop":"x"})");
+  ASSERT_EQ(c.messages.size(), 2u);
+  EXPECT_EQ(c.messages[1].content, "ab");
+  EXPECT_EQ(*c.max_tokens, 7);  // max_completion_tokens wins
+  EXPECT_EQ(c.stop, (std::vector<std::string>{"x"}));
+}
+
+TEST(OpenAiApi, RejectsBadInputNamingTheParam) {
+  struct Case {
+    Endpoint ep;
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {Endpoint::kCompletions, "{not json", ""},
+      {Endpoint::kCompletions, "[1,2]", ""},
+      {Endpoint::kCompletions, R"({"max_tokens":3})", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt":[]})", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt":["a","b"]})", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt":7})", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt":[1,-2]})", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt":"x","temperature":-0.1})", "temperature"},
+      {Endpoint::kCompletions, R"({"prompt":"x","temperature":"hot"})", "temperature"},
+      {Endpoint::kCompletions, R"({"prompt":"x","top_p":0})", "top_p"},
+      {Endpoint::kCompletions, R"({"prompt":"x","top_p":1.5})", "top_p"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":0})", "max_tokens"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":2.5})", "max_tokens"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":"7"})", "max_tokens"},
+      {Endpoint::kCompletions, R"({"prompt":"x","n":2})", "n"},
+      {Endpoint::kCompletions, R"({"prompt":"x","stop":5})", "stop"},
+      {Endpoint::kCompletions, R"({"prompt":"x","stop":[""]})", "stop"},
+      {Endpoint::kCompletions, R"({"prompt":"x","stream":"yes"})", "stream"},
+      {Endpoint::kCompletions, R"({"prompt":"x","stream_options":{"include_usage":true}})", "stream_options"},
+      {Endpoint::kCompletions, R"({"prompt":"x","seed":"s"})", "seed"},
+      {Endpoint::kCompletions, R"({"prompt":"x","priority":1.5})", "priority"},
+      {Endpoint::kCompletions, R"({"prompt":"x","slo":{"ttft_ms":-1}})", "slo.ttft_ms"},
+      {Endpoint::kCompletions, R"({"prompt":"x","slo":3})", "slo"},
+      {Endpoint::kCompletions, R"({"prompt":"x","echo":true})", "echo"},
+      {Endpoint::kCompletions, R"({"prompt":"x","model":3})", "model"},
+      {Endpoint::kChat, R"({"max_tokens":3})", "messages"},
+      {Endpoint::kChat, R"({"messages":[]})", "messages"},
+      {Endpoint::kChat, R"({"messages":"hi"})", "messages"},
+      {Endpoint::kChat, R"({"messages":[{"content":"hi"}]})", "messages[0].role"},
+      {Endpoint::kChat, R"({"messages":[{"role":"wizard","content":"hi"}]})", "messages[0].role"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user"}]})", "messages[0].content"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":0})",
+       "max_completion_tokens"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = parse_error(c.ep, c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_FALSE(e.message.empty()) << c.body;
+    const nlohmann::json j = error_json(e);
+    ASSERT_TRUE(j.contains("error"));
+    for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(k)) << k;
+  }
+}
+
+TEST(Prometheus, HistogramBucketsAreCumulativeWithLeInclusive) {
+  Histogram h({0.1, 1.0});
+  for (double v : {0.05, 0.1, 0.5, 1.0, 7.0}) h.observe(v);
+  std::string out;
+  h.render(&out, "x_seconds", "help", "m=\"a\"");
+  EXPECT_NE(out.find("x_seconds_bucket{m=\"a\",le=\"0.1\"} 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{m=\"a\",le=\"1\"} 4\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{m=\"a\",le=\"+Inf\"} 5\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_count{m=\"a\"} 5\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_sum{m=\"a\"} 8.65\n"), std::string::npos) << out;
+  EXPECT_EQ(prom_escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+}
+
+TEST(SseParser, SplitsEventsAcrossArbitraryFeeds) {
+  const std::string stream =
+      "data: {\"a\":1}\n\n: comment\n\ndata: two\r\n\r\nevent: x\ndata: l1\ndata: l2\n\ndata: [DONE]\n\n";
+  for (size_t piece : {size_t(1), size_t(2), size_t(7), stream.size()}) {
+    SseParser p;
+    std::vector<std::string> got;
+    for (size_t i = 0; i < stream.size(); i += piece)
+      p.feed(stream.data() + i, std::min(piece, stream.size() - i), [&](const std::string& d) { got.push_back(d); });
+    EXPECT_EQ(got, (std::vector<std::string>{"{\"a\":1}", "two", "l1\nl2", "[DONE]"})) << "piece " << piece;
+  }
+}
+
+TEST(BenchSummary, VllmDefinitions) {
+  std::vector<BenchRequestResult> rs(3);
+  // Request 0: 5 tokens, TTFT 0.1 s, latency 0.5 s -> TPOT 0.1 s.
+  rs[0].success = true, rs[0].prompt_len = 10, rs[0].output_tokens = 5, rs[0].ttft_s = 0.1, rs[0].latency_s = 0.5;
+  rs[0].itl_s = {0.1, 0.1, 0.1, 0.1};
+  // Request 1: 1 token (no TPOT), TTFT 0.3 s.
+  rs[1].success = true, rs[1].prompt_len = 7, rs[1].output_tokens = 1, rs[1].ttft_s = 0.3, rs[1].latency_s = 0.3;
+  // Request 2 failed.
+  rs[2].success = false, rs[2].prompt_len = 99;
+  const BenchServeReport r = summarize_bench(rs, 2.0, /*slo_ttft_ms=*/200, /*slo_tpot_ms=*/150);
+  EXPECT_EQ(r.completed, 2);
+  EXPECT_EQ(r.failed, 1);
+  EXPECT_EQ(r.total_input_tokens, 17);
+  EXPECT_EQ(r.total_output_tokens, 6);
+  EXPECT_DOUBLE_EQ(r.request_throughput, 1.0);
+  EXPECT_DOUBLE_EQ(r.output_throughput, 3.0);
+  EXPECT_DOUBLE_EQ(r.total_token_throughput, 11.5);
+  ASSERT_TRUE(r.goodput);
+  EXPECT_EQ(*r.good, 1);  // request 1 misses the TTFT objective
+  EXPECT_DOUBLE_EQ(*r.goodput, 0.5);
+  EXPECT_EQ(r.tpot_ms.count, 1);
+  EXPECT_NEAR(r.tpot_ms.mean, 100.0, 1e-9);
+  EXPECT_EQ(r.itl_ms.count, 4);
+  EXPECT_NEAR(r.ttft_ms.p50, 200.0, 1e-9);  // median of 100 and 300
+  EXPECT_NEAR(r.e2e_ms.mean, 400.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace loom::server
