@@ -9,6 +9,8 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "engine/dist_executor.h"
+#include "engine/policy.h"
+#include "engine/shift_executor.h"
 #include "kv/block_allocator.h"
 #include "model/loader.h"
 
@@ -151,9 +153,7 @@ std::string unsupported(const Plan& p) {
     if (on) s += cat(s.empty() ? "" : ", ", what);
   };
   add(p.pp > 1, cat("pp=", p.pp));
-  add(p.sp > 1, cat("sp=", p.sp));
   add(p.kvp > 1, cat("kvp=", p.kvp));
-  add(p.shift, "shift:");
   add(p.weights == WeightSource::FetchFromOwner, "weights=owner");
   return s;
 }
@@ -172,6 +172,13 @@ struct RankState {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Transformer> tf;
   std::unique_ptr<KvStorage> kv;
+  // Plans with sp (Shift): the replica group is `tp` (s*t ranks, rank sp*t + tp); this rank's
+  // base and/or shift config over one KV cache; the layout policy (leaders).
+  ModelShape shape;
+  int replica_rank = 0;
+  std::unique_ptr<ShiftRank> shift;
+  std::unique_ptr<LayoutPolicy> policy;
+  std::vector<std::string> info;  // start-up report (world rank 0)
 };
 
 void set_up(const DistOptions& o, Communicator& world, RankState& st) {
@@ -186,7 +193,17 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
     fail("plan ", plan_text, " needs ", st.plan.size(), " ranks, but the ", st.backend, " world has ", world.size(),
          " (give --ranks ", st.plan.size(), " or mpirun -np ", st.plan.size(), ")");
   if (std::string u = unsupported(st.plan); !u.empty())
-    fail("plan ", plan_text, ": the engine executes tp and dp (and dp x tp) so far, not ", u);
+    fail("plan ", plan_text, ": the engine executes tp, dp and sp x tp (Shift) so far, not ", u);
+  const bool switching = policy_switches(o.policy);
+  {
+    // The policy decides which configs every rank builds: all ranks must agree on it.
+    make_layout_policy(o.policy, Plan::make_sp_tp(2, 1), 0);  // validates the name
+    if (switching && (st.plan.sp < 2 || st.plan.shift))
+      fail("--policy ", o.policy, " switches between an sp x tp base and its shift config: give the base plan, e.g. "
+           "--plan sp=2,tp=2 (got ", plan_text, ")");
+    parse_shift_weights(o.shift_weights);
+    agree_on_text(world, "the layout policy", cat(o.policy, " weights=", o.shift_weights));
+  }
 
   // 2. the model (memory-mapped), the plan against its sizes, agreement on everything
   st.model = o.load_model ? o.load_model(world.rank()) : std::shared_ptr<const Model>(load_model(o.model_path));
@@ -200,12 +217,30 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   const std::string fp = engine_fingerprint(st.plan, *st.model, st.config);
   agree_on_text(world, "the model and engine config", fp);
   st.layout = rank_layout(st.plan, shape, world.rank());
+  st.shape = shape;
+  st.threads = resolve_threads(o, world.size());
 
-  // 3. groups and the KV cache size
+  // The Shift threshold: world rank 0's, so every replica switches at the same step size.
+  int64_t threshold = o.shift_threshold;
+  if (o.policy == "shift") {
+    if (threshold < 0 && world.rank() == 0) {
+      if (!o.default_shift_threshold) fail("--policy shift needs --shift-threshold (no default threshold given)");
+      Plan replica_plan = st.plan;
+      replica_plan.dp = 1;
+      threshold = o.default_shift_threshold(c, replica_plan, st.threads);
+    }
+    world.broadcast(&threshold, sizeof threshold, 0);
+  }
+
+  // 3. groups and the KV cache size. The replica group: its TP group, or all s*t ranks (sp).
   const int t = st.plan.tp;
-  st.tp = world.split(st.layout.dp, st.layout.tp);
-  st.leaders = world.split(st.layout.tp == 0 ? 0 : -1, st.layout.dp);
-  LOOM_CHECK(st.tp && st.tp->size() == t && st.tp->rank() == st.layout.tp, "TP group of rank ", world.rank());
+  const bool sp_plan = st.plan.sp > 1;
+  st.replica_rank = sp_plan ? st.layout.sp * t + st.layout.tp : st.layout.tp;
+  const int replica_size = sp_plan ? st.plan.sp * t : t;
+  st.tp = world.split(st.layout.dp, st.replica_rank);
+  st.leaders = world.split(st.replica_rank == 0 ? 0 : -1, st.layout.dp);
+  LOOM_CHECK(st.tp && st.tp->size() == replica_size && st.tp->rank() == st.replica_rank, "replica group of rank ",
+             world.rank());
 
   KvLayout lay;
   lay.n_layers = c.n_layers;
@@ -232,8 +267,33 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   lay.num_blocks = st.num_blocks;
 
   // 4. the shard
-  st.threads = resolve_threads(o, world.size());
   st.pool = std::make_unique<ThreadPool>(st.threads);
+  Plan replica_plan = st.plan;
+  replica_plan.dp = 1;
+  if (st.replica_rank == 0) st.policy = make_layout_policy(o.policy, replica_plan, threshold);
+  if (sp_plan) {
+    ShiftRankOptions so;
+    so.base = switching || !st.plan.shift;
+    so.shift = switching || st.plan.shift;
+    so.weights = parse_shift_weights(o.shift_weights);
+    st.shift = std::make_unique<ShiftRank>(st.model, Plan::make_sp_tp(st.plan.sp, t), *st.tp, st.pool.get(), lay, so);
+    // Start-up report: weight bytes of every rank (Shift 3.3.2: w/t + w/P separate, w/t slice).
+    const ShiftRankMemory& mm = st.shift->memory();
+    const int64_t mine[3] = {mm.base_shard_bytes, mm.shift_shard_bytes, mm.owned_bytes};
+    std::vector<int64_t> all_mem(size_t(3 * world.size()));
+    world.all_gather_bytes(mine, all_mem.data(), sizeof mine);
+    if (world.rank() == 0) {
+      st.info.push_back(cat("shift: plan ", plan_text, ", policy ", st.policy->describe(), ", configs ",
+                            so.base ? st.shift->base_name() : "", so.base && so.shift ? " + " : "",
+                            so.shift ? st.shift->shift_name() : "", ", weights ",
+                            so.base && so.shift ? shift_weights_name(so.weights) : "views of the model file"));
+      for (int r = 0; r < world.size(); ++r)
+        st.info.push_back(cat("shift: rank ", r, " weights: base shard ", all_mem[size_t(3 * r)],
+                              " bytes (w/t), shift shard ", all_mem[size_t(3 * r + 1)], " bytes (w/P), owned copies ",
+                              all_mem[size_t(3 * r + 2)], " bytes"));
+    }
+    return;
+  }
   ShardSpec shard;
   shard.q_head_begin = st.layout.q_heads.front();
   shard.n_q_heads = int(st.layout.q_heads.size());
@@ -254,7 +314,14 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
 // the driver's DistEngine.
 class Leader final : public DistEngine {
  public:
-  explicit Leader(RankState& st) : st_(st), exec_(*st.tp, *st.tf, *st.kv) {
+  explicit Leader(RankState& st) : st_(st) {
+    if (st.shift) {
+      sexec_ = std::make_unique<ShiftExecutor>(*st.tp, *st.shift, st.shape);
+      exec_ = sexec_.get();
+    } else {
+      dexec_ = std::make_unique<DistExecutor>(*st.tp, *st.tf, *st.kv);
+      exec_ = dexec_.get();
+    }
     SchedulerConfig sc;
     sc.max_num_seqs = st.config.max_num_seqs;
     sc.max_tokens_per_step = st.config.max_tokens_per_step;
@@ -263,7 +330,9 @@ class Leader final : public DistEngine {
     sc.max_model_len = st.config.max_model_len;
     sc.enable_chunked_prefill = st.config.enable_chunked_prefill;
     sched_ = std::make_unique<Scheduler>(sc);
-    loop_ = std::make_unique<EngineLoop>(*sched_, exec_, clock_, metrics_);
+    loop_ = std::make_unique<EngineLoop>(*sched_, *exec_, clock_, metrics_);
+    // The layout policy names the config of every step (StepBatch::plan -> StepMetrics::plan).
+    loop_->on_batch = [this](StepBatch& b) { b.plan = st_.policy->choose(b); };
   }
 
   const ModelConfig& model_config() const override { return st_.model->config; }
@@ -275,6 +344,18 @@ class Leader final : public DistEngine {
   int threads_per_rank() const override { return st_.threads; }
   int num_kv_blocks() const override { return st_.num_blocks; }
   const EngineConfig& config() const override { return st_.config; }
+  const std::vector<std::string>& start_info() const override { return st_.info; }
+  std::string policy() const override { return st_.policy->describe(); }
+  ShiftStats shift_stats() const override {
+    ShiftStats s;
+    if (sexec_) {
+      s.base_steps = sexec_->steps_base();
+      s.shift_steps = sexec_->steps_shift();
+      s.switches = sexec_->num_switches();
+      s.kv_bytes_moved = sexec_->kv_bytes_moved();
+    }
+    return s;
+  }
   Scheduler& scheduler() override { return *sched_; }
   EngineLoop& loop() override { return *loop_; }
   Clock& clock() override { return clock_; }
@@ -347,7 +428,10 @@ class Leader final : public DistEngine {
     }
     stop_followers();
   }
-  void stop_followers() { exec_.stop(); }
+  void stop_followers() {
+    if (sexec_) sexec_->stop();
+    if (dexec_) dexec_->stop();
+  }
 
  private:
   struct LocalRun {
@@ -375,7 +459,7 @@ class Leader final : public DistEngine {
       throw;
     }
     loop_->on_finish = prev;
-    if (exec_.broken()) fail("replica ", st_.layout.dp, " failed: ", exec_.error());
+    if (broken()) fail("replica ", st_.layout.dp, " failed: ", error());
     return out;
   }
 
@@ -450,8 +534,13 @@ class Leader final : public DistEngine {
     }
   }
 
+  bool broken() const { return sexec_ ? sexec_->broken() : dexec_->broken(); }
+  const std::string& error() const { return sexec_ ? sexec_->error() : dexec_->error(); }
+
   RankState& st_;
-  DistExecutor exec_;
+  std::unique_ptr<DistExecutor> dexec_;
+  std::unique_ptr<ShiftExecutor> sexec_;
+  StepExecutor* exec_ = nullptr;
   std::unique_ptr<Scheduler> sched_;
   WallClock clock_;
   Metrics metrics_;
@@ -461,10 +550,14 @@ class Leader final : public DistEngine {
 void run_rank(const DistOptions& o, Communicator& world, const std::function<void(DistEngine&)>& driver) {
   RankState st;
   set_up(o, world, st);
-  if (st.layout.tp != 0) {
+  if (st.replica_rank != 0) {
     std::function<void(const StepBatch&)> hook;
     if (o.follower_before_step) hook = [&o, r = world.rank()](const StepBatch& b) { o.follower_before_step(r, b); };
-    run_follower(*st.tp, *st.tf, *st.kv, hook);
+    if (st.shift) {
+      run_shift_follower(*st.tp, *st.shift, hook);
+    } else {
+      run_follower(*st.tp, *st.tf, *st.kv, hook);
+    }
     return;
   }
   Leader leader(st);

@@ -1,9 +1,18 @@
 // The engine on many ranks: a plan (parallel/plan.h) executed by SPMD ranks over a communicator
-// (comm/world.h). Today's plans: TP(t) (Megatron, PLANS.md), DP(d) (independent replicas), and
-// DP(d) x TP(t); other degrees (pp, sp, kvp, shift) are rejected with a message.
+// (comm/world.h). Today's plans: TP(t) (Megatron, PLANS.md), DP(d) (independent replicas),
+// DP(d) x TP(t), and Shift Parallelism's SP(s) x TP(t) base with its shift config (with DP too;
+// engine/shift_executor.h); other degrees (pp, kvp) are rejected with a message.
 //
-// Ranks: plan rank = dp*t + tp (plan.h). Each DP replica is one TP group; its rank 0 (tp == 0)
-// owns a Scheduler + EngineLoop driving a DistExecutor (dist_executor.h: step descriptor
+// Layout policy (engine/policy.h), run by each replica's rank 0 before every step: "fixed" (the
+// plan's own config every step: "sp=2,tp=2" runs Ulysses only, "shift:sp=2,tp=2" full TP in the
+// shift order only), "shift" (Shift Algorithm 2 over an sp x tp base: base when the step's
+// scheduled tokens exceed the threshold, shift config otherwise) and the test hooks "alternate"
+// and "random:SEED". The config that ran is StepBatch::plan / StepMetrics::plan. Under a
+// switching policy each rank holds both configs' weights (DistOptions::shift_weights) and one
+// KV cache; every switch is checked to move zero KV bytes (KvMigration).
+//
+// Ranks: plan rank = dp*t + tp (plan.h; with sp: (dp*s + sp)*t + tp). Each DP replica is one
+// group (its TP group, or its s*t ranks for sp plans); its rank 0 owns a Scheduler + EngineLoop driving a DistExecutor (dist_executor.h: step descriptor
 // broadcast, sharded forward, logits and sampling on the group's rank 0); the other ranks of the
 // group run run_follower(). The replica leaders form a second group ("leaders", ordered by dp).
 //
@@ -66,13 +75,27 @@ struct DistOptions {
   // Called on every follower rank (tp index > 0) with each step before it executes (tracing;
   // tests inject a mid-run failure with it). May throw: that rank fails, and so does the job.
   std::function<void(int world_rank, const StepBatch&)> follower_before_step;
+
+  // Layout policy (see above): fixed | shift | alternate | random:SEED.
+  std::string policy = "fixed";
+  // Shift threshold in scheduled tokens per step; < 0: default_shift_threshold(...) on world
+  // rank 0 (required then), broadcast so every replica uses the same value.
+  int64_t shift_threshold = -1;
+  std::function<int64_t(const ModelConfig&, const Plan&, int threads_per_rank)> default_shift_threshold;
+  // Shift 3.3.2 under a switching policy: "separate" (copies of both shards) or "slice".
+  std::string shift_weights = "separate";
+};
+
+// What a Shift engine did (replica 0): steps per config, switches, KV bytes the switches moved
+// (always 0: asserted at each switch).
+struct ShiftStats {
+  int64_t base_steps = 0, shift_steps = 0, switches = 0, kv_bytes_moved = 0;
 };
 
 // World rank 0's handle on the distributed engine. Not thread-safe (one driver thread), except
 // loop().submit()/cancel() as EngineLoop documents.
-class DistEngine {
+class DistEngine : public EngineHandle {
  public:
-  virtual ~DistEngine() = default;
   virtual const ModelConfig& model_config() const = 0;
   virtual std::shared_ptr<const Model> model() const = 0;
   virtual const Plan& plan() const = 0;
@@ -80,17 +103,22 @@ class DistEngine {
   virtual int world_size() const = 0;
   virtual int num_replicas() const = 0;  // plan.dp
   virtual int threads_per_rank() const = 0;
-  virtual int num_kv_blocks() const = 0;  // per rank (equal on all ranks)
-  virtual const EngineConfig& config() const = 0;
+  int num_kv_blocks() const override = 0;  // per rank (equal on all ranks)
+  const EngineConfig& config() const override = 0;
+  // Start-up report lines (policy, threshold, weight bytes per rank for base and shift shards);
+  // empty for plans without sp.
+  virtual const std::vector<std::string>& start_info() const = 0;
+  virtual std::string policy() const = 0;  // LayoutPolicy::describe()
+  virtual ShiftStats shift_stats() const = 0;
 
   // Replica 0's scheduler, loop and clock (drive them directly for live, single-replica use,
   // e.g. streaming with loop().on_token; replicas 1.. only run through run()).
-  virtual Scheduler& scheduler() = 0;
-  virtual EngineLoop& loop() = 0;
-  virtual Clock& clock() = 0;
+  Scheduler& scheduler() override = 0;
+  EngineLoop& loop() override = 0;
+  Clock& clock() override = 0;
   // Replica 0's metrics, plus, after run(), the requests and steps of the other replicas (their
   // times shifted onto this clock by the difference of the replicas' run() start times).
-  virtual Metrics& metrics() = 0;
+  Metrics& metrics() override = 0;
 
   // Runs `requests` (arrival_s relative to now; ids unique) to completion on their replicas
   // (id % dp); returns every finished sequence (rejected ones included) in finishing order.

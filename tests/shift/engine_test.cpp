@@ -1,0 +1,325 @@
+// Shift Parallelism through the distributed engine (engine/dist_engine.h, local backend): batches
+// of prompts of different lengths, chunked prefill beside decodes, under the Shift policy
+// (Algorithm 2) and under forced interleavings (test hooks "alternate" and "random:SEED"), must
+// give the single-rank greedy tokens (STYLE.md: parallel executors against the single-rank
+// engine, token for token). SP and TP change the order of float sums, so the criterion is equal
+// greedy tokens; a difference is reported with the single-rank top-2 logit gap at that position
+// (a genuine near-tie vs a bug). Every step records its config, and no switch moves KV.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "engine/dist_engine.h"
+#include "engine/generator.h"
+#include "model/loader.h"
+#include "model/synth.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+std::vector<int32_t> alone(const std::shared_ptr<Model>& m, const std::vector<int32_t>& prompt, int n) {
+  ThreadPool pool(1);
+  Transformer tf(m, ShardSpec::full(m->config), &pool);
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  return generate(tf, prompt, o).tokens;
+}
+
+double top2_gap(const std::shared_ptr<Model>& m, const std::vector<int32_t>& context) {
+  ThreadPool pool(1);
+  Transformer tf(m, ShardSpec::full(m->config), &pool);
+  KvLayout lay;
+  lay.n_layers = m->config.n_layers;
+  lay.n_kv_heads = m->config.n_kv_heads;
+  lay.head_dim = m->config.head_dim;
+  lay.block_size = 16;
+  lay.num_blocks = int((context.size() + 15) / 16);
+  KvStorage kv(lay);
+  std::vector<int32_t> blocks(size_t(lay.num_blocks));
+  for (int i = 0; i < lay.num_blocks; ++i) blocks[size_t(i)] = i;
+  ForwardBatch fb;
+  fb.tokens = context;
+  fb.seqs.push_back(ForwardSeq{0, int(context.size()), blocks.data(), int(lay.num_blocks), true});
+  std::vector<float> logits;
+  tf.forward(fb, kv, logits);
+  std::partial_sort(logits.begin(), logits.begin() + 2, logits.end(), std::greater<float>());
+  return double(logits[0]) - double(logits[1]);
+}
+
+std::vector<std::vector<int32_t>> random_prompts(int n, int max_len, int vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::vector<int32_t>> ps;
+  const int fixed[] = {1, 7, 17, 40, 3, 29, 12};
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {1};
+    const int len = i < 7 ? std::min(fixed[i], max_len) : 1 + int(rng.below(uint64_t(max_len)));
+    for (int j = 0; j < len; ++j) p.push_back(3 + int32_t(rng.below(uint64_t(vocab - 3))));
+    ps.push_back(p);
+  }
+  return ps;
+}
+
+struct EngineRun {
+  std::map<int64_t, std::vector<int32_t>> out;
+  std::vector<StepMetrics> steps;
+  ShiftStats stats;
+  std::vector<std::string> info;
+};
+
+struct RunOptions {
+  std::string plan, policy = "fixed", weights = "separate";
+  int64_t threshold = -1;
+  int budget = 16;
+};
+
+EngineRun run(const RunOptions& ro, const std::shared_ptr<Model>& model, const std::vector<std::vector<int32_t>>& prompts,
+        int n, std::vector<int32_t> eos = {}) {
+  DistOptions o;
+  o.comm = "local";
+  o.plan = ro.plan;
+  o.ranks = Plan::parse(ro.plan).size();
+  o.engine.max_tokens_per_step = ro.budget;
+  o.engine.max_num_seqs = 64;
+  o.engine.kv_cache_bytes = int64_t(8) << 20;
+  o.comm_options.timeout_s = 30;
+  o.load_model = [model](int) { return model; };
+  o.policy = ro.policy;
+  o.shift_threshold = ro.threshold;
+  o.shift_weights = ro.weights;
+  std::vector<Request> rs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.id = int64_t(i) + 1;
+    r.prompt = prompts[i];
+    r.max_tokens = n;
+    r.sampling.temperature = 0;
+    r.stop.eos_ids = eos;
+    r.stop.ignore_eos = eos.empty();
+    rs.push_back(r);
+  }
+  EngineRun res;
+  run_distributed(o, [&](DistEngine& e) {
+    for (const Sequence& s : e.run(rs)) {
+      EXPECT_TRUE(s.finish_reason == FinishReason::kLength || s.finish_reason == FinishReason::kStop)
+          << "request " << s.id() << ": " << finish_reason_name(s.finish_reason) << " " << s.finish_detail;
+      res.out[s.id()] = s.output;
+    }
+    res.steps = e.metrics().steps();
+    res.stats = e.shift_stats();
+    res.info = e.start_info();
+  });
+  return res;
+}
+
+void expect_tokens(const std::string& label, const std::shared_ptr<Model>& m,
+                   const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& want,
+                   const EngineRun& got) {
+  ASSERT_EQ(got.out.size(), prompts.size()) << label;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t>& g = got.out.at(int64_t(i) + 1);
+    if (g == want[i]) continue;
+    size_t k = 0;
+    while (k < g.size() && k < want[i].size() && g[k] == want[i][k]) ++k;
+    std::string why = "lengths differ";
+    if (k < g.size() && k < want[i].size()) {
+      std::vector<int32_t> ctx = prompts[i];
+      ctx.insert(ctx.end(), want[i].begin(), want[i].begin() + long(k));
+      why = cat("token ", k, ": ", g[k], " vs single-rank ", want[i][k], ", single-rank top-2 logit gap ",
+                top2_gap(m, ctx));
+    }
+    ADD_FAILURE() << label << ", prompt " << i << " (" << prompts[i].size() << " tokens): " << why;
+  }
+}
+
+// Under a switching policy: both configs ran, the switches moved nothing, every step is named.
+void expect_switched(const std::string& label, const EngineRun& r, const Plan& base) {
+  std::set<std::string> plans;
+  for (const StepMetrics& s : r.steps) plans.insert(s.plan);
+  EXPECT_EQ(plans, (std::set<std::string>{base.to_string(), base.shift_config().to_string()})) << label;
+  EXPECT_GT(r.stats.switches, 0) << label;
+  EXPECT_EQ(r.stats.kv_bytes_moved, 0) << label;
+  EXPECT_EQ(r.stats.base_steps + r.stats.shift_steps, int64_t(r.steps.size())) << label;
+}
+
+void check(const std::shared_ptr<Model>& m, const std::vector<std::pair<int, int>>& degrees,
+           const std::vector<std::string>& policies, int n_prompts, int n, uint64_t seed) {
+  const auto prompts = random_prompts(n_prompts, 40, m->config.vocab_size, seed);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(m, p, n));
+  for (auto [s, t] : degrees) {
+    const Plan base = Plan::make_sp_tp(s, t);
+    for (const std::string& policy : policies) {
+      RunOptions ro;
+      ro.plan = base.to_string();
+      ro.policy = policy;
+      ro.threshold = 8;  // with the 16-token budget: prefill chunks run the base, small steps shift
+      const std::string label = cat(ro.plan, " --policy ", policy);
+      SCOPED_TRACE(label);
+      const EngineRun r = run(ro, m, prompts, n);
+      expect_tokens(label, m, prompts, want, r);
+      expect_switched(label, r, base);
+    }
+  }
+}
+
+TEST(ShiftEngine, Stories260KInterleavingsMatchSingleRank) {
+  LOOM_REQUIRE_SHARED();
+  std::shared_ptr<Model> m = load_model(test::stories_dir() + "/stories260K.bin");
+  check(m, {{2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}, {8, 1}}, {"shift", "alternate", "random:3"}, 9, 12, 11);
+}
+
+std::string gqa_path() {
+  static const std::string path = [] {
+    SynthOptions o;
+    o.shape = synth_shape("gqa-24x6");
+    o.dtype = DType::F32;
+    o.seed = 7;
+    o.threads = 1;
+    const std::string p = test::temp_dir() + "/gqa-24x6.gguf";
+    write_synth_model(o, p);
+    return p;
+  }();
+  return path;
+}
+
+TEST(ShiftEngine, SynthGqaInterleavingsMatchSingleRank) {
+  std::shared_ptr<Model> m = load_model(gqa_path());
+  check(m, {{2, 1}, {3, 1}, {3, 2}, {2, 3}, {6, 1}, {2, 6}, {12, 1}}, {"shift", "random:5"}, 8, 8, 23);
+}
+
+// Prefill under SP, decode under TP for the same sequences: with the threshold at the decode
+// batch size, every step with a prefill chunk runs the base and every decode-only step the shift
+// config (Algorithm 2), and the tokens are the single-rank ones.
+TEST(ShiftEngine, PrefillUnderSpDecodeUnderTp) {
+  LOOM_REQUIRE_SHARED();
+  std::shared_ptr<Model> m = load_model(test::stories_dir() + "/stories260K.bin");
+  const auto prompts = random_prompts(5, 40, 512, 4);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(m, p, 10));
+  RunOptions ro;
+  ro.plan = "sp=2,tp=2";
+  ro.policy = "shift";
+  ro.threshold = 5;  // 5 sequences decode 5 tokens: shift; any step with a prefill chunk here has more
+  ro.budget = 64;
+  const EngineRun r = run(ro, m, prompts, 10);
+  expect_tokens("prefill sp / decode tp", m, prompts, want, r);
+  int64_t prefill_steps = 0, decode_steps = 0;
+  for (const StepMetrics& s : r.steps) {
+    if (s.num_tokens > 5) {
+      EXPECT_EQ(s.plan, "sp=2,tp=2") << "step " << s.index << " of " << s.num_tokens << " tokens";
+      prefill_steps += s.num_prefill_tokens > 0;
+    } else {
+      EXPECT_EQ(s.plan, "shift:sp=2,tp=2") << "step " << s.index << " of " << s.num_tokens << " tokens";
+      decode_steps += s.num_prefill_tokens == 0;
+    }
+  }
+  EXPECT_GT(prefill_steps, 0);
+  EXPECT_GT(decode_steps, 0);
+  EXPECT_EQ(r.stats.kv_bytes_moved, 0);
+}
+
+// Fixed plans: the base alone and the shift config alone; DP replicas of an sp x tp base with
+// the Shift policy; both weight modes give the same tokens; the start-up report names the bytes.
+TEST(ShiftEngine, FixedConfigsDpAndWeightModes) {
+  std::shared_ptr<Model> m = load_model(gqa_path());
+  const auto prompts = random_prompts(6, 30, m->config.vocab_size, 9);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(m, p, 8));
+  for (const std::string plan : {"sp=3,tp=2", "shift:sp=3,tp=2"}) {
+    RunOptions ro;
+    ro.plan = plan;
+    const EngineRun r = run(ro, m, prompts, 8);
+    expect_tokens(plan, m, prompts, want, r);
+    for (const StepMetrics& s : r.steps) EXPECT_EQ(s.plan, plan);
+    EXPECT_EQ(r.stats.switches, 0);
+  }
+  {
+    RunOptions ro;
+    ro.plan = "dp=2,sp=2,tp=1";
+    ro.policy = "random:7";
+    const EngineRun r = run(ro, m, prompts, 8);
+    expect_tokens(ro.plan, m, prompts, want, r);
+  }
+  for (const std::string weights : {"separate", "slice"}) {
+    RunOptions ro;
+    ro.plan = "sp=2,tp=3";
+    ro.policy = "alternate";
+    ro.weights = weights;
+    const EngineRun r = run(ro, m, prompts, 8);
+    expect_tokens(cat("weights ", weights), m, prompts, want, r);
+    ASSERT_EQ(r.info.size(), 7u);  // the policy line and one line per rank
+    EXPECT_NE(r.info[0].find(cat("weights ", weights)), std::string::npos) << r.info[0];
+    EXPECT_NE(r.info[1].find("rank 0 weights: base shard "), std::string::npos) << r.info[1];
+  }
+}
+
+// The independent reference (reference_greedy.jsonl) under a random interleaving of sp=2,tp=2.
+TEST(ShiftEngine, ReferenceGreedyUnderRandomInterleaving) {
+  LOOM_REQUIRE_SHARED();
+  std::shared_ptr<Model> m = load_model(test::stories_dir() + "/stories260K.bin");
+  std::ifstream in(test::stories_dir() + "/reference_greedy.jsonl");
+  std::string line;
+  std::vector<std::vector<int32_t>> prompts, nexts;
+  int max_new = 0;
+  std::vector<int> steps;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    prompts.push_back(j.at("prompt_tokens").get<std::vector<int32_t>>());
+    nexts.push_back(j.at("next_tokens").get<std::vector<int32_t>>());
+    steps.push_back(j.at("steps").get<int>());
+  }
+  ASSERT_FALSE(prompts.empty());
+  for (size_t i = 0; i < prompts.size(); ++i) max_new = std::max(max_new, steps[i] - int(prompts[i].size()) + 1);
+  RunOptions ro;
+  ro.plan = "sp=2,tp=2";
+  ro.policy = "random:11";
+  ro.budget = 64;
+  const EngineRun r = run(ro, m, prompts, max_new, {1});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> next(prompts[i].begin() + 1, prompts[i].end());
+    const auto& out = r.out.at(int64_t(i) + 1);
+    next.insert(next.end(), out.begin(), out.end());
+    next.resize(std::min(next.size(), nexts[i].size()));
+    EXPECT_EQ(next, nexts[i]) << "reference " << i;
+  }
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ShiftEngine, PolicyErrorsUpFront) {
+  std::shared_ptr<Model> m = load_model(gqa_path());
+  auto try_run = [&](const std::string& plan, const std::string& policy, int64_t threshold) {
+    return error_of([&] {
+      RunOptions ro;
+      ro.plan = plan;
+      ro.policy = policy;
+      ro.threshold = threshold;
+      run(ro, m, {{1, 5}}, 1);
+    });
+  };
+  EXPECT_NE(try_run("tp=4", "shift", 8).find("give the base plan, e.g. --plan sp=2,tp=2 (got tp=4)"), std::string::npos);
+  EXPECT_NE(try_run("shift:sp=2,tp=1", "shift", 8).find("(got shift:sp=2"), std::string::npos);
+  EXPECT_NE(try_run("sp=2,tp=1", "sometimes", 8).find("unknown --policy 'sometimes'"), std::string::npos);
+  EXPECT_NE(try_run("sp=2,tp=1", "shift", -1).find("needs --shift-threshold"), std::string::npos);
+  EXPECT_NE(try_run("sp=2,tp=2", "shift", 8).find("sp*tp (sp=2, tp=2)=4"), std::string::npos)
+      << try_run("sp=2,tp=2", "shift", 8);
+}
+
+}  // namespace
+}  // namespace loom
