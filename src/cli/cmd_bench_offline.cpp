@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/shift_cli.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "engine/dist_engine.h"
@@ -59,6 +60,7 @@ struct BenchOfflineArgs {
   int ranks = 1;
   std::string plan;
   std::string comm = "local";
+  ShiftArgs shift;
   // Output.
   std::string output_json, output_csv;
   bool quiet = false;
@@ -202,7 +204,7 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
   if (a.comm != "local" && a.comm != "mpi") fail("unknown --comm '", a.comm, "' (local, mpi)");
   if (a.ranks < 0 || (a.ranks == 0 && a.comm != "mpi")) fail("--ranks must be >= 1, got ", a.ranks);
   EngineRun run;
-  if (a.ranks == 1 && a.comm == "local" && (a.plan.empty() || a.plan == "tp=1")) {
+  if (a.ranks == 1 && a.comm == "local" && (a.plan.empty() || a.plan == "tp=1") && !a.shift.given()) {
     Engine engine(std::move(model), cfg);
     run.engine = {{"ranks", 1},
                   {"plan", "tp=1"},
@@ -225,9 +227,12 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
   o.model_path = a.model;
   o.engine = cfg;
   o.load_model = [model](int) { return model; };
+  apply_shift_options(a.shift, o);
   run.is_driver = false;
   run_distributed(o, [&](DistEngine& e) {
     run.is_driver = true;
+    if (!a.quiet)
+      for (const std::string& line : e.start_info()) std::fprintf(stderr, "[%s]\n", line.c_str());
     run.engine = {{"ranks", e.world_size()},
                   {"plan", e.plan().to_string()},
                   {"comm", std::string(e.backend())},
@@ -240,6 +245,14 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
                   {"kernel_path", kernels::kernel_path()}};
     run.finished = e.run(std::move(requests));
     run.metrics = e.metrics();
+    const ShiftStats ss = e.shift_stats();
+    run.engine["policy"] = e.policy();
+    run.engine["start_info"] = e.start_info();
+    if (ss.base_steps + ss.shift_steps > 0)
+      run.engine["shift"] = {{"base_steps", ss.base_steps},
+                             {"shift_steps", ss.shift_steps},
+                             {"switches", ss.switches},
+                             {"kv_bytes_moved", ss.kv_bytes_moved}};
   });
   return run;
 }
@@ -298,6 +311,14 @@ void run_bench_offline(const BenchOfflineArgs& a) {
                    {"prompt_mean", ts.prompt_mean},
                    {"output_mean", ts.output_mean}};
   j["engine"] = run.engine;
+  // Which config ran each step (StepMetrics::plan): steps and tokens per plan.
+  nlohmann::json plans = nlohmann::json::object();
+  for (const StepMetrics& st : run.metrics.steps()) {
+    nlohmann::json& p = plans[st.plan.empty() ? std::string("default") : st.plan];
+    p["steps"] = p.value("steps", int64_t(0)) + 1;
+    p["tokens"] = p.value("tokens", int64_t(0)) + st.num_tokens;
+  }
+  j["plans"] = plans;
   nlohmann::json sj = to_json(s);
   sj["input_tokens_per_s"] = input_tok_s;
   sj["total_tokens_per_s"] = total_tok_s;
@@ -335,6 +356,13 @@ void run_bench_offline(const BenchOfflineArgs& a) {
               (long long)s.num_preemptions);
   std::printf("  throughput: %.1f tok/s total (%.1f input, %.1f output), %.3f requests/s\n", total_tok_s,
               input_tok_s, s.output_tokens_per_s, s.requests_per_s);
+  if (plans.size() > 1 || run.engine.contains("shift")) {
+    std::printf("  plans:");
+    for (const auto& [name, p] : plans.items())
+      std::printf(" %s %lld steps (%lld tokens);", name.c_str(), (long long)p["steps"].get<int64_t>(),
+                  (long long)p["tokens"].get<int64_t>());
+    std::printf("\n");
+  }
   print_dist("TTFT", s.ttft_ms);
   print_dist("TPOT", s.tpot_ms);
   print_dist("ITL", s.itl_ms);
@@ -370,6 +398,7 @@ void register_bench_offline(CLI::App& bench) {
   sub->add_option("--ranks", a->ranks, "Ranks of the distributed engine (1: single process)")->capture_default_str();
   sub->add_option("--plan", a->plan, "Parallel plan for --ranks > 1 (e.g. tp=2)");
   sub->add_option("--comm", a->comm, "Communicator for --ranks > 1: local or mpi")->capture_default_str();
+  add_shift_options(sub, a->shift);
   sub->add_option("--output-json", a->output_json, "Write the report as JSON");
   sub->add_option("--output-csv", a->output_csv, "Write one CSV row per request");
   sub->add_flag("--quiet,-q", a->quiet, "Print nothing (use with --output-json)");

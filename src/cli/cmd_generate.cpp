@@ -5,12 +5,16 @@
 // this process (1 worker thread each unless --threads), mpi = one rank per process under
 // `mpirun -np N loom generate ... --comm mpi` (each process maps the model; only rank 0 prints).
 // --prefill-chunk is then the engine's token budget per step (chunked prefill beside decodes).
+// Shift Parallelism: `--plan sp=2,tp=2 --policy shift [--shift-threshold N] [--shift-weights
+// separate|slice]` (cli/shift_cli.h); the start-up lines report the weights per rank and the
+// threshold, the last line the steps per config.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/cli.h"
+#include "cli/shift_cli.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/dist_engine.h"
@@ -37,6 +41,7 @@ struct GenerateArgs {
   bool no_bos = false;
   int ranks = 0;  // 0: not given
   std::string plan, comm;
+  ShiftArgs shift;
 };
 
 std::vector<int32_t> stop_ids_of(const Model& model, const Tokenizer& tok) {
@@ -67,7 +72,9 @@ void run_generate_distributed(const GenerateArgs& a) {
   o.model_path = a.model;
   o.engine.threads = a.threads;
   o.engine.max_tokens_per_step = a.prefill_chunk;
+  apply_shift_options(a.shift, o);
   run_distributed(o, [&](DistEngine& e) {
+    for (const std::string& line : e.start_info()) std::fprintf(stderr, "[%s]\n", line.c_str());
     auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
     const std::vector<int32_t> stop = stop_ids_of(*e.model(), *tok);
     std::vector<Request> reqs;
@@ -111,6 +118,7 @@ void run_generate_distributed(const GenerateArgs& a) {
                  reqs.size(), (long long)n_gen, secs, secs > 0 ? double(n_gen) / secs : 0.0,
                  e.plan().to_string().c_str(), e.world_size(), std::string(e.backend()).c_str(),
                  e.threads_per_rank(), kernels::kernel_path());
+    print_shift_stats(e);
   });
 }
 
@@ -119,7 +127,8 @@ void run_generate(const GenerateArgs& a) {
   if (!(a.top_p > 0.0f && a.top_p <= 1.0f)) fail("--top-p must be in (0, 1], got ", a.top_p);
   if (a.top_k < 0) fail("--top-k must be >= 0, got ", a.top_k);
   if (a.n < 0) fail("-n must be >= 0, got ", a.n);
-  if (a.ranks != 0 || !a.plan.empty() || !a.comm.empty() || a.prompts.size() > 1) return run_generate_distributed(a);
+  if (a.ranks != 0 || !a.plan.empty() || !a.comm.empty() || a.prompts.size() > 1 || a.shift.given())
+    return run_generate_distributed(a);
 
   std::shared_ptr<Model> model = load_model(a.model);
   auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
@@ -187,6 +196,7 @@ void register_generate(CLI::App& app) {
   sub->add_option("--ranks", a->ranks, "Ranks to run on (local: threads of this process; mpi: must match mpirun -np)");
   sub->add_option("--plan", a->plan, "Parallel plan, e.g. tp=4, dp=2, dp=2,tp=2 (default tp=<ranks>)");
   sub->add_option("--comm", a->comm, "Communicator backend: single, local or mpi (default local)");
+  add_shift_options(sub, a->shift);
   set_action(sub, [a] {
     if (a->prompts.empty()) a->prompts.push_back("Once upon a time");
     run_generate(*a);

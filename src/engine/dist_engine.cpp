@@ -227,7 +227,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
       if (!o.default_shift_threshold) fail("--policy shift needs --shift-threshold (no default threshold given)");
       Plan replica_plan = st.plan;
       replica_plan.dp = 1;
-      threshold = o.default_shift_threshold(c, replica_plan, st.threads);
+      threshold = o.default_shift_threshold(*st.model, replica_plan, st.threads);
     }
     world.broadcast(&threshold, sizeof threshold, 0);
   }

@@ -81,7 +81,7 @@ struct DistOptions {
   // Shift threshold in scheduled tokens per step; < 0: default_shift_threshold(...) on world
   // rank 0 (required then), broadcast so every replica uses the same value.
   int64_t shift_threshold = -1;
-  std::function<int64_t(const ModelConfig&, const Plan&, int threads_per_rank)> default_shift_threshold;
+  std::function<int64_t(const Model&, const Plan&, int threads_per_rank)> default_shift_threshold;
   // Shift 3.3.2 under a switching policy: "separate" (copies of both shards) or "slice".
   std::string shift_weights = "separate";
 };

@@ -61,6 +61,33 @@ std::vector<GpuSpec> make_catalog() {
 
 }  // namespace
 
+GpuSpec cpu_spec(double memcpy_bytes_per_s, double peak_flops, double memory_bytes, double elem_scale) {
+  if (!(memcpy_bytes_per_s > 0) || !(peak_flops > 0) || !(elem_scale > 0))
+    fail("cpu hardware: bandwidth ", memcpy_bytes_per_s, " B/s, peak ", peak_flops, " FLOP/s and scale ", elem_scale,
+         " must be > 0");
+  GpuSpec g;
+  g.name = "cpu";
+  g.description = "this machine's CPU, one core per rank (measured roofline)";
+  g.hbm_bytes = memory_bytes;
+  g.hbm_bw = memcpy_bytes_per_s / elem_scale;
+  g.flops_bf16 = peak_flops;
+  g.flops_fp8 = peak_flops;  // q8_0 weights: 1-byte weights, f32 FMA throughput
+  g.link_bw = memcpy_bytes_per_s / elem_scale;
+  g.nvlink = false;
+  g.default_gpus_per_node = 1;
+  g.source = "measured at run time (kernels/roofline.h)";
+  return g;
+}
+
+NodeSpec cpu_node(const GpuSpec& cpu, int ranks) {
+  NodeSpec n;
+  n.gpu = cpu;
+  n.gpus_per_node = ranks;
+  n.topology = Topology::Pcie;
+  n.net_bw = cpu.link_bw;
+  return n;
+}
+
 const char* sim_dtype_name(SimDType t) {
   switch (t) {
     case SimDType::BF16: return "bf16";

@@ -66,6 +66,16 @@ const GpuSpec& find_gpu(const std::string& name);
 // otherwise. Throws loom::Error naming the value.
 NodeSpec parse_node(const std::string& spec);
 
+// This machine's CPU as a simulator device (one rank = one core), built from figures measured at
+// run time by the caller (kernels/roofline.h: memcpy bandwidth and peak FLOP/s; the simulator
+// itself runs no kernels). Ranks talk through shared memory, so the "link" is a memcpy too.
+// `elem_scale` multiplies every byte count the cost model prices in 2-byte (bf16) units: 2 for an
+// f32 engine (weights, activations and KV in 4 bytes) is priced exactly as bf16 at half the
+// bandwidths. Not in gpu_catalog(): it describes the host it was measured on.
+GpuSpec cpu_spec(double memcpy_bytes_per_s, double peak_flops, double memory_bytes, double elem_scale = 1.0);
+// A node of `ranks` such devices, connected over PCIe-like shared memory (no custom all-reduce).
+NodeSpec cpu_node(const GpuSpec& cpu, int ranks);
+
 // ---- calibration ----
 
 // GEMM time on one GPU (t = max(compute, memory) + latency):

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "engine/policy.h"
 #include "parallel/plan.h"
 
 namespace loom::sim {
@@ -19,7 +20,8 @@ std::string ParallelConfig::name() const {
 }
 
 ParallelConfig SimPlan::config_for(int num_tokens) const {
-  if (shift && num_tokens <= shift_threshold) return shift_config();
+  // Shift Algorithm 2, the engine's own rule (engine/policy.h).
+  if (shift && !shift_runs_base(num_tokens, shift_threshold)) return shift_config();
   return base;
 }
 
