@@ -32,7 +32,7 @@ struct ServeArgs {
   int threads = 0;
   int http_threads = 0;
   int ranks = 1;
-  std::string plan, policy;
+  std::string plan, policy, comm = "local";
 };
 
 std::string base_name(const std::string& path) {
@@ -65,42 +65,44 @@ void run_serve(const ServeArgs& a) {
   spec.ranks = a.ranks;
   spec.plan = a.plan;
   spec.policy = a.policy;
-
+  spec.comm = a.comm;
   server::check_layout(spec);
   std::shared_ptr<Model> model = load_model(a.model);
   auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
-  std::unique_ptr<Engine> engine = server::make_engine(spec, model);
+  // The server lives inside with_engine: on one rank directly, or on world rank 0 of the
+  // distributed engine while the other ranks follow its steps.
+  server::with_engine(spec, model, [&](EngineHandle& engine) {
+    server::ServingOptions so;
+    so.max_queue = a.max_queue;
+    so.model_name = a.served_model_name.empty() ? base_name(a.model) : a.served_model_name;
+    server::ServingEngine serving(engine, *tok, server::serving_eos_ids(*tok, model->format, model->config.bos_id),
+                                  so);
+    server::HttpServerOptions ho;
+    ho.host = a.host;
+    ho.port = a.port;
+    ho.model_name = so.model_name;
+    ho.http_threads = a.http_threads;
+    server::HttpServer http(serving, *tok, ho);
+    const int port = http.bind();
 
-  server::ServingOptions so;
-  so.max_queue = a.max_queue;
-  so.model_name = a.served_model_name.empty() ? base_name(a.model) : a.served_model_name;
-  server::ServingEngine serving(*engine, *tok, server::serving_eos_ids(*tok, model->format, model->config.bos_id),
-                                so);
-  server::HttpServerOptions ho;
-  ho.host = a.host;
-  ho.port = a.port;
-  ho.model_name = so.model_name;
-  ho.http_threads = a.http_threads;
-  server::HttpServer http(serving, *tok, ho);
-  const int port = http.bind();
-
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    std::fprintf(stderr, "loom serve: signal %d, stopping\n", sig);
-    serving.shutdown();  // in-flight requests end (aborted) so handler threads can finish
-    http.stop();
+    std::thread waiter([&] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      std::fprintf(stderr, "loom serve: signal %d, stopping\n", sig);
+      serving.shutdown();  // in-flight requests end (aborted) so handler threads can finish
+      http.stop();
+    });
+    std::printf("loom serve: listening on http://%s:%d (model %s, max_model_len %d, %d KV blocks of %d tokens)\n",
+                a.host.c_str(), port, so.model_name.c_str(), engine.config().max_model_len, engine.num_kv_blocks(),
+                engine.config().block_size);
+    std::fflush(stdout);
+    const bool ok = http.listen();
+    // listen() returned: by a signal (the waiter stopped us) or because listening failed; in the
+    // second case wake the waiter so it can finish.
+    if (!ok) pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+    if (!ok) fail("listening on ", a.host, ":", port, " failed");
   });
-  std::printf("loom serve: listening on http://%s:%d (model %s, max_model_len %d, %d KV blocks of %d tokens)\n",
-              a.host.c_str(), port, so.model_name.c_str(), engine->config().max_model_len, engine->num_kv_blocks(),
-              engine->config().block_size);
-  std::fflush(stdout);
-  const bool ok = http.listen();
-  // listen() returned: by a signal (the waiter stopped us) or because listening failed; in the
-  // second case wake the waiter so it can finish.
-  if (!ok) pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
-  if (!ok) fail("listening on ", a.host, ":", port, " failed");
 }
 
 }  // namespace
@@ -124,9 +126,11 @@ void register_serve(CLI::App& app) {
   sub->add_option("--threads", a->threads, "Compute threads (0: all cores, or LOOM_THREADS)")->capture_default_str();
   sub->add_option("--http-threads", a->http_threads, "HTTP handler threads (0: max-num-seqs + max-queue + 16)")
       ->capture_default_str();
-  sub->add_option("--ranks", a->ranks, "Ranks of the engine (only 1 is supported yet)")->capture_default_str();
-  sub->add_option("--plan", a->plan, "Layout plan (not yet supported by serve)");
-  sub->add_option("--policy", a->policy, "Layout policy (not yet supported by serve)");
+  sub->add_option("--ranks", a->ranks, "Ranks of the engine (local: threads; mpi: 0 = mpirun's -np)")
+      ->capture_default_str();
+  sub->add_option("--plan", a->plan, "Layout plan, e.g. tp=2 (default: tp over all ranks)");
+  sub->add_option("--comm", a->comm, "Communicator for several ranks: local or mpi")->capture_default_str();
+  sub->add_option("--policy", a->policy, "Layout policy (fixed)");
   set_action(sub, [a] { run_serve(*a); });
 }
 

@@ -33,17 +33,30 @@ struct EngineConfig {
   void validate(const ModelConfig& model) const;
 };
 
-class Engine {
+// What a live front end (the HTTP server) needs of an engine, single-rank or distributed: the
+// scheduler, loop and clock of the replica it drives, and the sizes it reports.
+class EngineHandle {
+ public:
+  virtual ~EngineHandle() = default;
+  virtual const EngineConfig& config() const = 0;
+  virtual int num_kv_blocks() const = 0;  // per rank
+  virtual Scheduler& scheduler() = 0;
+  virtual EngineLoop& loop() = 0;
+  virtual Clock& clock() = 0;
+  virtual Metrics& metrics() = 0;
+};
+
+class Engine : public EngineHandle {
  public:
   Engine(std::shared_ptr<const Model> model, const EngineConfig& config);
 
   const ModelConfig& model_config() const { return model_->config; }
-  const EngineConfig& config() const { return config_; }
-  Scheduler& scheduler() { return *scheduler_; }
-  EngineLoop& loop() { return *loop_; }
-  Metrics& metrics() { return metrics_; }
-  Clock& clock() { return clock_; }
-  int num_kv_blocks() const { return num_blocks_; }
+  const EngineConfig& config() const override { return config_; }
+  Scheduler& scheduler() override { return *scheduler_; }
+  EngineLoop& loop() override { return *loop_; }
+  Metrics& metrics() override { return metrics_; }
+  Clock& clock() override { return clock_; }
+  int num_kv_blocks() const override { return num_blocks_; }
   int64_t kv_cache_bytes() const { return kv_->bytes(); }
 
   // Runs `requests` (arrival_s relative to now) to completion; returns the finished sequences

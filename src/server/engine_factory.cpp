@@ -1,23 +1,41 @@
 #include "server/engine_factory.h"
 
 #include "core/error.h"
+#include "engine/dist_engine.h"
+#include "parallel/plan.h"
 
 namespace loom::server {
 
 void check_layout(const EngineSpec& spec) {
-  if (spec.ranks < 1) fail("--ranks must be >= 1, got ", spec.ranks);
-  if (spec.ranks > 1)
-    fail("--ranks ", spec.ranks, ": multi-rank serving is not yet supported (the distributed engine is not "
-         "wired into loom serve); use --ranks 1");
-  if (!spec.plan.empty() && spec.plan != "default" && spec.plan != "tp=1")
-    fail("--plan ", spec.plan, ": layout plans are not yet supported by loom serve (one rank only); omit --plan");
+  if (spec.comm != "local" && spec.comm != "mpi") fail("--comm must be local or mpi, got '", spec.comm, "'");
+  if (spec.ranks < 0 || (spec.ranks == 0 && spec.comm != "mpi")) fail("--ranks must be >= 1, got ", spec.ranks);
   if (!spec.policy.empty() && spec.policy != "fixed")
-    fail("--policy ", spec.policy, ": layout policies are not yet supported by loom serve; omit --policy or use fixed");
+    fail("--policy ", spec.policy, ": loom serve runs the fixed policy only so far; omit --policy or use fixed");
+  if (spec.plan.empty() && spec.ranks == 0) fail("--comm mpi with --ranks 0 needs a --plan (e.g. --plan tp=4)");
+  if (!spec.plan.empty()) {
+    const Plan p = Plan::parse(spec.plan);
+    if (p.dp > 1)
+      fail("--plan ", spec.plan, ": loom serve drives one scheduler, so dp=", p.dp,
+           " replicas cannot be served live yet; run one server per replica (tp plans are supported)");
+  }
 }
 
-std::unique_ptr<Engine> make_engine(const EngineSpec& spec, std::shared_ptr<const Model> model) {
+void with_engine(const EngineSpec& spec, std::shared_ptr<const Model> model,
+                 const std::function<void(EngineHandle&)>& serve) {
   check_layout(spec);
-  return std::make_unique<Engine>(std::move(model), spec.config);
+  if (!spec.distributed()) {
+    Engine engine(std::move(model), spec.config);
+    serve(engine);
+    return;
+  }
+  DistOptions o;
+  o.comm = spec.comm;
+  o.ranks = spec.ranks;
+  o.plan = spec.plan.empty() ? cat("tp=", spec.ranks) : spec.plan;
+  o.model_path = spec.model_path;
+  o.engine = spec.config;
+  o.load_model = [model](int) { return model; };
+  run_distributed(o, [&](DistEngine& e) { serve(e); });
 }
 
 }  // namespace loom::server

@@ -1,8 +1,10 @@
-// The one place where `loom serve` turns its command-line layout into an engine. Today that is
-// the single-process Engine (one rank); the distributed engine (--ranks N --plan ... --policy
-// ...) plugs in here when it lands, and until then asking for it is a clear user error.
+// The one place where `loom serve` turns its command-line layout into an engine: the
+// single-process Engine for one rank, or the distributed engine (engine/dist_engine.h) for
+// --ranks N --plan P [--comm local|mpi]. The server drives one scheduler live, so plans with
+// several DP replicas (whose replicas 1.. only run through DistEngine::run) are refused.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,16 +16,20 @@ namespace loom::server {
 struct EngineSpec {
   std::string model_path;
   EngineConfig config;
-  int ranks = 1;        // --ranks
-  std::string plan;     // --plan (layout plan text, e.g. "tp=2"); "" = default
-  std::string policy;   // --policy (layout policy name); "" = fixed/default
+  int ranks = 1;              // --ranks (mpi: 0 = as many as mpirun started)
+  std::string plan;           // --plan (e.g. "tp=2"); "" = tp over all ranks
+  std::string policy;         // --policy; "" or "fixed"
+  std::string comm = "local";  // --comm local | mpi
+  bool distributed() const { return ranks != 1 || comm != "local" || !(plan.empty() || plan == "tp=1"); }
 };
 
-// Throws loom::Error naming the flag when the layout asks for what is not supported yet (ranks
-// > 1, a plan or a policy other than the default). Cheap: call it before loading the model.
+// Throws loom::Error naming the flag for a layout serve cannot run. Cheap: call it before
+// loading the model.
 void check_layout(const EngineSpec& spec);
 
-// check_layout(spec), then builds the engine over `model`.
-std::unique_ptr<Engine> make_engine(const EngineSpec& spec, std::shared_ptr<const Model> model);
+// check_layout(spec), builds the engine over `model` and calls `serve` with it (on world rank 0
+// only when distributed: the other ranks follow its steps until `serve` returns).
+void with_engine(const EngineSpec& spec, std::shared_ptr<const Model> model,
+                 const std::function<void(EngineHandle&)>& serve);
 
 }  // namespace loom::server

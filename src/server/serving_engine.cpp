@@ -51,7 +51,7 @@ void RequestStream::finish(std::string text, int num_output, FinishReason reason
 
 // ---- ServingEngine ----
 
-ServingEngine::ServingEngine(Engine& engine, const Tokenizer& tok, std::vector<TokenId> eos_ids,
+ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::vector<TokenId> eos_ids,
                              ServingOptions options)
     : engine_(engine), tok_(tok), eos_ids_(std::move(eos_ids)), options_(std::move(options)) {
   if (options_.max_queue < 1) fail("--max-queue must be >= 1, got ", options_.max_queue);

@@ -104,7 +104,7 @@ struct EngineStats {
 class ServingEngine {
  public:
   // Starts the engine thread. `engine` and `tok` must outlive this object.
-  ServingEngine(Engine& engine, const Tokenizer& tok, std::vector<TokenId> eos_ids, ServingOptions options);
+  ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::vector<TokenId> eos_ids, ServingOptions options);
   ~ServingEngine();  // shutdown()
 
   // Stops the engine thread; live and queued requests finish with kAbort, later submits are
@@ -148,7 +148,7 @@ class ServingEngine {
   void finish_live(std::unordered_map<RequestId, Live>::iterator it, std::string text, int num_output,
                    FinishReason reason, std::string detail);
 
-  Engine& engine_;
+  EngineHandle& engine_;
   const Tokenizer& tok_;
   std::vector<TokenId> eos_ids_;
   ServingOptions options_;

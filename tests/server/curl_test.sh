@@ -66,12 +66,43 @@ done
 grep -q '^vllm:generation_tokens_total{model_name="tiny"} 14$' "$work/metrics.txt" ||
   fail "generation tokens: $(grep '^vllm:generation_tokens_total' "$work/metrics.txt")"
 
-# Layout flags not supported yet: a clear error, non-zero exit.
-if "$loom" serve -m "$work/tiny.gguf" --ranks 2 --port 0 > "$work/ranks.log" 2>&1; then fail "--ranks 2 started"; fi
-grep -q "not yet supported" "$work/ranks.log" || fail "--ranks 2 message: $(cat "$work/ranks.log")"
+# A greedy completion from this one-rank server, to compare with a tp=2 server below.
+greedy='{"model":"tiny","prompt":"Hello there","max_tokens":24,"temperature":0,"ignore_eos":true}'
+curl -s "$url/v1/completions" -d "$greedy" > "$work/one.json"
+grep -q '"completion_tokens":24' "$work/one.json" || fail "greedy completion: $(cat "$work/one.json")"
+
+# Layouts serve cannot run: a clear error, non-zero exit.
+if "$loom" serve -m "$work/tiny.gguf" --ranks 2 --plan dp=2 --port 0 > "$work/dp.log" 2>&1; then fail "dp=2 started"; fi
+grep -q "dp=2" "$work/dp.log" || fail "dp=2 message: $(cat "$work/dp.log")"
+if "$loom" serve -m "$work/tiny.gguf" --ranks 3 --plan tp=3 --port 0 > "$work/tp3.log" 2>&1; then fail "tp=3 started"; fi
+grep -q "tp=3" "$work/tp3.log" || fail "tp=3 message: $(cat "$work/tp3.log")"
 
 # SIGTERM stops the server cleanly.
 kill -TERM $pid
 wait $pid || fail "loom serve exited non-zero after SIGTERM"
+trap - EXIT
+
+# The same server with the model split over two ranks (tp=2, ranks as threads): the same
+# greedy text as one rank.
+"$loom" serve -m "$work/tiny.gguf" --port 0 --ranks 2 --plan tp=2 --served-model-name tiny > "$work/serve2.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+url=""
+i=0
+while [ $i -lt 200 ]; do
+  url=$(sed -n 's/.*listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/serve2.log")
+  [ -n "$url" ] && break
+  kill -0 $pid 2>/dev/null || { cat "$work/serve2.log"; fail "loom serve --plan tp=2 exited"; }
+  sleep 0.05
+  i=$((i + 1))
+done
+[ -n "$url" ] || { cat "$work/serve2.log"; fail "tp=2: no listening line"; }
+curl -s "$url/v1/completions" -d "$greedy" > "$work/two.json"
+# The whole response but its id and creation time (text, finish reason and usage included).
+text_of() { sed -e 's/"created":[0-9]*//' -e 's/"id":"[^"]*"//' "$1"; }
+[ "$(text_of "$work/one.json")" = "$(text_of "$work/two.json")" ] ||
+  fail "tp=2 text differs: $(cat "$work/two.json") vs $(cat "$work/one.json")"
+kill -TERM $pid
+wait $pid || fail "loom serve --plan tp=2 exited non-zero after SIGTERM"
 trap - EXIT
 echo "curl tests passed"
