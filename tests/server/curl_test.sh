@@ -9,6 +9,7 @@ rm -rf "$work"
 mkdir -p "$work"
 "$loom" synth --shape tiny --dtype f32 -o "$work/tiny.gguf" > /dev/null
 
+: > "$work/serve.log"  # exists before the background shell opens it (the loop below reads it)
 "$loom" serve -m "$work/tiny.gguf" --port 0 --threads 1 --served-model-name tiny > "$work/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
@@ -84,6 +85,7 @@ trap - EXIT
 
 # The same server with the model split over two ranks (tp=2, ranks as threads): the same
 # greedy text as one rank.
+: > "$work/serve2.log"
 "$loom" serve -m "$work/tiny.gguf" --port 0 --ranks 2 --plan tp=2 --served-model-name tiny > "$work/serve2.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
