@@ -27,6 +27,8 @@ struct ServeArgs {
   int max_num_seqs = 64;
   int max_tokens_per_step = 2048;
   int64_t kv_cache_bytes = 0;
+  double kv_cache_fraction = EngineConfig{}.kv_cache_fraction;
+  int block_size = kDefaultKvBlockSize;
   int max_model_len = 0;
   int max_queue = 256;
   int threads = 0;
@@ -62,6 +64,8 @@ void run_serve(const ServeArgs& a) {
   spec.config.max_tokens_per_step = a.max_tokens_per_step;
   spec.config.max_model_len = a.max_model_len;
   if (a.kv_cache_bytes > 0) spec.config.kv_cache_bytes = a.kv_cache_bytes;
+  spec.config.kv_cache_fraction = a.kv_cache_fraction;
+  spec.config.block_size = a.block_size;
   spec.ranks = a.ranks;
   spec.plan = a.plan;
   spec.policy = a.policy;
@@ -119,6 +123,10 @@ void register_serve(CLI::App& app) {
   sub->add_option("--max-tokens-per-step", a->max_tokens_per_step, "Token budget per step (chunked prefill)")
       ->capture_default_str();
   sub->add_option("--kv-cache-bytes", a->kv_cache_bytes, "KV-cache size in bytes (default: a share of free memory)");
+  sub->add_option("--kv-cache-fraction", a->kv_cache_fraction,
+                  "Without --kv-cache-bytes: this fraction of available memory for the KV cache")
+      ->capture_default_str();
+  sub->add_option("--block-size", a->block_size, "Tokens per KV-cache block")->capture_default_str();
   sub->add_option("--max-model-len", a->max_model_len, "Prompt + output tokens at most (0: the model's context)")
       ->capture_default_str();
   sub->add_option("--max-queue", a->max_queue, "Waiting requests at most; beyond it requests get 429")
