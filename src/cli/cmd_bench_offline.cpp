@@ -315,8 +315,9 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   nlohmann::json plans = nlohmann::json::object();
   for (const StepMetrics& st : run.metrics.steps()) {
     nlohmann::json& p = plans[st.plan.empty() ? std::string("default") : st.plan];
-    p["steps"] = p.value("steps", int64_t(0)) + 1;
-    p["tokens"] = p.value("tokens", int64_t(0)) + st.num_tokens;
+    if (p.is_null()) p = {{"steps", int64_t(0)}, {"tokens", int64_t(0)}};
+    p["steps"] = p["steps"].get<int64_t>() + 1;
+    p["tokens"] = p["tokens"].get<int64_t>() + st.num_tokens;
   }
   j["plans"] = plans;
   nlohmann::json sj = to_json(s);

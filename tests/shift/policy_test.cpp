@@ -1,0 +1,117 @@
+// The Shift policy (Algorithm 2) as one implementation for the engine and the simulator, the
+// cost-model threshold for a CPU device, and the bench report of which config ran each step.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "engine/policy.h"
+#include "engine/step.h"
+#include "model/synth.h"
+#include "sim/shift_threshold.h"
+#include "sim/simulator.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+StepBatch batch_of(int tokens) {
+  StepBatch b;
+  b.num_tokens = tokens;
+  return b;
+}
+
+TEST(ShiftPolicy, AlgorithmTwoAndHooks) {
+  ShiftPolicy p(Plan::make_sp_tp(3, 2), 97);
+  EXPECT_EQ(p.choose(batch_of(97)), "shift:sp=3,tp=2");  // n <= threshold: shift config
+  EXPECT_EQ(p.choose(batch_of(98)), "sp=3,tp=2");        // n > threshold: base
+  EXPECT_EQ(p.choose(batch_of(1)), "shift:sp=3,tp=2");
+  EXPECT_THROW(ShiftPolicy(Plan::make_tp(4), 8), Error);
+  EXPECT_THROW(ShiftPolicy(Plan::make_shift(2, 2), 8), Error);
+  auto alt = make_layout_policy("alternate", Plan::make_sp_tp(2, 2), 0);
+  EXPECT_EQ(alt->choose(batch_of(1)), "sp=2,tp=2");
+  EXPECT_EQ(alt->choose(batch_of(1)), "shift:sp=2,tp=2");
+  EXPECT_EQ(alt->choose(batch_of(1)), "sp=2,tp=2");
+  // random:SEED is reproducible and takes both sides.
+  auto r1 = make_layout_policy("random:4", Plan::make_sp_tp(2, 2), 0);
+  auto r2 = make_layout_policy("random:4", Plan::make_sp_tp(2, 2), 0);
+  int base = 0;
+  for (int i = 0; i < 64; ++i) {
+    const std::string a = r1->choose(batch_of(1));
+    EXPECT_EQ(a, r2->choose(batch_of(1)));
+    base += a == "sp=2,tp=2";
+  }
+  EXPECT_GT(base, 8);
+  EXPECT_LT(base, 56);
+  EXPECT_THROW(make_layout_policy("random:x", Plan::make_sp_tp(2, 2), 0), Error);
+  EXPECT_THROW(make_layout_policy("often", Plan::make_sp_tp(2, 2), 0), Error);
+  EXPECT_EQ(make_layout_policy("fixed", Plan::make_tp(4), 0)->choose(batch_of(5)), "tp=4");
+}
+
+// The simulator runs the same rule: every simulated step above the threshold ran the base, every
+// other the shift config.
+TEST(ShiftPolicy, SimulatorUsesTheEnginePolicy) {
+  const ModelConfig mc = synth_shape("gqa-24x6").config;
+  const sim::CostModel cm = sim::cpu_cost_model(mc, 4.0, 10e9, 50e9, 16e9, 2);
+  sim::SimConfig sc;
+  sc.plan = sim::SimPlan::parse("shift:sp=2,threshold=37");
+  sc.max_tokens_per_step = 64;
+  sim::Simulator simulator(cm, sc);
+  std::vector<TraceRequest> trace;
+  for (int i = 0; i < 13; ++i) trace.push_back(TraceRequest{0.001 * i, 17 + 11 * i, 9, {}, 0, false, false});
+  const sim::SimResult r = simulator.run(trace);
+  int64_t base = 0, shift = 0;
+  for (const StepMetrics& s : r.metrics.steps()) {
+    const bool want_base = ShiftPolicy(Plan::make_sp_tp(2, 1), 37).runs_base(s.num_tokens);
+    EXPECT_EQ(s.plan, want_base ? "sp=2" : "tp=2") << "step " << s.index << ", " << s.num_tokens << " tokens";
+    (want_base ? base : shift) += 1;
+  }
+  EXPECT_GT(base, 0);
+  EXPECT_GT(shift, 0);
+}
+
+// The derived threshold is the first step size where the cost model prices the base below TP(P):
+// checked against the cost model directly, on two different "machines".
+TEST(ShiftPolicy, ThresholdFromTheCostModel) {
+  const ModelConfig mc = synth_shape("small").config;
+  for (auto [bw, flops] : std::vector<std::pair<double, double>>{{10e9, 50e9}, {40e9, 400e9}}) {
+    const sim::CostModel cm = sim::cpu_cost_model(mc, 4.0, bw, flops, 16e9, 4);
+    const sim::ShiftThreshold t = sim::derive_shift_threshold(cm, 2, 2, 4096);
+    ASSERT_TRUE(t.crossed) << t.explain;
+    auto price = [&](int tp, int sp, int n) {
+      return cm.price(sim::ParallelConfig{tp, sp, 1}, {sim::SeqWork{n, n, true}}).total_s;
+    };
+    const int n = int(t.threshold) + 1;
+    EXPECT_LT(price(2, 2, n), price(4, 1, n)) << t.explain;
+    for (int k = 1; k < n; ++k) ASSERT_GE(price(2, 2, k), price(4, 1, k)) << "step of " << k << " tokens";
+    EXPECT_NE(t.explain.find("cpux4"), std::string::npos) << t.explain;
+  }
+  EXPECT_THROW(sim::derive_shift_threshold(sim::cpu_cost_model(mc, 4.0, 1e10, 1e11, 1e10, 4), 1, 4), Error);
+}
+
+// `loom bench offline` with the Shift policy: the JSON names the policy, the steps per config
+// and the (zero) KV bytes moved; the same run with --policy fixed runs only the base.
+TEST(ShiftPolicy, BenchOfflineReportsPlans) {
+  LOOM_REQUIRE_SHARED();
+  const std::string model = test::shared_dir() + "/models/stories260K/stories260K.bin";
+  const std::string json = test::temp_dir() + "/shift_bench.json";
+  std::string out;
+  const std::string cmd = test::loom_bin() + " bench offline -m " + model +
+                          " --synthetic batch -n 6 --prompt-len 20 --output-len 8 --max-tokens-per-step 32"
+                          " --kv-cache-bytes 4000000 --ranks 4 --plan sp=2,tp=2 --policy shift --shift-threshold 8"
+                          " --output-json " +
+                          json + " -q 2>&1";
+  ASSERT_EQ(test::run_command(cmd, &out), 0) << out;
+  std::ifstream f(json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["engine"]["policy"], "shift(threshold=8)");
+  EXPECT_EQ(j["engine"]["shift"]["kv_bytes_moved"], 0);
+  EXPECT_GT(j["plans"]["sp=2,tp=2"]["steps"].get<int>(), 0) << j["plans"].dump();
+  EXPECT_GT(j["plans"]["shift:sp=2,tp=2"]["steps"].get<int>(), 0) << j["plans"].dump();
+  EXPECT_EQ(j["summary"]["num_completed"], 6);
+  EXPECT_EQ(j["engine"]["start_info"].size(), 5u);
+}
+
+}  // namespace
+}  // namespace loom
