@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/cli.h"
+#include "cli/shift_cli.h"
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/tokenizer.h"
@@ -34,7 +35,8 @@ struct ServeArgs {
   int threads = 0;
   int http_threads = 0;
   int ranks = 1;
-  std::string plan, policy, comm = "local";
+  std::string plan, comm = "local";
+  ShiftArgs shift;
 };
 
 std::string base_name(const std::string& path) {
@@ -68,7 +70,8 @@ void run_serve(const ServeArgs& a) {
   spec.config.block_size = a.block_size;
   spec.ranks = a.ranks;
   spec.plan = a.plan;
-  spec.policy = a.policy;
+  spec.layout_options = a.shift.given();
+  spec.configure_dist = [&a](DistOptions& o) { apply_shift_options(a.shift, o); };
   spec.comm = a.comm;
   server::check_layout(spec);
   std::shared_ptr<Model> model = load_model(a.model);
@@ -138,7 +141,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--plan", a->plan, "Layout plan, e.g. tp=2 (default: tp over all ranks)");
   sub->add_option("--comm", a->comm, "Communicator for several ranks: local or mpi")->capture_default_str();
-  sub->add_option("--policy", a->policy, "Layout policy (fixed)");
+  add_shift_options(sub, a->shift);
   set_action(sub, [a] { run_serve(*a); });
 }
 

@@ -1,7 +1,6 @@
 #include "server/engine_factory.h"
 
 #include "core/error.h"
-#include "engine/dist_engine.h"
 #include "parallel/plan.h"
 
 namespace loom::server {
@@ -9,8 +8,6 @@ namespace loom::server {
 void check_layout(const EngineSpec& spec) {
   if (spec.comm != "local" && spec.comm != "mpi") fail("--comm must be local or mpi, got '", spec.comm, "'");
   if (spec.ranks < 0 || (spec.ranks == 0 && spec.comm != "mpi")) fail("--ranks must be >= 1, got ", spec.ranks);
-  if (!spec.policy.empty() && spec.policy != "fixed")
-    fail("--policy ", spec.policy, ": loom serve runs the fixed policy only so far; omit --policy or use fixed");
   if (spec.plan.empty() && spec.ranks == 0) fail("--comm mpi with --ranks 0 needs a --plan (e.g. --plan tp=4)");
   if (!spec.plan.empty()) {
     const Plan p = Plan::parse(spec.plan);
@@ -35,6 +32,7 @@ void with_engine(const EngineSpec& spec, std::shared_ptr<const Model> model,
   o.model_path = spec.model_path;
   o.engine = spec.config;
   o.load_model = [model](int) { return model; };
+  if (spec.configure_dist) spec.configure_dist(o);
   run_distributed(o, [&](DistEngine& e) { serve(e); });
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/dist_engine.h"
 #include "engine/engine.h"
 #include "model/weights.h"
 
@@ -18,9 +19,13 @@ struct EngineSpec {
   EngineConfig config;
   int ranks = 1;              // --ranks (mpi: 0 = as many as mpirun started)
   std::string plan;           // --plan (e.g. "tp=2"); "" = tp over all ranks
-  std::string policy;         // --policy; "" or "fixed"
   std::string comm = "local";  // --comm local | mpi
-  bool distributed() const { return ranks != 1 || comm != "local" || !(plan.empty() || plan == "tp=1"); }
+  bool layout_options = false;  // a layout policy or its options were given (distributed engine)
+  // Fills the distributed engine's policy options (--policy, --shift-threshold, --shift-weights).
+  std::function<void(DistOptions&)> configure_dist;
+  bool distributed() const {
+    return ranks != 1 || comm != "local" || !(plan.empty() || plan == "tp=1") || layout_options;
+  }
 };
 
 // Throws loom::Error naming the flag for a layout serve cannot run. Cheap: call it before

@@ -58,7 +58,13 @@ ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::ve
   EngineLoop& loop = engine_.loop();
   loop.on_token = [this](const TokenEvent& ev) { on_token(ev); };
   loop.on_finish = [this](const Sequence& s) { on_finish(s); };
-  loop.on_batch = [this](StepBatch& b) { on_batch(b); };
+  // Chain after the engine's own hook: the distributed engine's layout policy chooses the step's
+  // plan there, and the server records what was chosen.
+  engine_on_batch_ = loop.on_batch;
+  loop.on_batch = [this](StepBatch& b) {
+    if (engine_on_batch_) engine_on_batch_(b);
+    on_batch(b);
+  };
   engine_.scheduler().set_stop_check([this](const Sequence& s) { return stop_check(s); });
   stats_.kv_blocks_total = engine_.num_kv_blocks();
   thread_ = std::thread([this] { run(); });
@@ -77,7 +83,7 @@ void ServingEngine::shutdown() {
   EngineLoop& loop = engine_.loop();
   loop.on_token = nullptr;
   loop.on_finish = nullptr;
-  loop.on_batch = nullptr;
+  loop.on_batch = engine_on_batch_;
   engine_.scheduler().set_stop_check(nullptr);
 }
 

@@ -149,6 +149,7 @@ class ServingEngine {
                    FinishReason reason, std::string detail);
 
   EngineHandle& engine_;
+  std::function<void(StepBatch&)> engine_on_batch_;  // the engine's hook (layout policy), chained
   const Tokenizer& tok_;
   std::vector<TokenId> eos_ids_;
   ServingOptions options_;

@@ -83,28 +83,36 @@ kill -TERM $pid
 wait $pid || fail "loom serve exited non-zero after SIGTERM"
 trap - EXIT
 
-# The same server with the model split over two ranks (tp=2, ranks as threads): the same
-# greedy text as one rank.
-: > "$work/serve2.log"
-"$loom" serve -m "$work/tiny.gguf" --port 0 --ranks 2 --plan tp=2 --served-model-name tiny > "$work/serve2.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
-url=""
-i=0
-while [ $i -lt 200 ]; do
-  url=$(sed -n 's/.*listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/serve2.log")
-  [ -n "$url" ] && break
-  kill -0 $pid 2>/dev/null || { cat "$work/serve2.log"; fail "loom serve --plan tp=2 exited"; }
-  sleep 0.05
-  i=$((i + 1))
+# The same server on two ranks (ranks as threads): model split tp=2, and Shift Parallelism
+# (base sp=2 for steps over 4 tokens, shift config TP(2) otherwise): the same greedy text as one
+# rank; under Shift the last step (a decode) ran the shift config, as /metrics says.
+for layout in "--plan tp=2" "--plan sp=2 --policy shift --shift-threshold 4"; do
+  : > "$work/serve2.log"
+  # shellcheck disable=SC2086
+  "$loom" serve -m "$work/tiny.gguf" --port 0 --ranks 2 $layout --served-model-name tiny > "$work/serve2.log" 2>&1 &
+  pid=$!
+  trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+  url=""
+  i=0
+  while [ $i -lt 200 ]; do
+    url=$(sed -n 's/.*listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/serve2.log")
+    [ -n "$url" ] && break
+    kill -0 $pid 2>/dev/null || { cat "$work/serve2.log"; fail "loom serve $layout exited"; }
+    sleep 0.05
+    i=$((i + 1))
+  done
+  [ -n "$url" ] || { cat "$work/serve2.log"; fail "$layout: no listening line"; }
+  curl -s "$url/v1/completions" -d "$greedy" > "$work/two.json"
+  # The whole response but its id and creation time (text, finish reason and usage included).
+  text_of() { sed -e 's/"created":[0-9]*//' -e 's/"id":"[^"]*"//' "$1"; }
+  [ "$(text_of "$work/one.json")" = "$(text_of "$work/two.json")" ] ||
+    fail "$layout: text differs: $(cat "$work/two.json") vs $(cat "$work/one.json")"
+  case "$layout" in
+    *shift*) curl -s "$url/metrics" | grep -q '^loom:step_plan_info{model_name="tiny",plan="shift:sp=2"} 1' ||
+               fail "$layout: last step plan: $(curl -s "$url/metrics" | grep step_plan)";;
+  esac
+  kill -TERM $pid
+  wait $pid || fail "loom serve $layout exited non-zero after SIGTERM"
+  trap - EXIT
 done
-[ -n "$url" ] || { cat "$work/serve2.log"; fail "tp=2: no listening line"; }
-curl -s "$url/v1/completions" -d "$greedy" > "$work/two.json"
-# The whole response but its id and creation time (text, finish reason and usage included).
-text_of() { sed -e 's/"created":[0-9]*//' -e 's/"id":"[^"]*"//' "$1"; }
-[ "$(text_of "$work/one.json")" = "$(text_of "$work/two.json")" ] ||
-  fail "tp=2 text differs: $(cat "$work/two.json") vs $(cat "$work/one.json")"
-kill -TERM $pid
-wait $pid || fail "loom serve --plan tp=2 exited non-zero after SIGTERM"
-trap - EXIT
 echo "curl tests passed"
