@@ -15,6 +15,11 @@ echo
 echo "== loom generate (random weights: the text is gibberish by design)"
 "$loom" generate --model "$model" --prompt "Once upon a time" -n 64 --temperature 0.8 --seed 7
 echo
+echo "== Shift Parallelism under a bursty load: 2 ranks (threads), base sp=2 for big steps, shift config"
+echo "   (full TP over the same ranks, same KV placement) for small ones; 'plans:' counts the steps of each"
+"$loom" bench offline --model "$model" --synthetic bursty:40:0.5:1.5 -n 24 --prompt-len 16:400 --output-len 8:24 \
+  --use-arrivals --ranks 2 --plan sp=2 --policy shift --threads 1 --seed 1
+echo
 echo "To run a real checkpoint, point --model at it, for example:"
 echo "  $loom generate --model ../shared/models/stories260K/stories260K.bin --tokenizer ../shared/models/stories260K/tok512.bin --prompt 'Once upon a time' -n 200"
 echo "  (GGUF files, and HF safetensors directories with config.json and tokenizer.json, load the same way.)"
