@@ -55,6 +55,8 @@ struct BenchOfflineArgs {
   int max_tokens_per_step = 2048;
   int max_model_len = 0;
   std::optional<int64_t> kv_cache_bytes;
+  double kv_cache_fraction = EngineConfig{}.kv_cache_fraction;
+  int block_size = kDefaultKvBlockSize;
   int threads = 0;
   // Distributed (hook).
   int ranks = 1;
@@ -277,6 +279,8 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   cfg.max_tokens_per_step = a.max_tokens_per_step;
   cfg.max_model_len = a.max_model_len;
   cfg.kv_cache_bytes = a.kv_cache_bytes;
+  cfg.kv_cache_fraction = a.kv_cache_fraction;
+  cfg.block_size = a.block_size;
   cfg.validate(mc);
   const int max_context = a.max_model_len > 0 ? a.max_model_len : mc.max_seq_len;
 
@@ -395,6 +399,10 @@ void register_bench_offline(CLI::App& bench) {
       ->capture_default_str();
   sub->add_option("--max-model-len", a->max_model_len, "Context limit per request (0: the model's)");
   sub->add_option("--kv-cache-bytes", a->kv_cache_bytes, "KV cache size in bytes (default: a share of free memory)");
+  sub->add_option("--kv-cache-fraction", a->kv_cache_fraction,
+                  "Without --kv-cache-bytes: this fraction of available memory for the KV cache")
+      ->capture_default_str();
+  sub->add_option("--block-size", a->block_size, "Tokens per KV-cache block")->capture_default_str();
   sub->add_option("--threads", a->threads, "Worker threads (0: all cores, or LOOM_THREADS)");
   sub->add_option("--ranks", a->ranks, "Ranks of the distributed engine (1: single process)")->capture_default_str();
   sub->add_option("--plan", a->plan, "Parallel plan for --ranks > 1 (e.g. tp=2)");
