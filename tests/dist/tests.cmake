@@ -56,3 +56,18 @@ if(LOOM_MPI)
                    : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories}.missing -n 4 --plan tp=2 --comm mpi)
   set_tests_properties(dist_mpi_fault_unreadable_model PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_dist_env}")
 endif()
+if(LOOM_MPI)
+  # `loom bench offline` under mpirun (tp and Shift plans): same counts as one rank.
+  foreach(entry "tp2 2 tp=2 fixed" "sp2shift 2 sp=2 shift")
+    separate_arguments(parts UNIX_COMMAND "${entry}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 plan)
+    list(GET parts 3 policy)
+    add_test(NAME dist_mpi_bench_offline_${name}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_bench_offline.sh $<TARGET_FILE:loom> ${loom_dist_gqa} ${np} ${plan} ${policy}
+                     ${CMAKE_CURRENT_BINARY_DIR}/mpi-bench-${name} ${loom_dist_mpirun})
+    set_tests_properties(dist_mpi_bench_offline_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED dist_gqa
+                         ENVIRONMENT "${loom_dist_env}")
+  endforeach()
+endif()
