@@ -24,5 +24,7 @@ void register_plan(CLI::App& app);
 void register_bench_offline(CLI::App& bench);  // under `loom bench`
 void register_bench_serve(CLI::App& bench);    // under `loom bench`
 void register_serve(CLI::App& app);
+// Hidden `loom tokenize --model PATH --text T [--no-bos]`: token ids as a JSON array (tests).
+void register_tokenize(CLI::App& app);
 
 }  // namespace loom::cli

@@ -24,6 +24,7 @@ void register_all(CLI::App& app) {
   register_bench_offline(*bench);
   register_bench_serve(*bench);
   register_serve(app);
+  register_tokenize(app);
 }
 
 // Runs the action of the deepest parsed subcommand that has one.

@@ -39,7 +39,7 @@ std::shared_ptr<Model> load_model(const std::string& path);
 // The vocabulary of the model at `model_path`. tokenizer_path, when not empty, names the file
 // (tokenizer.json, a llama2.c tokenizer .bin, or a GGUF whose embedded vocabulary to use).
 // When empty: a GGUF's embedded vocabulary; for safetensors tokenizer.json beside config.json
-// (else tokenizer.bin, the llama2.c format `loom synth` writes for Spm vocabularies); for
+// (else a llama2.c tokenizer.bin, as older `loom synth` outputs carry for Spm vocabularies); for
 // llama2.c tokenizer.bin or tok*.bin beside the checkpoint; else an error asking for --tokenizer.
 // The vocabulary must not be larger than the model's vocab_size (ids past the embedding). It
 // may be smaller: HF checkpoints pad the embedding (Qwen2.5-0.5B: 151936 rows for 151665

@@ -407,12 +407,9 @@ SynthResult write_synth_model(const SynthOptions& o, const std::string& out) {
     for (auto& t : tensors) stream_tensor(pool.get(), o.seed, t, o.dtype, identity, buf, sink);
     w.finish();
     write_text((fs::path(out) / "config.json").string(), hf_config_json(c, o.dtype));
-    if (vocab.kind == VocabKind::Bpe) {
-      write_text((fs::path(out) / "tokenizer.json").string(), vocab_to_tokenizer_json(vocab));
-      write_text((fs::path(out) / "tokenizer_config.json").string(), vocab_to_tokenizer_config_json(vocab));
-    } else {
-      write_llama2c_vocab(vocab, (fs::path(out) / "tokenizer.bin").string());
-    }
+    // Both kinds as HF tokenizer.json (Spm in the layout of Llama-2's, vocab_io.h).
+    write_text((fs::path(out) / "tokenizer.json").string(), vocab_to_tokenizer_json(vocab));
+    write_text((fs::path(out) / "tokenizer_config.json").string(), vocab_to_tokenizer_config_json(vocab));
     res.model_path = out;
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

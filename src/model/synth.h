@@ -59,8 +59,8 @@ struct SynthResult {
   double seconds = 0;
 };
 // Writes the model. gguf: `out` is the file (vocabulary embedded). safetensors: `out` is a
-// directory (created) receiving model.safetensors, config.json and, for a Bpe vocabulary,
-// tokenizer.json + tokenizer_config.json, for an Spm one tokenizer.bin (llama2.c format).
+// directory (created) receiving model.safetensors, config.json, tokenizer.json and
+// tokenizer_config.json (an Spm vocabulary in the layout of Llama-2's tokenizer.json).
 // Same options -> byte-identical files. Memory: one chunk of rows per thread, not the model.
 SynthResult write_synth_model(const SynthOptions& o, const std::string& out);
 

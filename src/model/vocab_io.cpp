@@ -156,6 +156,196 @@ std::string config_token(const json& cfg, const char* key) {
   return "";
 }
 
+// --- SentencePiece BPE in tokenizer.json (HF's LlamaConverter layout) ---
+
+// Splits a merge "a b" (or the [a, b] form already joined by one space) at its single space.
+// SentencePiece pieces spell the word marker U+2581, so they hold no ' '.
+bool split_merge(const std::string& m, std::string* a, std::string* b) {
+  const size_t sp = m.find(' ');
+  if (sp == std::string::npos || m.find(' ', sp + 1) != std::string::npos) return false;
+  *a = m.substr(0, sp);
+  *b = m.substr(sp + 1);
+  return true;
+}
+
+// Turns the ranked merges of v into Spm scores: a piece produced by merges scores -(rank of the
+// first merge producing it), so the score order of pieces is the rank order of their first
+// merges and loom's score-ordered merging (tokenizer.h) takes pairs in HF's order. Pieces no
+// merge produces score below every merge result. Byte pieces "<0xAB>" become Byte tokens.
+// Clears v.merges (Spm vocabularies carry scores, not merges).
+void spm_scores_from_merges(Vocab& v, const std::unordered_map<std::string, int32_t>& id_of,
+                            const std::string& what) {
+  constexpr size_t kMaxExactRank = size_t(1) << 24;  // ranks stay exact as float
+  if (v.merges.size() >= kMaxExactRank)
+    fail(what, ": ", v.merges.size(), " merges; at most 2^24 fit SentencePiece scores exactly");
+  const float no_merge = -float(v.merges.size()) - 1.0f;
+  v.scores.assign(v.tokens.size(), no_merge);
+  std::vector<uint8_t> produced(v.tokens.size(), 0);
+  std::string a, b;
+  for (size_t r = 0; r < v.merges.size(); ++r) {
+    const std::string& m = v.merges[r];
+    if (!split_merge(m, &a, &b)) fail(what, ": merge ", r, " '", m, "' does not split at exactly one space");
+    const auto ia = id_of.find(a), ib = id_of.find(b), ic = id_of.find(a + b);
+    if (ia == id_of.end() || ib == id_of.end() || ic == id_of.end())
+      fail(what, ": merge ", r, " '", m, "': its parts or their concatenation are not in the vocabulary");
+    if (!produced[size_t(ic->second)]) {
+      produced[size_t(ic->second)] = 1;
+      v.scores[size_t(ic->second)] = -float(r);
+    }
+  }
+  for (size_t i = 0; i < v.tokens.size(); ++i)
+    if (v.types[i] == TokenType::Normal && is_byte_piece(v.tokens[i])) v.types[i] = TokenType::Byte;
+  v.merges.clear();
+}
+
+// Whether the text gets a leading U+2581 (Spm add_space_prefix), from the normalizer
+// (Llama-2: Sequence[Prepend("▁"), Replace(" ", "▁")]) or a Metaspace pre-tokenizer (later
+// converters: prepend_scheme "always"/"first", split false). Anything that does not map ' ' to
+// U+2581 or splits words is an error naming it.
+bool detect_spm_space_prefix(const json& j, const std::string& what) {
+  bool prepend = false, replace = false;
+  std::function<void(const json&)> norm = [&](const json& n) {
+    if (n.is_null()) return;
+    const std::string type = n.value("type", "");
+    if (type == "Sequence" && n.contains("normalizers")) {
+      for (const auto& c : n["normalizers"]) norm(c);
+    } else if (type == "Prepend" && n.value("prepend", "") == kSpmMarker) {
+      prepend = true;
+    } else if (type == "Replace" && n.contains("pattern") && n["pattern"].is_object() &&
+               n["pattern"].value("String", "") == " " && n.value("content", "") == kSpmMarker) {
+      replace = true;
+    } else {
+      fail(what, ": unsupported normalizer '", n.dump(), "' for SentencePiece BPE (supported: Prepend(\"",
+           kSpmMarker, "\"), Replace(\" \", \"", kSpmMarker, "\"))");
+    }
+  };
+  if (j.contains("normalizer")) norm(j["normalizer"]);
+  if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
+    const json& pt = j["pre_tokenizer"];
+    if (pt.value("type", "") != "Metaspace" || pt.value("replacement", "") != kSpmMarker ||
+        pt.value("split", true))
+      fail(what, ": unsupported pre_tokenizer '", pt.dump(), "' for SentencePiece BPE (supported: null, ",
+           "or Metaspace with replacement \"", kSpmMarker, "\" and split false)");
+    replace = true;
+    // prepend_scheme "first" only prefixes the text's first fragment; loom also prefixes the
+    // text after a special token (llama.cpp's rule), which only differs for such texts.
+    const std::string scheme = pt.contains("prepend_scheme") ? pt.value("prepend_scheme", "always")
+                                                             : (pt.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme != "never") prepend = true;
+  }
+  if (!replace)
+    fail(what, ": SentencePiece BPE (byte_fallback true) without a normalizer or Metaspace pre_tokenizer ",
+         "turning ' ' into \"", kSpmMarker, "\" is not supported");
+  return prepend;
+}
+
+// "post_processor" value: TemplateProcessing prepending BOS (single and pair), as HF writes it.
+std::string bos_template_json(const Vocab& v) {
+  const std::string b = jstr(v.tokens[size_t(v.bos_id)]);
+  std::string o = "{\"type\": \"TemplateProcessing\",\n";
+  o += "    \"single\": [{\"SpecialToken\": {\"id\": " + b + ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}],\n";
+  o += "    \"pair\": [{\"SpecialToken\": {\"id\": " + b + ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+       "{\"SpecialToken\": {\"id\": " + b + ", \"type_id\": 1}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}],\n";
+  o += cat("    \"special_tokens\": {", b, ": {\"id\": ", b, ", \"ids\": [", v.bos_id, "], \"tokens\": [", b, "]}}}");
+  return o;
+}
+
+// tokenizer.json of an Spm vocabulary in the layout of HF's LlamaConverter (Llama-2's file).
+std::string spm_tokenizer_json(const Vocab& v) {
+  const size_t n = v.tokens.size();
+  auto type_at = [&](size_t i) {
+    if (!v.types.empty()) return v.types[i];
+    if (int(i) == v.unk_id) return TokenType::Unknown;
+    if (int(i) == v.bos_id || int(i) == v.eos_id || int(i) == v.pad_id) return TokenType::Control;
+    return is_byte_piece(v.tokens[i]) ? TokenType::Byte : TokenType::Normal;
+  };
+  // Pieces spell the word marker U+2581 (llama2.c's ' ' is converted).
+  std::vector<std::string> pieces(n);
+  std::unordered_map<std::string, int32_t> id_of;
+  id_of.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    pieces[i] = type_at(i) == TokenType::Normal ? replace_all(v.tokens[i], " ", kSpmMarker) : v.tokens[i];
+    if (!id_of.emplace(pieces[i], int32_t(i)).second)
+      fail("tokenizer.json export: pieces ", id_of[pieces[i]], " and ", i, " are both '", pieces[i],
+           "' once ' ' is spelled U+2581");
+  }
+  // Merges: every split p = a + b (at a code point boundary) of a Normal piece p into two
+  // Normal pieces. Order: score of p, highest first; ties as HF's SentencePieceExtractor
+  // leaves them after its stable sort by score: piece id, then (id of a, id of b).
+  struct Merge {
+    float score;
+    int32_t piece, left, right;
+  };
+  std::vector<Merge> merges;
+  for (size_t i = 0; i < n; ++i) {
+    if (type_at(i) != TokenType::Normal) continue;
+    const std::string& p = pieces[i];
+    int len = 1;
+    for (size_t k = 0; k < p.size(); k += size_t(len)) {
+      utf8_decode(p, k, &len);
+      if (k == 0) continue;
+      const auto a = id_of.find(p.substr(0, k)), b = id_of.find(p.substr(k));
+      if (a == id_of.end() || b == id_of.end()) continue;
+      if (type_at(size_t(a->second)) != TokenType::Normal || type_at(size_t(b->second)) != TokenType::Normal) continue;
+      merges.push_back({v.scores.empty() ? 0.0f : v.scores[i], int32_t(i), a->second, b->second});
+    }
+  }
+  std::sort(merges.begin(), merges.end(), [](const Merge& x, const Merge& y) {
+    if (x.score != y.score) return x.score > y.score;
+    if (x.piece != y.piece) return x.piece < y.piece;
+    if (x.left != y.left) return x.left < y.left;
+    return x.right < y.right;
+  });
+
+  std::string o;
+  o.reserve(n * 24 + merges.size() * 16 + 4096);
+  o += "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+  bool first = true;
+  for (size_t i = 0; i < n; ++i) {
+    const TokenType t = type_at(i);
+    if (t != TokenType::Control && t != TokenType::Unknown && t != TokenType::UserDefined) continue;
+    o += first ? "\n" : ",\n";
+    first = false;
+    o += cat("    {\"id\": ", i, ", \"content\": ", jstr(pieces[i]),
+             ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": ",
+             t != TokenType::UserDefined ? "true" : "false", "}");
+  }
+  o += "\n  ],\n";
+  const std::string marker = jstr(kSpmMarker);
+  const std::string replace = "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": " + marker + "}";
+  if (v.add_space_prefix)
+    o += "  \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": " + marker +
+         "}, " + replace + "]},\n";
+  else
+    o += "  \"normalizer\": " + replace + ",\n";
+  o += "  \"pre_tokenizer\": null,\n";
+  o += "  \"post_processor\": " + (v.add_bos && v.bos_id >= 0 ? bos_template_json(v) : std::string("null")) + ",\n";
+  o += "  \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": " + marker +
+       "}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}";
+  if (v.add_space_prefix) o += ", {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}";
+  o += "]},\n";
+  o += "  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": ";
+  o += v.unk_id >= 0 ? jstr(pieces[size_t(v.unk_id)]) : std::string("null");
+  o += ", \"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": true, "
+       "\"byte_fallback\": true, \"ignore_merges\": false,\n    \"vocab\": {";
+  first = true;
+  for (size_t i = 0; i < n; ++i) {
+    o += first ? "\n      " : ",\n      ";
+    first = false;
+    json_escape(o, pieces[i]);
+    o += cat(": ", i);
+  }
+  o += "\n    },\n    \"merges\": [";
+  first = true;
+  for (const auto& m : merges) {
+    o += first ? "\n      " : ",\n      ";
+    first = false;
+    json_escape(o, pieces[size_t(m.left)] + " " + pieces[size_t(m.right)]);
+  }
+  o += "\n    ]\n  }\n}\n";
+  return o;
+}
+
 // --- synthetic vocabularies ---
 
 // A short English text written for loom (not taken from any corpus), used to learn the first
@@ -322,8 +512,8 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
     const json& model = j["model"];
     const std::string type = model.value("type", "BPE");
     if (type != "BPE") fail(what, ": model.type '", type, "' is not supported (only \"BPE\")");
-    if (model.value("byte_fallback", false))
-      fail(what, ": SentencePiece-style BPE (byte_fallback true) is not supported; only byte-level BPE");
+    // byte_fallback marks SentencePiece BPE converted by HF (Llama-2): read as an Spm vocabulary.
+    const bool spm = model.value("byte_fallback", false);
     if (!model.contains("vocab") || !model["vocab"].is_object()) fail(what, ": model.vocab is not an object");
 
     constexpr int64_t kMaxTokens = 1 << 24;
@@ -351,7 +541,7 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
       if (a.id < 0 || a.id >= kMaxTokens) fail(what, ": added token id ", a.id, " outside [0, 2^24)");
 
     Vocab v;
-    v.kind = VocabKind::Bpe;
+    v.kind = spm ? VocabKind::Spm : VocabKind::Bpe;
     v.tokens.resize(size_t(n));
     v.types.assign(size_t(n), TokenType::Unused);
     std::vector<uint8_t> set(size_t(n), 0);
@@ -385,22 +575,29 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
         }
       }
     }
-    v.ignore_merges = model.value("ignore_merges", false);
-    if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null())
-      fail(what, ": pre_tokenizer is null; byte-level BPE needs ByteLevel");
-    v.pre = detect_pre(j["pre_tokenizer"], what);
-    v.add_space_prefix = false;
-
     std::unordered_map<std::string, int32_t> id_of;
     id_of.reserve(size_t(n) * 2);
     for (int64_t i = n - 1; i >= 0; --i) id_of[v.tokens[size_t(i)]] = int32_t(i);
+
+    if (spm) {
+      spm_scores_from_merges(v, id_of, what);
+      v.add_space_prefix = detect_spm_space_prefix(j, what);
+    } else {
+      v.ignore_merges = model.value("ignore_merges", false);
+      if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null())
+        fail(what, ": pre_tokenizer is null; byte-level BPE needs ByteLevel");
+      v.pre = detect_pre(j["pre_tokenizer"], what);
+      v.add_space_prefix = false;
+    }
     auto id_or_fail = [&](const std::string& piece, const char* role) {
       auto it = id_of.find(piece);
       if (it == id_of.end()) fail(what, ": ", role, " token '", piece, "' is not in the vocabulary");
       return it->second;
     };
-    if (model.contains("unk_token") && model["unk_token"].is_string())
+    if (model.contains("unk_token") && model["unk_token"].is_string()) {
       v.unk_id = id_or_fail(model["unk_token"].get<std::string>(), "unk");
+      if (spm) v.types[size_t(v.unk_id)] = TokenType::Unknown;
+    }
 
     // BOS: tokenizer_config's bos_token, else the post-processor template's first token.
     const std::string tmpl_bos = j.contains("post_processor") ? template_bos(j["post_processor"]) : "";
@@ -453,7 +650,7 @@ Vocab load_tokenizer_json(const std::string& path) {
 }
 
 std::string vocab_to_tokenizer_json(const Vocab& v) {
-  if (v.kind != VocabKind::Bpe) fail("tokenizer.json export supports Bpe vocabularies only, not Spm");
+  if (v.kind == VocabKind::Spm) return spm_tokenizer_json(v);
   const PreTokenizer pre = pre_tokenizer_from_name(v.pre);
   auto type_at = [&](size_t i) { return v.types.empty() ? TokenType::Normal : v.types[i]; };
   auto is_added = [&](size_t i) {
@@ -483,12 +680,7 @@ std::string vocab_to_tokenizer_json(const Vocab& v) {
     o += "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}\n  ]},\n";
   }
   if (v.add_bos && v.bos_id >= 0) {
-    const std::string b = jstr(v.tokens[size_t(v.bos_id)]);
-    o += "  \"post_processor\": {\"type\": \"TemplateProcessing\",\n";
-    o += "    \"single\": [{\"SpecialToken\": {\"id\": " + b + ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}],\n";
-    o += "    \"pair\": [{\"SpecialToken\": {\"id\": " + b + ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
-         "{\"SpecialToken\": {\"id\": " + b + ", \"type_id\": 1}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}],\n";
-    o += cat("    \"special_tokens\": {", b, ": {\"id\": ", b, ", \"ids\": [", v.bos_id, "], \"tokens\": [", b, "]}}},\n");
+    o += "  \"post_processor\": " + bos_template_json(v) + ",\n";
   } else {
     o += "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true},\n";
   }

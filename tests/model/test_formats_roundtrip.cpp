@@ -130,8 +130,8 @@ TEST_P(FormatsRoundTrip, LoadedWeightsEqualWhatTheWriterMeant) {
   // The embedded / companion vocabulary comes back as written.
   const Vocab v = load_vocab(r.model_path, "");
   const Vocab w = synth_model_vocab(o.shape, o.seed);
-  // An Spm vocabulary goes to safetensors as a llama2.c tokenizer.bin, whose convention is a
-  // plain ' ' word marker where GGUF keeps U+2581: compare with the marker normalised.
+  // Spm pieces may spell the word marker ' ' (llama2.c) or U+2581 (GGUF, tokenizer.json):
+  // compare with the marker normalised.
   auto marker_free = [](std::vector<std::string> toks) {
     const std::string marker = "\xe2\x96\x81";
     for (auto& t : toks) {

@@ -72,7 +72,13 @@ TEST(VocabIo, TokenizerJsonWrittenIsWellFormedJson) {
   EXPECT_EQ(j["model"]["vocab"].size() + j["added_tokens"].size(), 600u);
   EXPECT_EQ(j["model"]["merges"].size(), v.merges.size());
   EXPECT_EQ(j["post_processor"]["type"], "TemplateProcessing");
-  EXPECT_THROW(vocab_to_tokenizer_json(synth_vocab(VocabKind::Spm, 300, 1)), Error);
+  // Spm pieces are written with U+2581: a vocabulary holding both " a" and "\u2581a" cannot be.
+  Vocab spm = synth_vocab(VocabKind::Spm, 300, 1);
+  spm.tokens.push_back(" a");
+  spm.tokens.push_back("\xE2\x96\x81" "a");
+  spm.scores.resize(spm.tokens.size(), -1.0f);
+  spm.types.resize(spm.tokens.size(), TokenType::Normal);
+  EXPECT_THROW(vocab_to_tokenizer_json(spm), Error);
 }
 
 // A tokenizer.json in the shape of Llama-3's (trimmed to a few tokens by hand): array-form
