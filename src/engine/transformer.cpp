@@ -1,5 +1,7 @@
 #include "engine/transformer.h"
 
+#include "engine/attention_stage.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -48,29 +50,8 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
   LOOM_CHECK(shard_.kv_head_begin + shard_.n_kv_heads <= c.n_kv_heads);
   LOOM_CHECK(shard_.ffn_begin + shard_.ffn_len <= c.ffn_dim);
   // Every local query head must find its KV head locally (PLANS.md TP: q uses kv head q / G).
-  for (int h = 0; h < shard_.n_q_heads; ++h) {
-    const int kv = (shard_.q_head_begin + h) / c.group_size();
-    LOOM_CHECK(kv >= shard_.kv_head_begin && kv < shard_.kv_head_begin + shard_.n_kv_heads,
-               "query head ", shard_.q_head_begin + h, " needs kv head ", kv);
-  }
-  {
-    const int hq = shard_.n_q_heads, hk = shard_.n_kv_heads, G = c.group_size();
-    bool uniform = hq % hk == 0;
-    for (int h = 0; uniform && h < hq; ++h)
-      uniform = (shard_.q_head_begin + h) / G - shard_.kv_head_begin == h / (hq / hk);
-    if (uniform) {
-      head_runs_.push_back({0, hq, 0, hk});
-    } else {
-      for (int h = 0; h < hq; ++h) {
-        const int kv = (shard_.q_head_begin + h) / G - shard_.kv_head_begin;
-        if (!head_runs_.empty() && head_runs_.back().kv_begin == kv) {
-          ++head_runs_.back().n_q;
-        } else {
-          head_runs_.push_back({h, 1, kv, 1});
-        }
-      }
-    }
-  }
+  head_runs_ = make_head_runs(shard_.q_head_begin, shard_.n_q_heads, shard_.kv_head_begin, shard_.n_kv_heads,
+                              c.group_size());
   LOOM_CHECK(layers_.size() == model_->layers.size(), "shard weights for ", layers_.size(), " of ",
              model_->layers.size(), " layers");
   for (const LayerShard& s : layers_) {
@@ -79,18 +60,7 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
                    s.w_up.rows == shard_.ffn_len && s.w_down.cols == shard_.ffn_len && s.wo.rows == c.d_model,
                "shard weights do not match the shard's sizes");
   }
-  rope_.head_dim = dh;
-  rope_.theta = c.rope_theta;
-  rope_.interleaved = c.rope_style == RopeStyle::Interleaved;
-  rope_.llama3 = c.rope_scaling.llama3;
-  rope_.factor = c.rope_scaling.factor;
-  rope_.low_freq_factor = c.rope_scaling.low_freq_factor;
-  rope_.high_freq_factor = c.rope_scaling.high_freq_factor;
-  rope_.original_max_position = c.rope_scaling.original_max_position;
-  if (!c.rope_scaling.freq_factors.empty()) {
-    LOOM_CHECK(int(c.rope_scaling.freq_factors.size()) == dh / 2, "rope freq_factors size");
-    rope_.freq_factors = c.rope_scaling.freq_factors.data();  // owned by the model's config
-  }
+  rope_ = rope_params(c);
 }
 
 void Transformer::ensure_scratch(int64_t n) {
@@ -143,7 +113,6 @@ int Transformer::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<f
     dequantize_row(model_->tok_embd.dtype, model_->tok_embd.row(tok), x + t * d, d);
   }
 
-  const float scale = 1.0f / std::sqrt(float(dh));
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& LW = model_->layers[size_t(l)];
@@ -164,40 +133,9 @@ int Transformer::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<f
     kernels::rope(q_.data(), n_tokens, q_dim, hq, pos_.data(), rope_);
     kernels::rope(k_.data(), n_tokens, kv_dim, hk, pos_.data(), rope_);
 
-    // Scatter the new K/V into the paged cache, then attend per sequence.
-    int64_t t0 = 0;
-    for (const ForwardSeq& s : batch.seqs) {
-      for (int i = 0; i < s.n_tokens; ++i) {
-        const int64_t t = t0 + i, p = s.start_pos + i;
-        const int64_t blk = s.block_table[p / lay.block_size];
-        const int in_blk = int(p % lay.block_size);
-        for (int h = 0; h < hk; ++h) {
-          const int64_t off = lay.offset_in_layer(blk, h, in_blk);
-          std::memcpy(kl + off, k_.data() + t * kv_dim + h * dh, size_t(dh) * sizeof(float));
-          std::memcpy(vl + off, v_.data() + t * kv_dim + h * dh, size_t(dh) * sizeof(float));
-        }
-      }
-      t0 += s.n_tokens;
-    }
-    t0 = 0;
-    for (const ForwardSeq& s : batch.seqs) {
-      for (const HeadRun& run : head_runs_) {
-        if (s.n_tokens == 0) break;
-        kernels::KvView view;
-        view.k = kl + run.kv_begin * lay.floats_per_head_block();
-        view.v = vl + run.kv_begin * lay.floats_per_head_block();
-        view.block_table = s.block_table;
-        view.block_size = lay.block_size;
-        view.block_stride = lay.floats_per_block();
-        view.head_stride = lay.floats_per_head_block();
-        view.pos_stride = dh;
-        const kernels::AttentionShape ashape{run.n_q, run.n_kv, int(dh), scale};
-        kernels::attention(q_.data() + t0 * q_dim + run.q_begin * dh, s.n_tokens, q_dim, pos_.data() + t0, view, 0,
-                           s.start_pos + s.n_tokens, ashape, att_.data() + t0 * q_dim + run.q_begin * dh, q_dim,
-                           nullptr, pool_);
-      }
-      t0 += s.n_tokens;
-    }
+    // Store the new K/V into the paged cache, then attend per sequence.
+    store_kv_and_attend(batch, lay, kl, vl, q_.data(), q_dim, k_.data(), v_.data(), kv_dim, head_runs_, pos_.data(),
+                        att_.data(), q_dim, pool_);
     kernels::matmul(att_.data(), n_tokens, q_dim, L.wo, proj_.data(), d, pool_);
     if (all_reduce_) all_reduce_(proj_.data(), n_tokens * d);
     for (int64_t i = 0; i < n_tokens * d; ++i) x[i] += proj_[size_t(i)];

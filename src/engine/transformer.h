@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "engine/attention_stage.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kv/kv_layout.h"
@@ -107,14 +108,6 @@ class Transformer {
   using LayerShard = ShardLayerWeights;
   void ensure_scratch(int64_t n_tokens);
 
-  // Query heads that share one KV-head mapping in one attention call: local query heads
-  // [q_begin, q_begin + n_q) use local KV heads [kv_begin, kv_begin + n_kv) with the kernel's
-  // rule q -> q / (n_q / n_kv). One run covers the shard when that rule gives every local query
-  // head its model KV head (q / G); otherwise (a TP shard that holds part of a KV head's group,
-  // e.g. 24 heads / 6 KV heads at t=4, plan.h) there is one run per KV head.
-  struct HeadRun {
-    int q_begin = 0, n_q = 0, kv_begin = 0, n_kv = 0;
-  };
   std::vector<HeadRun> head_runs_;
 
   std::shared_ptr<const Model> model_;

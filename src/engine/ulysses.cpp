@@ -1,5 +1,7 @@
 #include "engine/ulysses.h"
 
+#include "engine/attention_stage.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -61,37 +63,8 @@ UlyssesTransformer::UlyssesTransformer(std::shared_ptr<const Model> model, Ulyss
                    s.wo.cols == s.wq.rows && s.w_gate.rows == r_.proj.ffn_len && s.w_down.cols == r_.proj.ffn_len,
                "Ulysses shard weights do not match the TP shard");
   // Attention runs: as in Transformer (a query head q uses model KV head q / G).
-  const int hq = r_.attn_n_q, hk = r_.attn_n_kv, G = c.group_size();
-  for (int h = 0; h < hq; ++h) {
-    const int kv = (r_.attn_q_begin + h) / G;
-    LOOM_CHECK(kv >= r_.attn_kv_begin && kv < r_.attn_kv_begin + hk, "query head ", r_.attn_q_begin + h);
-  }
-  bool uniform = hq % hk == 0;
-  for (int h = 0; uniform && h < hq; ++h) uniform = (r_.attn_q_begin + h) / G - r_.attn_kv_begin == h / (hq / hk);
-  if (uniform) {
-    head_runs_.push_back({0, hq, 0, hk});
-  } else {
-    for (int h = 0; h < hq; ++h) {
-      const int kv = (r_.attn_q_begin + h) / G - r_.attn_kv_begin;
-      if (!head_runs_.empty() && head_runs_.back().kv_begin == kv) {
-        ++head_runs_.back().n_q;
-      } else {
-        head_runs_.push_back({h, 1, kv, 1});
-      }
-    }
-  }
-  rope_.head_dim = int(dh);
-  rope_.theta = c.rope_theta;
-  rope_.interleaved = c.rope_style == RopeStyle::Interleaved;
-  rope_.llama3 = c.rope_scaling.llama3;
-  rope_.factor = c.rope_scaling.factor;
-  rope_.low_freq_factor = c.rope_scaling.low_freq_factor;
-  rope_.high_freq_factor = c.rope_scaling.high_freq_factor;
-  rope_.original_max_position = c.rope_scaling.original_max_position;
-  if (!c.rope_scaling.freq_factors.empty()) {
-    LOOM_CHECK(int(c.rope_scaling.freq_factors.size()) == dh / 2, "rope freq_factors size");
-    rope_.freq_factors = c.rope_scaling.freq_factors.data();
-  }
+  head_runs_ = make_head_runs(r_.attn_q_begin, r_.attn_n_q, r_.attn_kv_begin, r_.attn_n_kv, c.group_size());
+  rope_ = rope_params(c);
 }
 
 void UlyssesTransformer::ensure_scratch(int64_t m) {
@@ -160,7 +133,6 @@ int UlyssesTransformer::forward(const ForwardBatch& batch, KvStorage& kv, std::v
     dequantize_row(model_->tok_embd.dtype, model_->tok_embd.row(tok), x + (g - slice.padded.begin) * d, d);
   }
 
-  const float scale = 1.0f / std::sqrt(float(dh));
   const size_t chunk = size_t(m * row);  // floats per peer, first all-to-all
 
   for (int l = 0; l < c.n_layers; ++l) {
@@ -207,39 +179,8 @@ int UlyssesTransformer::forward(const ForwardBatch& batch, KvStorage& kv, std::v
     }
 
     // --- line 5: K/V of the n real tokens into the cache, causal attention per sequence.
-    int64_t t0 = 0;
-    for (const ForwardSeq& q : batch.seqs) {
-      for (int i = 0; i < q.n_tokens; ++i) {
-        const int64_t g = t0 + i, p = q.start_pos + i;
-        const int64_t blk = q.block_table[p / lay.block_size];
-        const int in_blk = int(p % lay.block_size);
-        for (int h = 0; h < hka; ++h) {
-          const int64_t off = lay.offset_in_layer(blk, h, in_blk);
-          std::memcpy(kl + off, ka_.data() + g * ka_dim + h * dh, size_t(dh) * sizeof(float));
-          std::memcpy(vl + off, va_.data() + g * ka_dim + h * dh, size_t(dh) * sizeof(float));
-        }
-      }
-      t0 += q.n_tokens;
-    }
-    t0 = 0;
-    for (const ForwardSeq& q : batch.seqs) {
-      for (const HeadRun& run : head_runs_) {
-        if (q.n_tokens == 0) break;
-        kernels::KvView view;
-        view.k = kl + run.kv_begin * lay.floats_per_head_block();
-        view.v = vl + run.kv_begin * lay.floats_per_head_block();
-        view.block_table = q.block_table;
-        view.block_size = lay.block_size;
-        view.block_stride = lay.floats_per_block();
-        view.head_stride = lay.floats_per_head_block();
-        view.pos_stride = dh;
-        const kernels::AttentionShape ashape{run.n_q, run.n_kv, int(dh), scale};
-        kernels::attention(qa_.data() + t0 * qa_dim + run.q_begin * dh, q.n_tokens, qa_dim, pos_.data() + t0, view,
-                           0, q.start_pos + q.n_tokens, ashape, att_.data() + t0 * qa_dim + run.q_begin * dh, qa_dim,
-                           nullptr, pool_);
-      }
-      t0 += q.n_tokens;
-    }
+    store_kv_and_attend(batch, lay, kl, vl, qa_.data(), qa_dim, ka_.data(), va_.data(), ka_dim, head_runs_,
+                        pos_.data(), att_.data(), qa_dim, pool_);
     // Padded rows carry zeros back (never used, kept finite and deterministic).
     std::memset(att_.data() + n * qa_dim, 0, size_t((n_pad - n) * qa_dim) * sizeof(float));
 

@@ -73,9 +73,6 @@ class UlyssesTransformer {
   int forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>* logits);
 
  private:
-  struct HeadRun {
-    int q_begin = 0, n_q = 0, kv_begin = 0, n_kv = 0;
-  };
   void ensure_scratch(int64_t slice_tokens);
 
   std::shared_ptr<const Model> model_;
