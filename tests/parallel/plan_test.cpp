@@ -181,7 +181,9 @@ TEST(Plan, TensorParallelHeadRanges) {
         }
         for (int h : lay.kv_heads) ++kv_seen[h];
       }
-      for (int c : q_seen) EXPECT_EQ(c, 1);
+      for (int c : q_seen) {
+        EXPECT_EQ(c, 1);
+      }
       if (even) {
         for (int c : kv_seen) EXPECT_EQ(c, t > K ? t / K : 1) << "GQA replication factor t/K";
       }

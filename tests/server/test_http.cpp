@@ -252,9 +252,11 @@ TEST(ServeHttp, StopStringsCutTheTextAndNeverLeakWhenStreaming) {
                                       {{"prompt", "Once"}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true},
                                        {"stop", stop}, {"stream", true}});
   EXPECT_EQ(completion_text(sr), expected);
-  for (const json& ch : sr.chunks)
-    if (!ch["choices"].empty())
+  for (const json& ch : sr.chunks) {
+    if (!ch["choices"].empty()) {
       EXPECT_EQ(ch["choices"][0]["text"].get<std::string>().find(stop), std::string::npos) << "the stop string leaked";
+    }
+  }
 }
 
 // Greedy text equals `loom generate`'s for the same prompt.
