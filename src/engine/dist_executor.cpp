@@ -31,23 +31,6 @@ void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::
   if (n > kRoom) group.broadcast(wire.data() + kRoom, size_t(n) - kRoom, 0);
 }
 
-void to_forward_batch(const StepBatch& batch, int num_blocks, bool with_logits, ForwardBatch& fb) {
-  fb.tokens.clear();
-  fb.seqs.clear();
-  for (const ScheduledSeq& s : batch.seqs) {
-    LOOM_CHECK(int(s.token_ids.size()) == s.num_tokens);
-    fb.tokens.insert(fb.tokens.end(), s.token_ids.begin(), s.token_ids.end());
-    for (BlockId b : s.block_ids) LOOM_CHECK(b >= 0 && b < num_blocks, "block id ", b, " of ", num_blocks);
-    ForwardSeq f;
-    f.start_pos = s.start;
-    f.n_tokens = s.num_tokens;
-    f.block_table = s.block_ids.data();
-    f.n_blocks = int(s.block_ids.size());
-    f.want_logits = with_logits && s.sample;
-    fb.seqs.push_back(f);
-  }
-}
-
 DistExecutor::DistExecutor(Communicator& group, Transformer& model, KvStorage& kv)
     : group_(group), kernel_(model, kv) {
   LOOM_CHECK(group.rank() == 0, "the DistExecutor runs on rank 0 of its group, not ", group.rank());

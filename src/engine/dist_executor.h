@@ -81,9 +81,5 @@ int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
 // Used by every executor that leads a group (DistExecutor, ShiftExecutor).
 void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::vector<uint8_t>& inline_buf);
 
-// Builds the forward batch of `batch` (block ids checked against `num_blocks`); want_logits
-// follows ScheduledSeq::sample when `with_logits`, else is false everywhere. `fb` keeps pointers
-// into `batch`.
-void to_forward_batch(const StepBatch& batch, int num_blocks, bool with_logits, ForwardBatch& fb);
 
 }  // namespace loom

@@ -35,4 +35,13 @@ class KernelExecutor : public StepExecutor {
 // The token chosen from `logits[vocab]` for the sample at `position` of a request.
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position);
 
+// Builds the forward batch of `batch` (block ids checked against `num_blocks`); want_logits
+// follows ScheduledSeq::sample when `with_logits`, else is false everywhere. `fb` keeps pointers
+// into `batch`.
+void to_forward_batch(const StepBatch& batch, int num_blocks, bool with_logits, ForwardBatch& fb);
+
+// One token for every sampling sequence of `batch`, from `logits` [n_rows, vocab] whose rows
+// follow the sampling sequences in batch order (what Transformer::forward writes).
+StepResult sample_step(const StepBatch& batch, const float* logits, int n_rows, int vocab);
+
 }  // namespace loom

@@ -150,17 +150,7 @@ StepResult ShiftExecutor::execute(const StepBatch& batch) {
     const int n_rows = rank_.forward(plan, fb_, &logits_);
     prev_plan_ = plan;
     ++(base ? steps_base_ : steps_shift_);
-    const int V = rank_.vocab_size();
-    StepResult res;
-    int row = 0;
-    for (const ScheduledSeq& s : batch.seqs) {
-      if (!s.sample) continue;
-      LOOM_CHECK(row < n_rows, "step ", batch.step_index, ": ", n_rows, " logit rows for more samples");
-      res.sampled.push_back(
-          {s.seq_id, sample_token(logits_.data() + int64_t(row) * V, V, s.sampling, s.start + s.num_tokens)});
-      ++row;
-    }
-    return res;
+    return sample_step(batch, logits_.data(), n_rows, rank_.vocab_size());
   } catch (const std::exception& e) {
     broken_ = true;
     error_ = e.what();
