@@ -31,35 +31,33 @@ void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::
   if (n > kRoom) group.broadcast(wire.data() + kRoom, size_t(n) - kRoom, 0);
 }
 
-DistExecutor::DistExecutor(Communicator& group, Transformer& model, KvStorage& kv)
-    : group_(group), kernel_(model, kv) {
-  LOOM_CHECK(group.rank() == 0, "the DistExecutor runs on rank 0 of its group, not ", group.rank());
-}
-
-StepResult DistExecutor::execute(const StepBatch& batch) {
+void StepLeader::check_usable() const {
   if (broken_) fail(error_);
-  try {
-    if (group_.size() > 1) {
-      encode_step(batch, wire_);
-      broadcast_descriptor(group_, wire_, inline_);
-    }
-    // The kernel executor runs this rank's shard (the Transformer all-reduces with the
-    // followers), computes the sampled rows' logits and samples.
-    return kernel_.execute(batch);
-  } catch (const std::exception& e) {
-    // Any failure here leaves the followers somewhere inside this step: the group is unusable.
-    broken_ = true;
-    error_ = e.what();
-    throw;
-  }
 }
 
-void DistExecutor::stop() {
+void StepLeader::send(const StepBatch& batch) {
+  if (group_.size() == 1) return;
+  encode_step(batch, wire_);
+  broadcast_descriptor(group_, wire_, inline_);
+}
+
+void StepLeader::stop() {
   if (stopped_ || broken_) return;
   stopped_ = true;
   if (group_.size() == 1) return;
   wire_ = encode_stop();
   broadcast_descriptor(group_, wire_, inline_);
+}
+
+DistExecutor::DistExecutor(Communicator& group, Transformer& model, KvStorage& kv)
+    : leader_(group), kernel_(model, kv) {
+  LOOM_CHECK(group.rank() == 0, "the DistExecutor runs on rank 0 of its group, not ", group.rank());
+}
+
+StepResult DistExecutor::execute(const StepBatch& batch) {
+  // The kernel executor runs this rank's shard (the Transformer all-reduces with the followers),
+  // computes the sampled rows' logits and samples.
+  return leader_.run(batch, [&] { return kernel_.execute(batch); });
 }
 
 int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,

@@ -40,6 +40,42 @@
 
 namespace loom {
 
+// Rank 0's side of the SPMD step loop, shared by every leader executor: sends each step's
+// descriptor (or, once, the stop command) to the group, and remembers a failure. A step that
+// fails midway leaves the followers inside it, so the group is unusable afterwards: every later
+// step fails at once with the first error, and stop() sends nothing.
+class StepLeader {
+ public:
+  explicit StepLeader(Communicator& group) : group_(group) {}
+  // Throws the first failure's error when the group is broken.
+  void check_usable() const;
+  // Broadcasts `batch`, then runs `step()` (this rank's part); any exception marks the group
+  // broken and is rethrown.
+  template <typename F>
+  StepResult run(const StepBatch& batch, F&& step) {
+    check_usable();
+    try {
+      send(batch);
+      return step();
+    } catch (const std::exception& e) {
+      broken_ = true;
+      error_ = e.what();
+      throw;
+    }
+  }
+  void stop();
+  bool broken() const { return broken_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  void send(const StepBatch& batch);
+  Communicator& group_;
+  std::vector<uint8_t> wire_, inline_;
+  bool stopped_ = false;
+  bool broken_ = false;
+  std::string error_;
+};
+
 class DistExecutor : public StepExecutor {
  public:
   // Bytes of the per-step broadcast (a size word and up to kInlineBytes - 8 descriptor bytes).
@@ -53,19 +89,15 @@ class DistExecutor : public StepExecutor {
 
   // Sends the stop command to the followers (once; later calls and calls on a broken group do
   // nothing). Call before the group is destroyed when the engine is done.
-  void stop();
+  void stop() { leader_.stop(); }
 
-  bool broken() const { return broken_; }
-  const std::string& error() const { return error_; }
+  bool broken() const { return leader_.broken(); }
+  const std::string& error() const { return leader_.error(); }
   int64_t num_steps() const { return kernel_.num_steps(); }
 
  private:
-  Communicator& group_;
+  StepLeader leader_;
   KernelExecutor kernel_;
-  std::vector<uint8_t> wire_, inline_;
-  bool stopped_ = false;
-  bool broken_ = false;
-  std::string error_;
 };
 
 // The loop of a TP group's rank != 0: executes the descriptors broadcast by rank 0 with this

@@ -125,12 +125,12 @@ KvMigration check_free_switch(const std::string& from, const std::string& to, co
 }
 
 ShiftExecutor::ShiftExecutor(Communicator& replica, ShiftRank& rank, const ModelShape& shape)
-    : replica_(replica), rank_(rank), shape_(shape) {
+    : leader_(replica), rank_(rank), shape_(shape) {
   LOOM_CHECK(replica.rank() == 0, "the ShiftExecutor runs on replica rank 0, not ", replica.rank());
 }
 
 StepResult ShiftExecutor::execute(const StepBatch& batch) {
-  if (broken_) fail(error_);
+  leader_.check_usable();
   const std::string plan = batch.plan.empty() ? rank_.base_name() : batch.plan;
   const bool base = rank_.runs_base(plan);  // a bad plan fails here, before anything is sent
   if (!prev_plan_.empty() && plan != prev_plan_) {
@@ -141,29 +141,13 @@ StepResult ShiftExecutor::execute(const StepBatch& batch) {
     bytes_moved_ += m.total_bytes;
     ++switches_;
   }
-  try {
-    if (replica_.size() > 1) {
-      encode_step(batch, wire_);
-      broadcast_descriptor(replica_, wire_, inline_);
-    }
+  return leader_.run(batch, [&] {
     to_forward_batch(batch, int(rank_.kv().layout.num_blocks), true, fb_);
     const int n_rows = rank_.forward(plan, fb_, &logits_);
     prev_plan_ = plan;
     ++(base ? steps_base_ : steps_shift_);
     return sample_step(batch, logits_.data(), n_rows, rank_.vocab_size());
-  } catch (const std::exception& e) {
-    broken_ = true;
-    error_ = e.what();
-    throw;
-  }
-}
-
-void ShiftExecutor::stop() {
-  if (stopped_ || broken_) return;
-  stopped_ = true;
-  if (replica_.size() == 1) return;
-  wire_ = encode_stop();
-  broadcast_descriptor(replica_, wire_, inline_);
+  });
 }
 
 int64_t run_shift_follower(Communicator& replica, ShiftRank& rank,

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/dist_executor.h"
 #include "engine/executor.h"
 #include "engine/shard_weights.h"
 #include "engine/step.h"
@@ -99,25 +100,22 @@ class ShiftExecutor : public StepExecutor {
  public:
   ShiftExecutor(Communicator& replica, ShiftRank& rank, const ModelShape& shape);
   StepResult execute(const StepBatch& batch) override;
-  void stop();  // sends the stop command (once)
-  bool broken() const { return broken_; }
-  const std::string& error() const { return error_; }
+  void stop() { leader_.stop(); }  // sends the stop command (once)
+  bool broken() const { return leader_.broken(); }
+  const std::string& error() const { return leader_.error(); }
   int64_t num_switches() const { return switches_; }
   int64_t kv_bytes_moved() const { return bytes_moved_; }  // summed over switches (must stay 0)
   int64_t steps_base() const { return steps_base_; }
   int64_t steps_shift() const { return steps_shift_; }
 
  private:
-  Communicator& replica_;
+  StepLeader leader_;
   ShiftRank& rank_;
   ModelShape shape_;
   ForwardBatch fb_;
   std::vector<float> logits_;
-  std::vector<uint8_t> wire_, inline_;
   std::string prev_plan_;
   int64_t switches_ = 0, bytes_moved_ = 0, steps_base_ = 0, steps_shift_ = 0;
-  bool stopped_ = false, broken_ = false;
-  std::string error_;
 };
 
 // Replica ranks != 0: execute the broadcast steps until the stop command; returns the steps run.
