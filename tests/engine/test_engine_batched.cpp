@@ -12,19 +12,13 @@
 #include "engine/generator.h"
 #include "model/loader.h"
 #include "model/tokenizer.h"
+#include "single_rank.h"
 #include "test_util.h"
 
 namespace loom {
 namespace {
 
-// Greedy tokens of one prompt through the single-sequence path.
-std::vector<int32_t> alone(const std::shared_ptr<Model>& m, const std::vector<int32_t>& prompt, int n) {
-  ThreadPool pool(1);
-  Transformer tf(m, ShardSpec::full(m->config), &pool);
-  GenerateOptions o;
-  o.max_new_tokens = n;
-  return generate(tf, prompt, o).tokens;
-}
+using test::alone;
 
 std::vector<Request> make_requests(const std::vector<std::vector<int32_t>>& prompts, int n, double spacing_s) {
   std::vector<Request> rs;
