@@ -4,7 +4,9 @@
 //   bench_kernels [--path scalar|avx2|avx512] [--rows R] [--cols C] [--tokens N]
 //                 [--stream-mib M] [--rounds K]
 //
-// gemv streams several copies of the matrix in turn (together --stream-mib, by default 2x the
+// gemv rows read plain row-major weights (4 KiB pages, as a memory-mapped file gives); gemvT
+// rows the same weights in the engines' decode layout (row tiles in huge pages,
+// core/weight_tiles.h). gemv streams several copies of the matrix in turn (together --stream-mib, by default 2x the
 // last-level cache in [256, 1024] MiB) so the weights come from DRAM, as in decode; its bytes
 // are the weight bytes only. A small --stream-mib (e.g. 8) measures in-cache ceilings instead.
 //
@@ -19,8 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
+#include "core/weight_tiles.h"
 #include "kernels/kernels.h"
 #include "kernels/roofline.h"
 
@@ -33,11 +37,20 @@ double now_s() {
 }
 
 struct Matrices {
-  std::vector<uint8_t> bytes;  // `copies` matrices back to back
-  int64_t matrix_bytes = 0;
+  std::vector<uint8_t> bytes;  // `copies` matrices back to back, plain rows (4 KiB pages, as mmap)
+  AlignedBuffer<uint8_t> tiled;  // the same in the engines' decode layout (row tiles, huge pages)
+  int64_t matrix_bytes = 0, tiled_matrix_bytes = 0;
   int copies = 0;
   WeightView view(int i, DType dt, int64_t rows, int64_t cols) const {
     return WeightView{bytes.data() + i * matrix_bytes, dt, rows, cols, dtype_row_bytes(dt, cols)};
+  }
+  WeightView tiled_view(int i, DType dt, int64_t rows, int64_t cols) const {
+    WeightView v = view(0, dt, rows, cols);
+    v.data = tiled.data() + i * tiled_matrix_bytes;
+    v.row_stride = 0;
+    v.tile_rows = kTileRows;
+    v.tile_stride = kTileRows * dtype_row_bytes(dt, cols);
+    return v;
   }
 };
 
@@ -54,6 +67,12 @@ Matrices make_matrices(DType dt, int64_t rows, int64_t cols, size_t target_bytes
   }
   for (int c = 1; c < m.copies; ++c)
     std::memcpy(m.bytes.data() + c * m.matrix_bytes, m.bytes.data(), size_t(m.matrix_bytes));
+  const WeightView plain = m.view(0, dt, rows, cols);
+  if (can_tile(plain)) {
+    m.tiled_matrix_bytes = (tiled_bytes(plain) + 63) / 64 * 64;
+    m.tiled.resize(size_t(m.tiled_matrix_bytes * m.copies));
+    for (int c = 0; c < m.copies; ++c) tile_weights(plain, m.tiled.data() + c * m.tiled_matrix_bytes);
+  }
   return m;
 }
 
@@ -109,20 +128,23 @@ int main(int argc, char** argv) {
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
     const std::string name(dtype_name(dt));
     const Matrices m = make_matrices(dt, rows, cols, stream_bytes);
-    for (int t : {1, 2}) {
-      ThreadPool pool(t);
-      auto gemv_pass = [&] {  // every copy once
-        const double t0 = now_s();
-        for (int c = 0; c < m.copies; ++c)
-          kernels::matmul(x.data(), 1, cols, m.view(c, dt, rows, cols), y.data(), rows, &pool);
-        return now_s() - t0;
-      };
-      gemv_pass();  // warm-up
-      const auto [s, bw] = interleaved(rounds, gemv_pass, [&] { return roof.memcpy_bandwidth(t); });
-      const double got = double(m.matrix_bytes) * m.copies / s;
-      std::printf("%-5s %-5s %3d  %-16s %9.1f GB/s %9.1f GB/s  %.2f of memcpy\n", "gemv", name.c_str(), t,
-                  gemv_shape.c_str(), got * 1e-9, bw * 1e-9, got / bw);
-    }
+    for (int t : {1, 2})
+      for (bool tiled : {false, true}) {
+        if (tiled && m.tiled_matrix_bytes == 0) continue;
+        ThreadPool pool(t);
+        auto gemv_pass = [&] {  // every copy once
+          const double t0 = now_s();
+          for (int c = 0; c < m.copies; ++c)
+            kernels::matmul(x.data(), 1, cols, tiled ? m.tiled_view(c, dt, rows, cols) : m.view(c, dt, rows, cols),
+                            y.data(), rows, &pool);
+          return now_s() - t0;
+        };
+        gemv_pass();  // warm-up
+        const auto [s, bw] = interleaved(rounds, gemv_pass, [&] { return roof.memcpy_bandwidth(t); });
+        const double got = double(m.matrix_bytes) * m.copies / s;
+        std::printf("%-5s %-5s %3d  %-16s %9.1f GB/s %9.1f GB/s  %.2f of memcpy\n", tiled ? "gemvT" : "gemv",
+                    name.c_str(), t, gemv_shape.c_str(), got * 1e-9, bw * 1e-9, got / bw);
+      }
     for (int t : {1, 2}) {
       ThreadPool pool(t);
       auto gemm_once = [&] {

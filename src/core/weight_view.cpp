@@ -5,6 +5,7 @@
 namespace loom {
 
 WeightView WeightView::row_block(int64_t r0, int64_t n) const {
+  LOOM_CHECK(!tiled(), "row_block of a row-tiled matrix");
   LOOM_CHECK(r0 >= 0 && n >= 0 && r0 + n <= rows, "rows ", r0, "+", n, " of ", rows);
   WeightView v = *this;
   v.data = row(r0);
@@ -13,6 +14,7 @@ WeightView WeightView::row_block(int64_t r0, int64_t n) const {
 }
 
 WeightView WeightView::col_block(int64_t c0, int64_t n) const {
+  LOOM_CHECK(!tiled(), "col_block of a row-tiled matrix");
   const int be = dtype_block_elems(dtype);
   LOOM_CHECK(c0 >= 0 && n >= 0 && c0 + n <= cols && c0 % be == 0 && n % be == 0, "cols ", c0, "+", n, " of ",
              cols);

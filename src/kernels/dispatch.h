@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/weight_tiles.h"
 #include "kernels/kernels.h"
 
 namespace loom::kernels::detail {
@@ -19,9 +20,13 @@ namespace loom::kernels::detail {
 struct MatmulArgs {
   const float* x = nullptr;  // [n, cols], rows ldx floats apart
   int64_t n = 0, ldx = 0;
-  const uint8_t* w = nullptr;  // W row 0; row r at w + r*row_stride
+  const uint8_t* w = nullptr;  // W row 0; row r at w + r*row_stride (plain rows)
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0, row_stride = 0;
+  // Row tiles (core/weight_tiles.h) when tile_rows != 0: tile t at w + t*tile_stride. Row ranges
+  // passed to matmul_rows then start on a tile boundary.
+  int tile_rows = 0;
+  int64_t tile_stride = 0;
   float* y = nullptr;  // [n, rows], rows ldy floats apart
   int64_t ldy = 0;
   bool accumulate = false;

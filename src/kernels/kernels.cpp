@@ -33,6 +33,9 @@ void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* 
   a.rows = w.rows;
   a.cols = w.cols;
   a.row_stride = w.row_stride;
+  a.tile_rows = w.tile_rows;
+  a.tile_stride = w.tile_stride;
+  LOOM_CHECK(!w.tiled() || w.tile_rows == kTileRows, "tile_rows=", w.tile_rows);
   a.y = y;
   a.ldy = ldy;
   a.accumulate = accumulate;
@@ -45,7 +48,7 @@ void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* 
   }
   // Threads take chunks of rows from a shared counter rather than fixed shares, so a worker
   // that is descheduled (cores shared with other ranks or processes) delays only its current
-  // chunk. Chunks are whole 16-row units, about 8 per thread; the gemm packs x once per chunk,
+  // chunk. Chunks are whole 16-row units (so they start on row-tile boundaries), about 8 per thread; the gemm packs x once per chunk,
   // so its chunks are at least 64 rows.
   const int nth = pool->size();
   constexpr int64_t kUnit = 16;

@@ -245,6 +245,107 @@ void gemv_q8(const MatmulArgs& a, int64_t r0, int64_t r1, bool init) {
   for (; r < r1; ++r) gemv_q8_tile<S, 1>(a, r, r1, init);
 }
 
+// ---------------------------------------------------------------- row tiles (decode layout)
+// core/weight_tiles.h: a tile's kTileRows rows are one linear run of chunks (f32/f16/bf16: 64
+// bytes per row; q8_0: 4 blocks, their 4 x 8 scales then their 4 x 8 x 32 int8), so a gemv thread
+// reads one stream instead of kTileRows interleaved rows. (constexpr copies of the layout's
+// constants: this file calls nothing inline from other headers.)
+inline constexpr int kTR = kTileRows;
+template <DType D>
+inline constexpr int64_t kChunkCols = tile_chunk_cols(D);
+template <DType D>
+inline constexpr int64_t kChunkBytes = tile_chunk_bytes(D);
+
+// Decode gemv over rows [r0, r1) of a tiled W (r0 on a tile boundary). Per row it performs exactly
+// the plain-row gemv's operations in the same order (matmul_micro<S, D, R, 1> for f32/f16/bf16,
+// gemv_q8_tile for q8_0), so a tiled copy gives the same bits as the plain matrix.
+template <class S, DType D>
+void gemv_tiled(const MatmulArgs& a, int64_t r0, int64_t r1, bool init) {
+  using V = typename S::V;
+  constexpr int W = S::kW;
+  constexpr int64_t kCC = kChunkCols<D>, kCB = kChunkBytes<D>;
+  static_assert(kCC % W == 0 && 32 % W == 0);
+  const int64_t chunks = a.cols / kCC;
+  for (int64_t t0 = r0; t0 < r1; t0 += kTR) {
+    const uint8_t* tile = a.w + t0 / kTR * a.tile_stride;
+    V acc[kTR];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTR; ++r) acc[r] = S::zero();
+    for (int64_t c = 0; c < chunks; ++c) {
+      const uint8_t* ch = tile + c * kCB;
+      if constexpr (S::kTilePrefetch > 0) {
+        // One linear stream: per line one prefetch a short distance ahead into L1 and one further
+        // ahead into L2 (both run on into the next tile; a prefetch past the end of W is harmless).
+        for (int64_t o = 0; o < kCB; o += 64) {
+          __builtin_prefetch(ch + S::kTilePrefetch + o, 0, 3);      // into L1, just ahead
+          __builtin_prefetch(ch + S::kTilePrefetchL2 + o, 0, 2);    // into L2, further ahead
+        }
+      }
+      const float* xc = a.x + c * kCC;
+      if constexpr (D == DType::Q8_0) {
+        alignas(64) float df[kTileQ8Blocks * kTR];
+        const uint16_t* sh = reinterpret_cast<const uint16_t*>(ch);
+        for (int j = 0; j < kTileQ8Blocks * kTR; j += W) S::store(df + j, S::load_f16(sh + j));
+        // Keep df in memory: each scale is then broadcast by a load. (Left to itself g++ keeps
+        // the converted scales in registers and broadcasts with vpermps, a shuffle-port uop per
+        // block and row, on the port vpmovsxbd already saturates: 22 -> 25 GB/s in L2.)
+        __asm__ volatile("" : : "r"(df) : "memory");
+        const int8_t* qs = reinterpret_cast<const int8_t*>(ch + 64);
+#pragma GCC unroll 4
+        for (int b = 0; b < kTileQ8Blocks; ++b) {
+          V blk[kTR];
+#pragma GCC unroll 32
+          for (int sub = 0; sub < kQ8BlockSize; sub += W) {
+            const V xv = S::load(xc + b * kQ8BlockSize + sub);
+#pragma GCC unroll 8
+            for (int r = 0; r < kTR; ++r) {
+              const V wv = S::load_q8(qs + (b * kTR + r) * kQ8BlockSize + sub);
+              blk[r] = sub == 0 ? S::mul(wv, xv) : S::fma(wv, xv, blk[r]);
+            }
+          }
+#pragma GCC unroll 8
+          for (int r = 0; r < kTR; ++r) acc[r] = S::fma(blk[r], S::set1(df[b * kTR + r]), acc[r]);
+        }
+      } else {
+#pragma GCC unroll 32
+        for (int64_t j = 0; j < kCC; j += W) {
+          const V xv = S::load(xc + j);
+#pragma GCC unroll 8
+          for (int r = 0; r < kTR; ++r) acc[r] = S::fma(load_w<S, D>(ch + 64 * r, j), xv, acc[r]);
+        }
+      }
+    }
+    const int nr = int(r1 - t0 < kTR ? r1 - t0 : kTR);
+    for (int r = 0; r < nr; ++r) {
+      const float s = S::hsum(acc[r]);
+      a.y[t0 + r] = init ? s : a.y[t0 + r] + s;
+    }
+  }
+}
+
+// Row r of a tiled W, columns [k0, k1) (multiples of the chunk, or k1 == cols), converted to f32:
+// the same values unpack_row gives for the plain row.
+template <class S, DType D>
+void unpack_tiled_row(const MatmulArgs& a, int64_t r, int64_t k0, int64_t k1, float* dst) {
+  constexpr int W = S::kW;
+  constexpr int64_t kCC = kChunkCols<D>, kCB = kChunkBytes<D>;
+  const uint8_t* tile = a.w + r / kTR * a.tile_stride;
+  const int l = int(r % kTR);
+  for (int64_t c = k0 / kCC; c < k1 / kCC; ++c) {
+    const uint8_t* ch = tile + c * kCB;
+    float* out = dst + (c * kCC - k0);
+    if constexpr (D == DType::Q8_0) {
+      for (int b = 0; b < kTileQ8Blocks; ++b) {
+        const typename S::V dv = S::set1(S::f16(reinterpret_cast<const uint16_t*>(ch)[b * kTR + l]));
+        const int8_t* q = reinterpret_cast<const int8_t*>(ch + 64) + (b * kTR + l) * kQ8BlockSize;
+        for (int sub = 0; sub < kQ8BlockSize; sub += W) S::store(out + b * kQ8BlockSize + sub, S::mul(S::load_q8(q + sub), dv));
+      }
+    } else {
+      for (int64_t j = 0; j < kCC; j += W) S::store(out + j, load_w<S, D>(ch + 64 * l, j));
+    }
+  }
+}
+
 // Rows [r0, r1) x tokens [t0, t0 + T) over [k0, k1): R-row tiles, then single rows.
 template <class S, DType D, int R, int T>
 void matmul_strip(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t k0, int64_t k1, bool init) {
@@ -292,12 +393,15 @@ void matmul_rows_t(const MatmulArgs& a, int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) a.y[t * a.ldy + r] = 0.0f;
     return;
   }
+  const bool tiled = a.tile_rows != 0;
   if (n == 1) {  // decode gemv: stream each row once, whole rows, in place
-    if constexpr (D == DType::Q8_0) gemv_q8<S>(a, r0, r1, !a.accumulate);
+    if (tiled) gemv_tiled<S, D>(a, r0, r1, !a.accumulate);
+    else if constexpr (D == DType::Q8_0) gemv_q8<S>(a, r0, r1, !a.accumulate);
     else matmul_strip<S, D, S::kGemvRows, 1>(a, r0, r1, 0, 0, cols, !a.accumulate);
     return;
   }
-  if (n <= S::kPackMinTokens) {
+  // Tiled weights take the packed gemm for every n > 1 (it unpacks whole tiles).
+  if (n <= S::kPackMinTokens && !tiled) {
     // Small batches: in place, one kRows-row W tile at a time (it stays in L2) under all token
     // blocks, so W comes from memory once and each weight is converted once per token block.
     for (int64_t rr = r0; rr < r1; rr += kRows) {
@@ -330,17 +434,28 @@ void matmul_rows_t(const MatmulArgs& a, int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < n; ++t) unpack_row<S, DType::F32>(reinterpret_cast<const uint8_t*>(a.x + t * a.ldx), k0, k1, xp + t * ld);
     for (int64_t rr = r0; rr < r1; rr += kRowBlock) {
       const int64_t re = rr + kRowBlock < r1 ? rr + kRowBlock : r1;
-      for (int64_t r = rr; r < re; ++r) unpack_row<S, D>(a.w + r * a.row_stride, k0, k1, wp + (r - rr) * ld);
-      // Ask for the next W block (into L2) now, so packing it does not wait on DRAM.
-      const int64_t kbytes = row_bytes<D>(kw), k0bytes = row_bytes<D>(k0);
-      for (int64_t r = re; r < (re + kRowBlock < r1 ? re + kRowBlock : r1); ++r)
-        for (int64_t off = 0; off < kbytes; off += 64) __builtin_prefetch(a.w + r * a.row_stride + k0bytes + off, 0, 2);
+      if (tiled) {
+        for (int64_t r = rr; r < re; ++r) unpack_tiled_row<S, D>(a, r, k0, k1, wp + (r - rr) * ld);
+        // The next tile's bytes of these columns are one run.
+        if (re < r1) {
+          const uint8_t* nt = a.w + re / kTR * a.tile_stride;
+          for (int64_t off = k0 / kChunkCols<D> * kChunkBytes<D>; off < (k1 + kChunkCols<D> - 1) / kChunkCols<D> * kChunkBytes<D>; off += 64)
+            __builtin_prefetch(nt + off, 0, 2);
+        }
+      } else {
+        for (int64_t r = rr; r < re; ++r) unpack_row<S, D>(a.w + r * a.row_stride, k0, k1, wp + (r - rr) * ld);
+        // Ask for the next W block (into L2) now, so packing it does not wait on DRAM.
+        const int64_t kbytes = row_bytes<D>(kw), k0bytes = row_bytes<D>(k0);
+        for (int64_t r = re; r < (re + kRowBlock < r1 ? re + kRowBlock : r1); ++r)
+          for (int64_t off = 0; off < kbytes; off += 64) __builtin_prefetch(a.w + r * a.row_stride + k0bytes + off, 0, 2);
+      }
       MatmulArgs p = a;  // the packed block as an f32 matrix; y columns from rr
       p.x = xp;
       p.ldx = ld;
       p.w = reinterpret_cast<const uint8_t*>(wp);
       p.dtype = DType::F32;
       p.row_stride = ld * int64_t(sizeof(float));
+      p.tile_rows = 0;
       p.y = a.y + rr;
       int64_t t = 0;
       for (; t + kTok <= n; t += kTok) matmul_strip<S, DType::F32, kRows, kTok>(p, 0, re - rr, t, 0, kw, init);

@@ -11,6 +11,7 @@ struct Scalar {
   static constexpr int kGemvRows = 4, kGemmRows = 2, kGemmTokens = 4;
   static constexpr int kPackMinTokens = 24;  // batches above this pack W to f32 (measured crossover)
   static constexpr int kGemvPrefetch = 0;  // bytes ahead on each W row in gemv (0: off)
+  static constexpr int kTilePrefetch = 0, kTilePrefetchL2 = 0;
   static constexpr int64_t kGemmKc = 512;
   static V zero() { return 0.0f; }
   static V set1(float f) { return f; }

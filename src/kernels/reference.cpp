@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/weight_tiles.h"
 #include "kernels/kernels.h"
 
 namespace loom::kernels {
@@ -18,8 +19,10 @@ void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, flo
   const int64_t rows = w.rows, cols = w.cols;
   LOOM_CHECK(cols % dtype_block_elems(w.dtype) == 0, "cols=", cols);
   std::vector<float> wrow(size_t(std::max<int64_t>(cols, 1)));  // [cols] one dequantized row of W
+  std::vector<uint8_t> raw(size_t(std::max<int64_t>(dtype_row_bytes(w.dtype, cols), 1)));  // the row's bytes
   for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(w.dtype, w.row(r), wrow.data(), cols);
+    read_weight_row(w, r, raw.data());
+    dequantize_row(w.dtype, raw.data(), wrow.data(), cols);
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * ldx;
       double acc = 0.0;

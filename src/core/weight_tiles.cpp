@@ -1,0 +1,88 @@
+#include "core/weight_tiles.h"
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace loom {
+
+bool can_tile(const WeightView& w) {
+  return !w.tiled() && w.present() && w.rows > 0 && w.cols > 0 && w.cols % tile_chunk_cols(w.dtype) == 0;
+}
+
+int64_t tiled_bytes(const WeightView& w) {
+  return (w.rows + kTileRows - 1) / kTileRows * kTileRows * dtype_row_bytes(w.dtype, w.cols);
+}
+
+namespace {
+
+// Byte offsets, inside a tile, of lane l's piece of chunk c: for q8_0 the scale of block b of the
+// chunk and its 32 int8; otherwise the lane's 64 bytes.
+int64_t chunk_at(DType t, int64_t c) { return c * tile_chunk_bytes(t); }
+int64_t q8_scale_at(int64_t c, int b, int l) { return chunk_at(DType::Q8_0, c) + 2 * (b * kTileRows + l); }
+int64_t q8_qs_at(int64_t c, int b, int l) { return chunk_at(DType::Q8_0, c) + 64 + 32 * (b * kTileRows + l); }
+
+// Calls f(offset in the tile, offset in the plain row, bytes) for every piece of lane l: the
+// pieces of one row in the two layouts.
+template <class F>
+void for_each_piece(DType t, int64_t cols, int l, F&& f) {
+  const int64_t chunks = cols / tile_chunk_cols(t);
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (t == DType::Q8_0) {
+      for (int b = 0; b < kTileQ8Blocks; ++b) {
+        const int64_t blk = (c * kTileQ8Blocks + b) * int64_t(sizeof(BlockQ8_0));
+        f(q8_scale_at(c, b, l), blk + int64_t(offsetof(BlockQ8_0, d)), sizeof(uint16_t));
+        f(q8_qs_at(c, b, l), blk + int64_t(offsetof(BlockQ8_0, qs)), size_t(kQ8BlockSize));
+      }
+    } else {
+      f(chunk_at(t, c) + 64 * l, c * 64, size_t(64));
+    }
+  }
+}
+
+}  // namespace
+
+WeightView tile_weights(const WeightView& w, void* dst) {
+  LOOM_CHECK(can_tile(w), "cannot tile a ", w.rows, "x", w.cols, " ", dtype_name(w.dtype), " matrix (",
+             w.tiled() ? "already tiled" : "columns not a multiple of the chunk", ")");
+  WeightView out = w;
+  out.data = dst;
+  out.row_stride = 0;
+  out.tile_rows = kTileRows;
+  out.tile_stride = kTileRows * dtype_row_bytes(w.dtype, w.cols);
+  auto* d = static_cast<uint8_t*>(dst);
+  std::memset(d, 0, size_t(tiled_bytes(w)));  // padding rows: zero weights (q8_0: zero scales)
+  for (int64_t r = 0; r < w.rows; ++r) {
+    uint8_t* tile = d + r / kTileRows * out.tile_stride;
+    const uint8_t* row = w.row(r);
+    for_each_piece(w.dtype, w.cols, int(r % kTileRows),
+                   [&](int64_t at_tile, int64_t at_row, size_t n) { std::memcpy(tile + at_tile, row + at_row, n); });
+  }
+  return out;
+}
+
+bool weight_tiles_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LOOM_WEIGHT_TILES");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+void read_weight_row(const WeightView& w, int64_t r, void* dst) {
+  LOOM_CHECK(r >= 0 && r < w.rows, "row ", r, " of ", w.rows);
+  if (!w.tiled()) {
+    std::memcpy(dst, w.row(r), size_t(dtype_row_bytes(w.dtype, w.cols)));
+    return;
+  }
+  LOOM_CHECK(w.tile_rows == kTileRows, "tile_rows=", w.tile_rows);
+  const uint8_t* tile = static_cast<const uint8_t*>(w.data) + r / kTileRows * w.tile_stride;
+  auto* row = static_cast<uint8_t*>(dst);
+  for_each_piece(w.dtype, w.cols, int(r % kTileRows),
+                 [&](int64_t at_tile, int64_t at_row, size_t n) { std::memcpy(row + at_row, tile + at_tile, n); });
+}
+
+}  // namespace loom
