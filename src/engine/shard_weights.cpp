@@ -4,6 +4,7 @@
 
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/weight_tiles.h"
 
 namespace loom {
 
@@ -32,18 +33,24 @@ size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
-ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views) {
+ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile) {
   // One arena for everything: every matrix starts on a 64-byte boundary.
+  auto size_of = [&](const WeightView& w) { return size_t(tile && can_tile(w) ? tiled_bytes(w) : w.bytes()); };
   size_t total = 0;
   for (const ShardLayerWeights& L : views) {
     for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      total += align64(size_t(w->bytes()));
+      total += align64(size_of(*w));
     if (L.bq) total += align64(size_t(L.wq.rows + 2 * L.wk.rows) * sizeof(float));
   }
   auto arena = std::make_shared<Arena>();
   arena->bytes.resize(total);
   uint8_t* at = arena->bytes.data();
   auto copy = [&](const WeightView& w) {
+    if (tile && can_tile(w)) {
+      const WeightView out = tile_weights(w, at);
+      at += align64(size_of(w));
+      return out;
+    }
     const int64_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
     WeightView out = w;
     out.data = at;
@@ -78,6 +85,13 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views) {
   LOOM_CHECK(size_t(at - arena->bytes.data()) <= total);
   set.owned_bytes = int64_t(total);
   set.storage = std::move(arena);
+  return set;
+}
+
+ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views) {
+  if (weight_tiles_enabled()) return copy_shard(views, true);
+  ShardWeightSet set;
+  set.layers = views;
   return set;
 }
 

@@ -4,8 +4,8 @@
 //             cache; memory w/t + w/P per rank, what the paper ships);
 //   slice:    an owned copy of the base shard, and the shift shard as views sliced out of it
 //             (parallel/sharding.h shift_slice_of_base; memory w/t, no second copy).
-// Weights are memory-mapped views of the model file otherwise (no copy at all): the fixed policy
-// keeps them that way.
+// A fixed layout copies its shard into the decode layout (row tiles, core/weight_tiles.h) unless
+// LOOM_WEIGHT_TILES=0, which keeps memory-mapped views of the model file (no copy at all).
 #pragma once
 
 #include <cstdint>
@@ -30,9 +30,14 @@ struct ShardWeightSet {
   int64_t owned_bytes = 0;  // bytes this set allocated (0 for views)
 };
 
-// Owned, contiguous copies of `views` (each matrix's rows packed at its own row size, biases
-// copied): what "separate" means for mapped weights.
-ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views);
+// Owned, contiguous copies of `views` (biases copied): what "separate" means for mapped weights.
+// tile: each matrix that can be (core/weight_tiles.h) in the decode layout of row tiles, the
+// rest as plain rows at their own row size; otherwise all plain rows (what slice_shard needs).
+ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile = false);
+
+// The weights a fixed-layout shard computes with: tiled copies of `views` when
+// weight_tiles_enabled(), else the views themselves (no copy).
+ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views);
 
 // The shift shard as views into the base shard `base` (Shift 3.3.2 on-the-fly slicing); `slice`
 // gives the offsets (rows / columns inside the base shard). Shares base's storage.

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "core/weight_tiles.h"
 #include "engine/dist_executor.h"
 #include "engine/step_codec.h"
 #include "parallel/kv_migration.h"
@@ -74,14 +75,16 @@ ShiftRank::ShiftRank(std::shared_ptr<const Model> model, const Plan& base, Commu
   const std::vector<ShardLayerWeights> shift_views = shard_views(*model_, shift_spec);
   mem_.base_shard_bytes = shard_matrix_bytes(base_views);
   mem_.shift_shard_bytes = shard_matrix_bytes(shift_views);
+  // Copies in the decode layout (row tiles) where they can be; "slice" cuts the shift shard out
+  // of the base copy, so that copy keeps plain rows (views of row tiles are not possible).
+  const bool tile = weight_tiles_enabled();
   if (options.base && options.shift) {
-    base_w_ = copy_shard(base_views);
-    shift_w_ = options.weights == ShiftWeights::Separate
-                   ? copy_shard(shift_views)
-                   : slice_shard(base_w_, shift_slice_of_base(base_, shape, rank));
+    const bool slice = options.weights == ShiftWeights::Slice;
+    base_w_ = copy_shard(base_views, tile && !slice);
+    shift_w_ = slice ? slice_shard(base_w_, shift_slice_of_base(base_, shape, rank)) : copy_shard(shift_views, tile);
   } else {
-    base_w_.layers = base_views;
-    shift_w_.layers = shift_views;
+    if (options.base) base_w_ = decode_shard(base_views);
+    if (options.shift) shift_w_ = decode_shard(shift_views);
   }
   mem_.owned_bytes = base_w_.owned_bytes + shift_w_.owned_bytes;
   if (options.base)

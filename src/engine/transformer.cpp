@@ -1,6 +1,7 @@
 #include "engine/transformer.h"
 
 #include "engine/attention_stage.h"
+#include "engine/shard_weights.h"
 
 #include <cmath>
 #include <cstring>
@@ -33,7 +34,12 @@ std::vector<ShardLayerWeights> shard_views(const Model& model, const ShardSpec& 
 
 Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool,
                          AllReduce all_reduce)
-    : Transformer(model, shard, pool, std::move(all_reduce), shard_views(*model, shard)) {}
+    : Transformer(model, shard, pool, std::move(all_reduce), shard_views(*model, shard)) {
+  // The views checked, the shard's own copy in the decode layout (or the views, tiling off).
+  ShardWeightSet w = decode_shard(layers_);
+  layers_ = std::move(w.layers);
+  keep_alive_ = std::move(w.storage);
+}
 
 Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool, AllReduce all_reduce,
                          std::vector<ShardLayerWeights> weights, std::shared_ptr<const void> keep_alive)
@@ -42,7 +48,8 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
       pool_(pool),
       all_reduce_(std::move(all_reduce)),
       layers_(std::move(weights)),
-      keep_alive_(std::move(keep_alive)) {
+      keep_alive_(std::move(keep_alive)),
+      output_(model_->decode_output()) {
   const ModelConfig& c = model_->config;
   const int dh = c.head_dim;
   LOOM_CHECK(shard_.n_q_heads > 0 && shard_.n_kv_heads > 0 && shard_.ffn_len > 0);
@@ -167,7 +174,7 @@ int Transformer::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<f
   }
   kernels::rmsnorm(xn_.data(), xn_.data(), model_->out_norm.f32(), n_out, d, c.rms_eps);
   if (n_out > 0)
-    kernels::matmul(xn_.data(), n_out, d, model_->output, logits.data(), c.vocab_size, pool_);
+    kernels::matmul(xn_.data(), n_out, d, output_, logits.data(), c.vocab_size, pool_);
   return n_out;
 }
 

@@ -88,7 +88,8 @@ class Transformer {
   using AllReduce = std::function<void(float* data, int64_t n)>;
 
   // `model` must outlive the Transformer. `all_reduce` combines partial sums across the TP group
-  // (nullptr: single rank).
+  // (nullptr: single rank). The shard's weights are copied into the decode layout (row tiles;
+  // shard_weights.h decode_shard).
   Transformer(std::shared_ptr<const Model> model, ShardSpec shard, ThreadPool* pool,
               AllReduce all_reduce = nullptr);
   // The same shard computed with the given weights (one entry per layer, shaped as
@@ -116,6 +117,7 @@ class Transformer {
   AllReduce all_reduce_;
   std::vector<LayerShard> layers_;
   std::shared_ptr<const void> keep_alive_;
+  WeightView output_;  // the classifier, as Model::decode_output() gives it
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;
 

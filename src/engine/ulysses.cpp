@@ -50,7 +50,8 @@ UlyssesTransformer::UlyssesTransformer(std::shared_ptr<const Model> model, Ulyss
       sp_(sp_group),
       all_reduce_(std::move(tp_all_reduce)),
       layers_(std::move(weights)),
-      keep_alive_(std::move(keep_alive)) {
+      keep_alive_(std::move(keep_alive)),
+      output_(model_->decode_output()) {
   const ModelConfig& c = model_->config;
   const int64_t dh = c.head_dim;
   LOOM_CHECK(sp_ != nullptr && sp_->size() == r_.s && sp_->rank() == r_.sp, "SP group of sp rank ", r_.sp);
@@ -232,7 +233,7 @@ int UlyssesTransformer::forward(const ForwardBatch& batch, KvStorage& kv, std::v
   const int64_t n_out = int64_t(total) / d;
   kernels::rmsnorm(rows.data(), rows.data(), model_->out_norm.f32(), n_out, d, c.rms_eps);
   logits->resize(size_t(n_out) * size_t(c.vocab_size));
-  kernels::matmul(rows.data(), n_out, d, model_->output, logits->data(), c.vocab_size, pool_);
+  kernels::matmul(rows.data(), n_out, d, output_, logits->data(), c.vocab_size, pool_);
   return int(n_out);
 }
 

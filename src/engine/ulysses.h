@@ -82,6 +82,7 @@ class UlyssesTransformer {
   AllReduce all_reduce_;
   std::vector<ShardLayerWeights> layers_;
   std::shared_ptr<const void> keep_alive_;
+  WeightView output_;  // the classifier, as Model::decode_output() gives it
   std::vector<HeadRun> head_runs_;
   kernels::RopeParams rope_;
 

@@ -1,10 +1,36 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <mutex>
 
+#include "core/buffer.h"
 #include "core/error.h"
+#include "core/weight_tiles.h"
 
 namespace loom {
+
+struct DecodeWeights {
+  std::mutex mu;
+  WeightView source;  // the `output` the copy was made from
+  WeightView tiled;
+  AlignedBuffer<uint8_t> bytes;
+};
+
+std::shared_ptr<DecodeWeights> make_decode_weights() { return std::make_shared<DecodeWeights>(); }
+
+const WeightView& Model::decode_output() const {
+  if (!weight_tiles_enabled() || !can_tile(output)) return output;
+  std::lock_guard<std::mutex> lock(decode_.p->mu);
+  const WeightView& s = decode_.p->source;
+  // Made again if `output` was pointed elsewhere since.
+  if (!(s.data == output.data && s.dtype == output.dtype && s.rows == output.rows && s.cols == output.cols &&
+        s.row_stride == output.row_stride && decode_.p->tiled.present())) {
+    decode_.p->bytes.resize(size_t(tiled_bytes(output)));
+    decode_.p->tiled = tile_weights(output, decode_.p->bytes.data());
+    decode_.p->source = output;
+  }
+  return decode_.p->tiled;
+}
 
 WeightView Model::own_f32(const float* values, int64_t n) {
   auto buf = std::shared_ptr<float[]>(new float[size_t(n)]);

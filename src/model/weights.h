@@ -26,6 +26,9 @@ struct LayerWeights {
   WeightView w_gate, w_up, w_down;  // [ffn, d], [ffn, d], [d, ffn]
 };
 
+struct DecodeWeights;  // weights.cpp
+std::shared_ptr<DecodeWeights> make_decode_weights();
+
 struct Model {
   ModelConfig config;
   std::string path;    // what it was loaded from
@@ -36,10 +39,29 @@ struct Model {
   std::vector<LayerWeights> layers;
   std::vector<std::shared_ptr<const void>> storage;  // keeps mappings / converted buffers alive
 
+  // The classifier as the engines' decode matmul reads it: a row-tiled copy of `output`
+  // (core/weight_tiles.h), made on first call and shared by every engine of this Model (every
+  // rank computes logits with the whole classifier); `output` itself when it cannot be tiled or
+  // weight_tiles_enabled() is off. Thread-safe.
+  const WeightView& decode_output() const;
+
   // Copies `n` f32 values into a buffer owned by this model and returns a view of it.
   WeightView own_f32(const float* values, int64_t n);
   // Every distinct weight tensor (name, view), for `loom info` and checks.
   std::vector<std::pair<std::string, WeightView>> tensors() const;
+
+ private:
+  // A copy of a Model starts with no decode copies of its own (it may change `output`).
+  struct DecodeCache {
+    std::shared_ptr<DecodeWeights> p = make_decode_weights();
+    DecodeCache() = default;
+    DecodeCache(const DecodeCache&) : p(make_decode_weights()) {}
+    DecodeCache& operator=(const DecodeCache&) {
+      p = make_decode_weights();
+      return *this;
+    }
+  };
+  DecodeCache decode_;
 };
 
 // Makes a view over `bytes` holding a [rows, cols] matrix of `dtype`, checking the size.
