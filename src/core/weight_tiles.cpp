@@ -37,6 +37,11 @@ void for_each_piece(DType t, int64_t cols, int l, F&& f) {
         f(q8_scale_at(c, b, l), blk + int64_t(offsetof(BlockQ8_0, d)), sizeof(uint16_t));
         f(q8_qs_at(c, b, l), blk + int64_t(offsetof(BlockQ8_0, qs)), size_t(kQ8BlockSize));
       }
+    } else if (t == DType::BF16) {  // word j: columns j (low half) and j + 16 (high half)
+      for (int j = 0; j < 16; ++j) {
+        f(chunk_at(t, c) + 64 * l + 4 * j, c * 64 + 2 * j, size_t(2));
+        f(chunk_at(t, c) + 64 * l + 4 * j + 2, c * 64 + 2 * (j + 16), size_t(2));
+      }
     } else {
       f(chunk_at(t, c) + 64 * l, c * 64, size_t(64));
     }

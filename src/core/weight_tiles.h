@@ -9,7 +9,10 @@
 // Tile t holds rows [t*kTileRows, (t+1)*kTileRows) (the last tile of a matrix whose rows are not
 // a multiple of kTileRows is padded with zero rows). Its columns come in chunks of
 // tile_chunk_cols(dtype) columns, chunk c at tile + c * tile_chunk_bytes(dtype):
-//  - f32, f16, bf16: 64 bytes per row (16 or 32 columns), row lane l at chunk + 64*l.
+//  - f32, f16, bf16: 64 bytes per row (16 or 32 columns), row lane l at chunk + 64*l. f32 and f16
+//    keep the columns in order; bf16 stores 16 32-bit words of pairs: word j holds column j in its
+//    low half and column j + 16 in its high half, so one 64-byte load becomes the 16 + 16 floats
+//    with one shift and one and (a plain bf16 row needs a widening shuffle per 16 columns).
 //  - q8_0: 4 blocks (128 columns): first the 4 x kTileRows f16 scales, scale of block b and lane
 //    l at chunk + 2*(b*kTileRows + l) (64 bytes), then the 4 x kTileRows blocks of 32 int8, at
 //    chunk + 64 + 32*(b*kTileRows + l) (1024 bytes).

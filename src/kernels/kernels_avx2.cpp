@@ -41,6 +41,11 @@ struct Avx2 {
     const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
   }
+  static void load_bf16_pairs(const uint16_t* p, V& lo, V& hi) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    lo = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+    hi = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(int(0xFFFF0000u))));
+  }
   static V load_q8(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }

@@ -42,6 +42,13 @@ struct Avx512 {
     const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
   }
+  // kW 32-bit words of bf16 pairs: lo lane i = p[2i], hi lane i = p[2i + 1] (one load, one shift,
+  // one and; no shuffle-port uop).
+  static void load_bf16_pairs(const uint16_t* p, V& lo, V& hi) {
+    const __m512i u = _mm512_loadu_si512(p);
+    lo = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(int(0xFFFF0000u))));
+  }
   static V load_q8(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }

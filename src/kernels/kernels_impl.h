@@ -306,6 +306,21 @@ void gemv_tiled(const MatmulArgs& a, int64_t r0, int64_t r1, bool init) {
 #pragma GCC unroll 8
           for (int r = 0; r < kTR; ++r) acc[r] = S::fma(blk[r], S::set1(df[b * kTR + r]), acc[r]);
         }
+      } else if constexpr (D == DType::BF16) {
+        // 16 words of pairs (w[j], w[j + 16]) per row: the low halves are columns 0..15, the high
+        // halves 16..31, taken in that order, as the plain gemv takes them.
+        constexpr int kV = 16 / W;
+#pragma GCC unroll 8
+        for (int r = 0; r < kTR; ++r) {
+          V lo[kV], hi[kV];
+#pragma GCC unroll 16
+          for (int i = 0; i < kV; ++i)
+            S::load_bf16_pairs(reinterpret_cast<const uint16_t*>(ch + 64 * r) + 2 * W * i, lo[i], hi[i]);
+#pragma GCC unroll 16
+          for (int i = 0; i < kV; ++i) acc[r] = S::fma(lo[i], S::load(xc + W * i), acc[r]);
+#pragma GCC unroll 16
+          for (int i = 0; i < kV; ++i) acc[r] = S::fma(hi[i], S::load(xc + 16 + W * i), acc[r]);
+        }
       } else {
 #pragma GCC unroll 32
         for (int64_t j = 0; j < kCC; j += W) {
@@ -339,6 +354,13 @@ void unpack_tiled_row(const MatmulArgs& a, int64_t r, int64_t k0, int64_t k1, fl
         const typename S::V dv = S::set1(S::f16(reinterpret_cast<const uint16_t*>(ch)[b * kTR + l]));
         const int8_t* q = reinterpret_cast<const int8_t*>(ch + 64) + (b * kTR + l) * kQ8BlockSize;
         for (int sub = 0; sub < kQ8BlockSize; sub += W) S::store(out + b * kQ8BlockSize + sub, S::mul(S::load_q8(q + sub), dv));
+      }
+    } else if constexpr (D == DType::BF16) {
+      for (int i = 0; i < 16 / W; ++i) {
+        typename S::V lo, hi;
+        S::load_bf16_pairs(reinterpret_cast<const uint16_t*>(ch + 64 * l) + 2 * W * i, lo, hi);
+        S::store(out + W * i, lo);
+        S::store(out + 16 + W * i, hi);
       }
     } else {
       for (int64_t j = 0; j < kCC; j += W) S::store(out + j, load_w<S, D>(ch + 64 * l, j));

@@ -30,6 +30,10 @@ struct Scalar {
     __builtin_memcpy(&f, &u, 4);
     return f;
   }
+  static void load_bf16_pairs(const uint16_t* p, V& lo, V& hi) {
+    lo = load_bf16(p);
+    hi = load_bf16(p + 1);
+  }
   static V load_q8(const int8_t* p) { return float(*p); }
   static float f16(uint16_t h) { return f16_to_f32(h); }
   static V exp(V x) { return __builtin_expf(x); }
