@@ -1,5 +1,6 @@
 #include "core/weight_tiles.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +51,7 @@ void for_each_piece(DType t, int64_t cols, int l, F&& f) {
 
 }  // namespace
 
-WeightView tile_weights(const WeightView& w, void* dst) {
+WeightView tile_weights(const WeightView& w, void* dst, ThreadPool* pool) {
   LOOM_CHECK(can_tile(w), "cannot tile a ", w.rows, "x", w.cols, " ", dtype_name(w.dtype), " matrix (",
              w.tiled() ? "already tiled" : "columns not a multiple of the chunk", ")");
   WeightView out = w;
@@ -59,12 +60,25 @@ WeightView tile_weights(const WeightView& w, void* dst) {
   out.tile_rows = kTileRows;
   out.tile_stride = kTileRows * dtype_row_bytes(w.dtype, w.cols);
   auto* d = static_cast<uint8_t*>(dst);
-  std::memset(d, 0, size_t(tiled_bytes(w)));  // padding rows: zero weights (q8_0: zero scales)
-  for (int64_t r = 0; r < w.rows; ++r) {
-    uint8_t* tile = d + r / kTileRows * out.tile_stride;
-    const uint8_t* row = w.row(r);
-    for_each_piece(w.dtype, w.cols, int(r % kTileRows),
-                   [&](int64_t at_tile, int64_t at_row, size_t n) { std::memcpy(tile + at_tile, row + at_row, n); });
+  const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
+  auto copy_tiles = [&](int64_t t0, int64_t t1) {
+    // Padding rows of the last tile: zero weights (q8_0: zero scales too).
+    if (t1 == tiles && w.rows % kTileRows != 0)
+      std::memset(d + (tiles - 1) * out.tile_stride, 0, size_t(out.tile_stride));
+    for (int64_t r = t0 * kTileRows; r < std::min(w.rows, t1 * kTileRows); ++r) {
+      uint8_t* tile = d + r / kTileRows * out.tile_stride;
+      const uint8_t* row = w.row(r);
+      for_each_piece(w.dtype, w.cols, int(r % kTileRows),
+                     [&](int64_t at_tile, int64_t at_row, size_t n) { std::memcpy(tile + at_tile, row + at_row, n); });
+    }
+  };
+  if (pool && pool->size() > 1 && tiles > 1) {
+    pool->run([&](int ith, int nth) {
+      const auto [t0, t1] = ThreadPool::split(tiles, ith, nth);
+      if (t0 < t1) copy_tiles(t0, t1);
+    });
+  } else {
+    copy_tiles(0, tiles);
   }
   return out;
 }

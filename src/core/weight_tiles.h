@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "core/thread_pool.h"
 #include "core/weight_view.h"
 
 namespace loom {
@@ -39,7 +40,9 @@ bool can_tile(const WeightView& w);
 // Bytes a tiled copy of `w` takes (whole tiles, so at least rows * row bytes).
 int64_t tiled_bytes(const WeightView& w);
 // Writes the tiled copy of `w` (can_tile(w)) into dst (tiled_bytes(w) bytes) and returns its view.
-WeightView tile_weights(const WeightView& w, void* dst);
+// With a pool, its threads copy disjoint tiles (first touch of fresh memory dominates the cost:
+// the kernel zeroes every page on its first write).
+WeightView tile_weights(const WeightView& w, void* dst, ThreadPool* pool = nullptr);
 // Whether engines tile their weights (default yes; LOOM_WEIGHT_TILES=0 keeps plain rows, for
 // comparisons). Read once per process.
 bool weight_tiles_enabled();

@@ -33,7 +33,7 @@ size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
-ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile) {
+ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile, ThreadPool* pool) {
   // One arena for everything: every matrix starts on a 64-byte boundary.
   auto size_of = [&](const WeightView& w) { return size_t(tile && can_tile(w) ? tiled_bytes(w) : w.bytes()); };
   size_t total = 0;
@@ -47,7 +47,7 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile
   uint8_t* at = arena->bytes.data();
   auto copy = [&](const WeightView& w) {
     if (tile && can_tile(w)) {
-      const WeightView out = tile_weights(w, at);
+      const WeightView out = tile_weights(w, at, pool);
       at += align64(size_of(w));
       return out;
     }
@@ -88,8 +88,8 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile
   return set;
 }
 
-ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views) {
-  if (weight_tiles_enabled()) return copy_shard(views, true);
+ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views, ThreadPool* pool) {
+  if (weight_tiles_enabled()) return copy_shard(views, true, pool);
   ShardWeightSet set;
   set.layers = views;
   return set;

@@ -33,11 +33,12 @@ struct ShardWeightSet {
 // Owned, contiguous copies of `views` (biases copied): what "separate" means for mapped weights.
 // tile: each matrix that can be (core/weight_tiles.h) in the decode layout of row tiles, the
 // rest as plain rows at their own row size; otherwise all plain rows (what slice_shard needs).
-ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile = false);
+// `pool` (optional) shares the copying.
+ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile = false, ThreadPool* pool = nullptr);
 
 // The weights a fixed-layout shard computes with: tiled copies of `views` when
 // weight_tiles_enabled(), else the views themselves (no copy).
-ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views);
+ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views, ThreadPool* pool = nullptr);
 
 // The shift shard as views into the base shard `base` (Shift 3.3.2 on-the-fly slicing); `slice`
 // gives the offsets (rows / columns inside the base shard). Shares base's storage.

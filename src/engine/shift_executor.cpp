@@ -80,11 +80,12 @@ ShiftRank::ShiftRank(std::shared_ptr<const Model> model, const Plan& base, Commu
   const bool tile = weight_tiles_enabled();
   if (options.base && options.shift) {
     const bool slice = options.weights == ShiftWeights::Slice;
-    base_w_ = copy_shard(base_views, tile && !slice);
-    shift_w_ = slice ? slice_shard(base_w_, shift_slice_of_base(base_, shape, rank)) : copy_shard(shift_views, tile);
+    base_w_ = copy_shard(base_views, tile && !slice, pool);
+    shift_w_ = slice ? slice_shard(base_w_, shift_slice_of_base(base_, shape, rank))
+                     : copy_shard(shift_views, tile, pool);
   } else {
-    if (options.base) base_w_ = decode_shard(base_views);
-    if (options.shift) shift_w_ = decode_shard(shift_views);
+    if (options.base) base_w_ = decode_shard(base_views, pool);
+    if (options.shift) shift_w_ = decode_shard(shift_views, pool);
   }
   mem_.owned_bytes = base_w_.owned_bytes + shift_w_.owned_bytes;
   if (options.base)

@@ -36,7 +36,7 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
                          AllReduce all_reduce)
     : Transformer(model, shard, pool, std::move(all_reduce), shard_views(*model, shard)) {
   // The views checked, the shard's own copy in the decode layout (or the views, tiling off).
-  ShardWeightSet w = decode_shard(layers_);
+  ShardWeightSet w = decode_shard(layers_, pool_);
   layers_ = std::move(w.layers);
   keep_alive_ = std::move(w.storage);
 }
@@ -49,7 +49,7 @@ Transformer::Transformer(std::shared_ptr<const Model> model, ShardSpec shard, Th
       all_reduce_(std::move(all_reduce)),
       layers_(std::move(weights)),
       keep_alive_(std::move(keep_alive)),
-      output_(model_->decode_output()) {
+      output_(model_->decode_output(pool_)) {
   const ModelConfig& c = model_->config;
   const int dh = c.head_dim;
   LOOM_CHECK(shard_.n_q_heads > 0 && shard_.n_kv_heads > 0 && shard_.ffn_len > 0);

@@ -51,7 +51,7 @@ UlyssesTransformer::UlyssesTransformer(std::shared_ptr<const Model> model, Ulyss
       all_reduce_(std::move(tp_all_reduce)),
       layers_(std::move(weights)),
       keep_alive_(std::move(keep_alive)),
-      output_(model_->decode_output()) {
+      output_(model_->decode_output(pool_)) {
   const ModelConfig& c = model_->config;
   const int64_t dh = c.head_dim;
   LOOM_CHECK(sp_ != nullptr && sp_->size() == r_.s && sp_->rank() == r_.sp, "SP group of sp rank ", r_.sp);

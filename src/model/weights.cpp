@@ -18,7 +18,7 @@ struct DecodeWeights {
 
 std::shared_ptr<DecodeWeights> make_decode_weights() { return std::make_shared<DecodeWeights>(); }
 
-const WeightView& Model::decode_output() const {
+const WeightView& Model::decode_output(ThreadPool* pool) const {
   if (!weight_tiles_enabled() || !can_tile(output)) return output;
   std::lock_guard<std::mutex> lock(decode_.p->mu);
   const WeightView& s = decode_.p->source;
@@ -26,7 +26,7 @@ const WeightView& Model::decode_output() const {
   if (!(s.data == output.data && s.dtype == output.dtype && s.rows == output.rows && s.cols == output.cols &&
         s.row_stride == output.row_stride && decode_.p->tiled.present())) {
     decode_.p->bytes.resize(size_t(tiled_bytes(output)));
-    decode_.p->tiled = tile_weights(output, decode_.p->bytes.data());
+    decode_.p->tiled = tile_weights(output, decode_.p->bytes.data(), pool);
     decode_.p->source = output;
   }
   return decode_.p->tiled;
