@@ -10,6 +10,9 @@
 //           + 2 * vocab * d (logits of the last token only, as the engine computes them)
 //           + causal attention 2 * 2 * n_layers * n_heads * head_dim * T(T+1)/2.
 //
+// Each row also times decode with the layer matrices as plain memory-mapped rows (the classifier
+// stays in the decode layout), to show what the row-tile layout (core/weight_tiles.h) gains.
+//
 // Then a per-kernel profile of one decode token at every thread count (--no-profile skips it):
 // every matrix kind timed alone over all layers, from a cold cache (as in decode, where the rest
 // of the model streams between two uses of a matrix), as time per token and as a fraction of
@@ -292,6 +295,7 @@ int main(int argc, char** argv) {
       std::string dtype;
       size_t ti;
       double token_s, median_s, weight_bytes, prefill_s, flops;
+      double plain_token_s;  // decode with the layer weights as plain mapped rows (same run)
     };
     std::vector<Row> rows;
     struct Profile {
@@ -326,7 +330,13 @@ int main(int argc, char** argv) {
         const DecodeTime dec = time_decode(tf, decode_tokens);
         sample_bw(ti);
         const double pf_s = time_prefill(tf, prefill_tokens, 2);
-        rows.push_back({dname, ti, dec.best, dec.median, double(weight_bytes), pf_s, flops});
+        double plain_s = 0;
+        {  // the same decode on the memory-mapped rows: what the row-tile layout gains
+          Transformer plain(model, ShardSpec::full(c), &pool, nullptr, shard_views(*model, ShardSpec::full(c)));
+          plain_s = time_decode(plain, decode_tokens).best;
+        }
+        sample_bw(ti);
+        rows.push_back({dname, ti, dec.best, dec.median, double(weight_bytes), pf_s, flops, plain_s});
         if (profile) {
           Profile p{dname, ti, dec.best, {}};
           p.dispatch_us = time_dispatch(&pool) * 1e6;
@@ -345,17 +355,17 @@ int main(int argc, char** argv) {
     std::printf("\n");
     for (size_t ti = 0; ti < threads.size(); ++ti)
       std::printf("roofline %d thread(s): memcpy %.2f GB/s (highest of %d samples; lowest %.2f), peak %.1f GFLOP/s\n",
-                  threads[ti], bw[ti] / 1e9, 1 + 2 * int(dtypes.size()), bw_low[ti] / 1e9, peak[ti] / 1e9);
+                  threads[ti], bw[ti] / 1e9, 1 + 3 * int(dtypes.size()), bw_low[ti] / 1e9, peak[ti] / 1e9);
     std::printf("decode: best of %d tokens (median alongside); prefill: best of 2 passes of %d tokens\n",
                 decode_tokens, prefill_tokens);
-    std::printf("%-6s %3s | %10s %9s %9s %6s %7s | %10s %9s %9s %6s\n", "dtype", "thr", "decode t/s", "ms/tok",
-                "roof ms", "frac", "med ms", "prefill t/s", "s", "roof s", "frac");
+    std::printf("%-6s %3s | %10s %9s %9s %6s %7s | %10s %9s %9s %6s | %s\n", "dtype", "thr", "decode t/s", "ms/tok",
+                "roof ms", "frac", "med ms", "prefill t/s", "s", "roof s", "frac", "plain rows: ms/tok frac");
     for (const Row& r : rows) {
       const double roof_tok = r.weight_bytes / bw[r.ti], roof_pf = r.flops / peak[r.ti];
-      std::printf("%-6s %3d | %10.2f %9.1f %9.1f %5.0f%% %7.1f | %11.1f %9.3f %9.3f %5.0f%%\n", r.dtype.c_str(),
-                  threads[r.ti], 1.0 / r.token_s, r.token_s * 1e3, roof_tok * 1e3, 100.0 * roof_tok / r.token_s,
-                  r.median_s * 1e3, double(prefill_tokens) / r.prefill_s, r.prefill_s, roof_pf,
-                  100.0 * roof_pf / r.prefill_s);
+      std::printf("%-6s %3d | %10.2f %9.1f %9.1f %5.0f%% %7.1f | %11.1f %9.3f %9.3f %5.0f%% | %9.1f %5.0f%%\n",
+                  r.dtype.c_str(), threads[r.ti], 1.0 / r.token_s, r.token_s * 1e3, roof_tok * 1e3,
+                  100.0 * roof_tok / r.token_s, r.median_s * 1e3, double(prefill_tokens) / r.prefill_s, r.prefill_s,
+                  roof_pf, 100.0 * roof_pf / r.prefill_s, r.plain_token_s * 1e3, 100.0 * roof_tok / r.plain_token_s);
     }
     for (const std::string& n : notes) std::printf("%s\n", n.c_str());
     for (const Profile& p : profiles) {
