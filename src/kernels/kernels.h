@@ -17,7 +17,9 @@ namespace loom::kernels {
 
 // ---------------------------------------------------------------- matmul (gemm / gemv)
 // y[n, w.rows] = x[n, w.cols] . W^T   (y row i at y + i*ldy, x row i at x + i*ldx)
-// W may be f32, f16, bf16 or q8_0 and may be a strided view (row_block / col_block).
+// W may be f32, f16, bf16 or q8_0, plain rows (possibly a strided row_block / col_block view) or
+// row tiles (core/weight_tiles.h, the engines' decode layout; same results bit for bit for n == 1
+// and for the packed gemm, n > 24).
 // n == 1 is the decode gemv (memory-bound: streams W once); n > 1 is the prefill gemm
 // (W tiles reused across rows of x). Work is split over output rows across the pool.
 // accumulate: y += x . W^T instead of y = x . W^T.
