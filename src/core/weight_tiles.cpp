@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/sysmem.h"
 
 namespace loom {
 
@@ -89,6 +90,12 @@ bool weight_tiles_enabled() {
     return !(e && std::string(e) == "0");
   }();
   return on;
+}
+
+bool decode_copy_affordable(int64_t bytes) {
+  if (!weight_tiles_enabled()) return false;
+  const std::optional<int64_t> avail = mem_available();
+  return avail && bytes <= *avail / 2;
 }
 
 void read_weight_row(const WeightView& w, int64_t r, void* dst) {

@@ -47,6 +47,11 @@ WeightView tile_weights(const WeightView& w, void* dst, ThreadPool* pool = nullp
 // comparisons). Read once per process.
 bool weight_tiles_enabled();
 
+// Whether an engine should make a decode copy of `bytes` (instead of computing on the
+// memory-mapped rows): weight_tiles_enabled() and the copy takes at most half of MemAvailable
+// (a model close to the machine's memory keeps running from the page cache, as before).
+bool decode_copy_affordable(int64_t bytes);
+
 // Row r of a tiled or plain matrix in the plain encoding (dtype_row_bytes(dtype, cols) bytes).
 void read_weight_row(const WeightView& w, int64_t r, void* dst);
 

@@ -8,6 +8,7 @@
 
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/weight_tiles.h"
 #include "engine/dist_executor.h"
 #include "engine/policy.h"
 #include "engine/shift_executor.h"
@@ -253,8 +254,20 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
     blocks = kv_cache_num_blocks(per_block, st.config.kv_cache_bytes);
   } else {
     const int sharing = st.backend == "local" ? world.size() : 1;  // ranks of this process
-    const int64_t budget =
-        int64_t(double(mem_available_bytes()) * st.config.kv_cache_fraction / double(sharing));
+    // The shards' decode copies (shard_weights.h) are made after this and come out of the same
+    // memory: leave them out of the budget (an estimate: this process's share of the layer
+    // matrices, twice for Shift's separate copies, plus the classifier once).
+    int64_t layer_bytes = 0;
+    for (const LayerWeights& L : st.model->layers)
+      for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) layer_bytes += w->bytes();
+    const bool two_copies = st.plan.sp > 1 && o.shift_weights == "separate";
+    const int64_t copies = (st.backend == "local" ? int64_t(st.plan.dp) * layer_bytes
+                                                  : layer_bytes / std::max(1, world.size() / st.plan.dp)) *
+                               (two_copies ? 2 : 1) +
+                           st.model->output.bytes();
+    int64_t avail = mem_available_bytes();
+    if (decode_copy_affordable(copies)) avail -= copies;
+    const int64_t budget = int64_t(double(avail) * st.config.kv_cache_fraction / double(sharing));
     blocks = kv_cache_num_blocks(per_block, budget);
     const int64_t useful = int64_t(st.config.max_num_seqs) *
                            ((st.config.max_model_len + lay.block_size - 1) / lay.block_size);

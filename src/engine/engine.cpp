@@ -25,6 +25,11 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   config_.validate(c);
   if (config_.max_model_len == 0) config_.max_model_len = c.max_seq_len;
 
+  // The weights first: their decode copy (shard_weights.h) comes out of the memory the KV
+  // budget below is a fraction of.
+  pool_ = std::make_unique<ThreadPool>(config_.threads > 0 ? config_.threads : default_thread_count());
+  transformer_ = std::make_unique<Transformer>(model_, ShardSpec::full(c), pool_.get());
+
   KvLayout lay;
   lay.n_layers = c.n_layers;
   lay.n_kv_heads = c.n_kv_heads;
@@ -44,8 +49,6 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   num_blocks_ = int(blocks);
   lay.num_blocks = num_blocks_;
 
-  pool_ = std::make_unique<ThreadPool>(config_.threads > 0 ? config_.threads : default_thread_count());
-  transformer_ = std::make_unique<Transformer>(model_, ShardSpec::full(c), pool_.get());
   kv_ = std::make_unique<KvStorage>(lay);
   executor_ = std::make_unique<KernelExecutor>(*transformer_, *kv_);
 

@@ -4,6 +4,7 @@
 
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/weight_tiles.h"
 
 namespace loom {
@@ -89,7 +90,11 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile
 }
 
 ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views, ThreadPool* pool) {
-  if (weight_tiles_enabled()) return copy_shard(views, true, pool);
+  const int64_t bytes = shard_matrix_bytes(views);
+  if (decode_copy_affordable(bytes)) return copy_shard(views, true, pool);
+  if (weight_tiles_enabled())
+    log_warn("weights: computing on the memory-mapped rows; a decode copy of ", bytes,
+             " bytes would take more than half of the memory available");
   ShardWeightSet set;
   set.layers = views;
   return set;

@@ -37,7 +37,7 @@ struct ShardWeightSet {
 ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile = false, ThreadPool* pool = nullptr);
 
 // The weights a fixed-layout shard computes with: tiled copies of `views` when
-// weight_tiles_enabled(), else the views themselves (no copy).
+// decode_copy_affordable(their bytes), else the views themselves (no copy).
 ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views, ThreadPool* pool = nullptr);
 
 // The shift shard as views into the base shard `base` (Shift 3.3.2 on-the-fly slicing); `slice`

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/sysmem.h"
 
 namespace loom {
 
@@ -93,19 +94,9 @@ int64_t kv_bytes_per_block(const KvLayout& layout, DType kv_dtype) {
 }
 
 int64_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  if (!in) fail("cannot read /proc/meminfo to size the KV cache; pass --kv-cache-bytes");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream ls(line.substr(13));
-    int64_t kb = -1;
-    std::string unit;
-    ls >> kb >> unit;
-    if (kb < 0 || unit != "kB") fail("/proc/meminfo: cannot parse '", line, "'");
-    return kb * 1024;
-  }
-  fail("/proc/meminfo has no MemAvailable line; pass --kv-cache-bytes");
+  const std::optional<int64_t> a = mem_available();
+  if (!a) fail("cannot read MemAvailable from /proc/meminfo to size the KV cache; pass --kv-cache-bytes");
+  return *a;
 }
 
 int64_t kv_cache_num_blocks(int64_t bytes_per_block, std::optional<int64_t> kv_cache_bytes,

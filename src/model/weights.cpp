@@ -14,6 +14,7 @@ struct DecodeWeights {
   WeightView source;  // the `output` the copy was made from
   WeightView tiled;
   AlignedBuffer<uint8_t> bytes;
+  bool declined = false;  // too big to copy: `output` is used as it is
 };
 
 std::shared_ptr<DecodeWeights> make_decode_weights() { return std::make_shared<DecodeWeights>(); }
@@ -21,10 +22,15 @@ std::shared_ptr<DecodeWeights> make_decode_weights() { return std::make_shared<D
 const WeightView& Model::decode_output(ThreadPool* pool) const {
   if (!weight_tiles_enabled() || !can_tile(output)) return output;
   std::lock_guard<std::mutex> lock(decode_.p->mu);
+  if (decode_.p->declined) return output;
   const WeightView& s = decode_.p->source;
   // Made again if `output` was pointed elsewhere since.
   if (!(s.data == output.data && s.dtype == output.dtype && s.rows == output.rows && s.cols == output.cols &&
         s.row_stride == output.row_stride && decode_.p->tiled.present())) {
+    if (!decode_copy_affordable(tiled_bytes(output))) {  // near the machine's memory: no copy
+      decode_.p->declined = true;
+      return output;
+    }
     decode_.p->bytes.resize(size_t(tiled_bytes(output)));
     decode_.p->tiled = tile_weights(output, decode_.p->bytes.data(), pool);
     decode_.p->source = output;

@@ -42,8 +42,9 @@ struct Model {
 
   // The classifier as the engines' decode matmul reads it: a row-tiled copy of `output`
   // (core/weight_tiles.h), made on first call and shared by every engine of this Model (every
-  // rank computes logits with the whole classifier); `output` itself when it cannot be tiled or
-  // weight_tiles_enabled() is off. Thread-safe; `pool` (optional) shares the first call's copying.
+  // rank computes logits with the whole classifier); `output` itself when it cannot be tiled,
+  // weight_tiles_enabled() is off or the copy is not decode_copy_affordable. Thread-safe;
+  // `pool` (optional) shares the first call's copying.
   const WeightView& decode_output(ThreadPool* pool = nullptr) const;
 
   // Copies `n` f32 values into a buffer owned by this model and returns a view of it.

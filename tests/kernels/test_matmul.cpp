@@ -237,6 +237,14 @@ TEST(KernelsTiles, RoundTripAndPadding) {
     }
 }
 
+// Engines copy weights into tiles only when the copy leaves room (half of MemAvailable at most):
+// a model near the machine's memory keeps running on its memory-mapped rows.
+TEST(KernelsTiles, DecodeCopyOnlyWhenItFits) {
+  EXPECT_FALSE(decode_copy_affordable(int64_t(1) << 60));  // an exabyte never fits
+  if (weight_tiles_enabled()) EXPECT_TRUE(decode_copy_affordable(4096));
+  else EXPECT_FALSE(decode_copy_affordable(4096));
+}
+
 TEST(KernelsTiles, WhatCannotBeTiled) {
   Rng rng(901);
   TestWeight odd = make_weight(rng, DType::F32, 8, 24);  // 24 columns: not whole 16-column chunks

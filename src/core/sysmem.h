@@ -1,0 +1,13 @@
+// What the operating system says about memory.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace loom {
+
+// MemAvailable from /proc/meminfo in bytes (free memory plus what the kernel can reclaim, such as
+// clean page cache); nullopt when it cannot be read or parsed.
+std::optional<int64_t> mem_available();
+
+}  // namespace loom
