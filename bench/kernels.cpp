@@ -44,12 +44,10 @@ struct Matrices {
   WeightView view(int i, DType dt, int64_t rows, int64_t cols) const {
     return WeightView{bytes.data() + i * matrix_bytes, dt, rows, cols, dtype_row_bytes(dt, cols)};
   }
-  WeightView tiled_view(int i, DType dt, int64_t rows, int64_t cols) const {
-    WeightView v = view(0, dt, rows, cols);
+  WeightView tiled0;  // the first tiled copy, as tile_weights made it
+  WeightView tiled_view(int i) const {
+    WeightView v = tiled0;
     v.data = tiled.data() + i * tiled_matrix_bytes;
-    v.row_stride = 0;
-    v.tile_rows = kTileRows;
-    v.tile_stride = kTileRows * dtype_row_bytes(dt, cols);
     return v;
   }
 };
@@ -71,7 +69,10 @@ Matrices make_matrices(DType dt, int64_t rows, int64_t cols, size_t target_bytes
   if (can_tile(plain)) {
     m.tiled_matrix_bytes = (tiled_bytes(plain) + 63) / 64 * 64;
     m.tiled.resize(size_t(m.tiled_matrix_bytes * m.copies));
-    for (int c = 0; c < m.copies; ++c) tile_weights(plain, m.tiled.data() + c * m.tiled_matrix_bytes);
+    for (int c = 0; c < m.copies; ++c) {
+      const WeightView t = tile_weights(plain, m.tiled.data() + c * m.tiled_matrix_bytes);
+      if (c == 0) m.tiled0 = t;
+    }
   }
   return m;
 }
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
         auto gemv_pass = [&] {  // every copy once
           const double t0 = now_s();
           for (int c = 0; c < m.copies; ++c)
-            kernels::matmul(x.data(), 1, cols, tiled ? m.tiled_view(c, dt, rows, cols) : m.view(c, dt, rows, cols),
+            kernels::matmul(x.data(), 1, cols, tiled ? m.tiled_view(c) : m.view(c, dt, rows, cols),
                             y.data(), rows, &pool);
           return now_s() - t0;
         };

@@ -128,15 +128,6 @@ int resolve_threads(const DistOptions& o, int world_size) {
   return default_thread_count();
 }
 
-// The weight block of the column-split matrices (1, or 32 for q8_0).
-int weight_block_of(const Model& m) {
-  int b = 1;
-  for (const LayerWeights& L : m.layers)
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      b = std::max(b, dtype_block_elems(w->dtype));
-  return b;
-}
-
 std::string engine_fingerprint(const Plan& plan, const Model& m, const EngineConfig& e) {
   const ModelConfig& c = m.config;
   return cat("plan ", plan.to_string(), "; model ", c.summary(), " d=", c.d_model, " layers=", c.n_layers,
@@ -210,7 +201,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   st.model = o.load_model ? o.load_model(world.rank()) : std::shared_ptr<const Model>(load_model(o.model_path));
   LOOM_CHECK(st.model != nullptr, "load_model returned no model");
   const ModelConfig& c = st.model->config;
-  const ModelShape shape = ModelShape::from(c, weight_block_of(*st.model));
+  const ModelShape shape = ModelShape::from(c, weight_block_elems(*st.model));
   validate(st.plan, shape);
   st.config = o.engine;
   st.config.validate(c);
@@ -259,7 +250,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
     // matrices, twice for Shift's separate copies, plus the classifier once).
     int64_t layer_bytes = 0;
     for (const LayerWeights& L : st.model->layers)
-      for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) layer_bytes += w->bytes();
+      for (const WeightView* w : L.matrices()) layer_bytes += w->bytes();
     const bool two_copies = st.plan.sp > 1 && o.shift_weights == "separate";
     const int64_t copies = (st.backend == "local" ? int64_t(st.plan.dp) * layer_bytes
                                                   : layer_bytes / std::max(1, world.size() / st.plan.dp)) *

@@ -20,7 +20,7 @@ const char* shift_weights_name(ShiftWeights w) { return w == ShiftWeights::Separ
 int64_t shard_matrix_bytes(const std::vector<ShardLayerWeights>& layers) {
   int64_t b = 0;
   for (const ShardLayerWeights& L : layers)
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) b += w->bytes();
+    for (const WeightView* w : L.matrices()) b += w->bytes();
   return b;
 }
 
@@ -39,8 +39,7 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile
   auto size_of = [&](const WeightView& w) { return size_t(tile && can_tile(w) ? tiled_bytes(w) : w.bytes()); };
   size_t total = 0;
   for (const ShardLayerWeights& L : views) {
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      total += align64(size_of(*w));
+    for (const WeightView* w : L.matrices()) total += align64(size_of(*w));
     if (L.bq) total += align64(size_t(L.wq.rows + 2 * L.wk.rows) * sizeof(float));
   }
   auto arena = std::make_shared<Arena>();

@@ -13,14 +13,6 @@ namespace loom {
 
 namespace {
 
-ModelShape shape_of(const Model& m) {
-  int b = 1;
-  for (const LayerWeights& L : m.layers)
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      b = std::max(b, dtype_block_elems(w->dtype));
-  return ModelShape::from(m.config, b);
-}
-
 ShardSpec spec_of(const RankLayout& L) {
   ShardSpec s;
   s.q_head_begin = L.q_heads.front();
@@ -48,7 +40,7 @@ ShiftRank::ShiftRank(std::shared_ptr<const Model> model, const Plan& base, Commu
   shift_ = base_.shift_config();
   base_name_ = base_.to_string();
   shift_name_ = shift_.to_string();
-  const ModelShape shape = shape_of(*model_);
+  const ModelShape shape = ModelShape::from(model_->config, weight_block_elems(*model_));
   validate(base_, shape);
   if (replica.size() != base_.size())
     fail("plan ", base_name_, " needs ", base_.size(), " ranks per replica, the group has ", replica.size());

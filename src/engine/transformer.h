@@ -4,7 +4,8 @@
 // A rank computes a shard of the model (TP, ../shared/docs/PLANS.md "TP(t) — Megatron"): query
 // heads [q_head_begin, +n_q_heads), KV heads [kv_head_begin, +n_kv_heads) (which may be one
 // head replicated on several ranks when t > K), FFN columns [ffn_begin, +ffn_len). Wq/Wk/Wv/
-// W_gate/W_up are row blocks, Wo/W_down column blocks (views: the weights are never copied).
+// W_gate/W_up are row blocks, Wo/W_down column blocks of the model's matrices (shard_views); the
+// default constructor copies them into the decode layout (row tiles, shard_weights.h).
 // After Wo and after W_down the partial sums of the shard are combined by `all_reduce`
 // (identity on one rank). The single-rank engine is the shard that owns everything.
 //
@@ -19,6 +20,7 @@
 // Logits only for the tokens that sample: logits = rmsnorm(x) Wout^T  // [n_sample, vocab]
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,6 +77,8 @@ struct ForwardBatch {
 // copies (engine/shard_weights.h, Shift 3.3.2).
 struct ShardLayerWeights {
   WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+  // The seven matrices, in the order above.
+  std::array<const WeightView*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
   const float* bq = nullptr;  // Qwen2 biases of the shard's rows, or null
   const float* bk = nullptr;
   const float* bv = nullptr;

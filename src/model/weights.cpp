@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -49,6 +50,13 @@ WeightView Model::own_f32(const float* values, int64_t n) {
   v.cols = n;
   v.row_stride = n * 4;
   return v;
+}
+
+int weight_block_elems(const Model& m) {
+  int b = 1;
+  for (const LayerWeights& L : m.layers)
+    for (const WeightView* w : L.matrices()) b = std::max(b, dtype_block_elems(w->dtype));
+  return b;
 }
 
 std::vector<std::pair<std::string, WeightView>> Model::tensors() const {

@@ -7,6 +7,7 @@
 // the original stride). Norm weights and biases are always f32 (loaders convert them).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,9 @@ struct LayerWeights {
   WeightView bq, bk, bv;          // Qwen2 biases [q_dim], [kv_dim], [kv_dim] f32, else absent
   WeightView ffn_norm;            // [d_model] f32
   WeightView w_gate, w_up, w_down;  // [ffn, d], [ffn, d], [d, ffn]
+
+  // The seven matrices, in the order above.
+  std::array<const WeightView*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };
 
 struct DecodeWeights;  // weights.cpp
@@ -65,6 +69,10 @@ struct Model {
   };
   DecodeCache decode_;
 };
+
+// The largest storage block of the layer matrices (1, or 32 for q8_0): TP splits them in whole
+// blocks.
+int weight_block_elems(const Model& m);
 
 // Makes a view over `bytes` holding a [rows, cols] matrix of `dtype`, checking the size.
 // Throws loom::Error naming `name` with the expected and found byte counts.

@@ -59,7 +59,7 @@ TEST_P(WeightTiles, TiledShardGivesTheBitsOfThePlainViews) {
 
   const ShardWeightSet tiled = decode_shard(shard_views(*m, full));
   for (const ShardLayerWeights& L : tiled.layers)
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ASSERT_TRUE(w->tiled());
+    for (const WeightView* w : L.matrices()) ASSERT_TRUE(w->tiled());
   ASSERT_TRUE(m->decode_output().tiled());
 
   ThreadPool pool(2);
