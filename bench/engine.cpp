@@ -30,32 +30,13 @@
 #include "model/loader.h"
 #include "model/synth.h"
 
+#include "bench_util.h"
+
 using namespace loom;
+using bench::ensure_model;
+using bench::print_load;
 
 namespace {
-
-std::string bench_dir() {
-  const char* env = std::getenv("LOOM_BENCH_DIR");
-  return env && *env ? env : "/tmp/loom-bench";
-}
-
-std::string ensure_model(const std::string& shape, DType dtype) {
-  const std::string dir = bench_dir();
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/" + shape + "-" + std::string(dtype_name(dtype)) + ".gguf";
-  if (std::filesystem::exists(path)) return path;
-  SynthOptions o;
-  o.shape = synth_shape(shape);
-  o.dtype = dtype;
-  o.format = "gguf";
-  o.seed = 1;
-  const std::string tmp = path + ".partial";
-  std::printf("writing %s ...\n", path.c_str());
-  std::fflush(stdout);
-  write_synth_model(o, tmp);
-  std::filesystem::rename(tmp, path);
-  return path;
-}
 
 struct BatchResult {
   int batch = 0;
@@ -111,18 +92,6 @@ BatchResult run_batch(std::shared_ptr<const Model> model, int batch, int threads
     if (r.best_step_s == 0 || dt < r.best_step_s) r.best_step_s = dt;
   }
   return r;
-}
-
-// The 1-minute load average next to the core count (timings on a busy machine are pessimistic).
-void print_load(const char* when) {
-  double l1 = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &l1) != 1) l1 = -1;
-    std::fclose(f);
-  }
-  const unsigned cores = std::thread::hardware_concurrency();
-  std::printf("[%s: load average %.2f on %u cores%s]\n", when, l1, cores,
-              l1 > double(cores) ? " -- machine busy, timings are pessimistic" : "");
 }
 
 }  // namespace

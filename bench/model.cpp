@@ -44,7 +44,12 @@
 #include "model/loader.h"
 #include "model/synth.h"
 
+#include "bench_util.h"
+
 using namespace loom;
+using bench::bench_dir;
+using bench::ensure_model;
+using bench::print_load;
 
 namespace {
 
@@ -64,32 +69,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
-std::string bench_dir() {
-  const char* env = std::getenv("LOOM_BENCH_DIR");
-  return env && *env ? env : "/tmp/loom-bench";
-}
-
-// The synthetic model file of `shape` in `dtype`, written once (to a temporary name, then
-// renamed, so an interrupted write is never reused).
-std::string ensure_model(const std::string& shape, DType dtype) {
-  const std::string dir = bench_dir();
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/" + shape + "-" + std::string(dtype_name(dtype)) + ".gguf";
-  if (std::filesystem::exists(path)) return path;
-  SynthOptions o;
-  o.shape = synth_shape(shape);
-  o.dtype = dtype;
-  o.format = "gguf";
-  o.seed = 1;
-  const std::string tmp = path + ".partial";
-  std::printf("writing %s ...\n", path.c_str());
-  std::fflush(stdout);
-  const SynthResult r = write_synth_model(o, tmp);
-  std::filesystem::rename(tmp, path);
-  std::printf("  %.2f GB in %.1f s\n", double(r.bytes) / 1e9, r.seconds);
-  return path;
 }
 
 struct MatrixKind {
@@ -222,18 +201,6 @@ double time_dispatch(ThreadPool* pool) {
   const double t0 = now_seconds();
   for (int i = 0; i < n; ++i) pool->run([](int, int) {});
   return (now_seconds() - t0) / n;
-}
-
-// The 1-minute load average next to the core count: timings taken while other processes run
-// (a shared build machine) are slower than the roofline measured between them suggests.
-void print_load(const char* when) {
-  double l1 = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &l1) != 1) l1 = -1;
-    std::fclose(f);
-  }
-  std::printf("[%s: load average %.2f on %d cores%s]\n", when, l1, int(std::thread::hardware_concurrency()),
-              l1 > double(std::thread::hardware_concurrency()) ? " -- machine busy, timings are pessimistic" : "");
 }
 
 }  // namespace
