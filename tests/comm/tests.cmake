@@ -1,16 +1,11 @@
 # MPI tests of src/comm: the test_comm_mpi program under mpirun with 1, 2, 3, 4 and 8 ranks, and
-# fault runs that must end the job with a clear error instead of hanging. We run as root in CI
-# and on 2 cores: --allow-run-as-root, --oversubscribe, and mpi_yield_when_idle so idle ranks
-# leave the cores to the busy ones.
+# fault runs that must end the job with a clear error instead of hanging (mpirun flags:
+# tests/CMakeLists.txt).
 if(LOOM_MPI AND TARGET loom_comm)
   add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/main.cpp
                                ${CMAKE_CURRENT_LIST_DIR}/checks.cpp)
   target_include_directories(test_comm_mpi PRIVATE ${CMAKE_CURRENT_LIST_DIR})
   target_link_libraries(test_comm_mpi PRIVATE loom_comm GTest::gtest)
-  set(loom_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root
-      --mca mpi_yield_when_idle 1)
-  set(loom_mpi_env OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1
-      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
   foreach(n 1 2 3 4 8)
     add_test(NAME comm_mpi_${n}ranks
              COMMAND ${loom_mpirun} -np ${n} $<TARGET_FILE:test_comm_mpi>)

@@ -2,11 +2,15 @@
 # MPI exactness check of the distributed engine: the greedy ids of a batch of prompts from
 # `mpirun -np N loom generate ... --plan P --comm mpi` must equal, prompt by prompt, the ids of
 # the single-rank, one-prompt-at-a-time `loom generate` (no --ranks/--plan: the generator path).
-# Usage: mpi_generate.sh LOOM MODEL NP PLAN N MPIRUN [MPIRUN ARGS...]
+# POLICY "fixed" runs the plan as it is; any other (shift, alternate, random:SEED) runs Shift
+# Parallelism with --shift-threshold 8 (prefill chunks run the sp x tp base, small decode steps
+# the shift config, Algorithm 2, on the same sequences), and the run must then have used both
+# configs and switched without moving KV (the engine's last stderr line).
+# Usage: mpi_generate.sh LOOM MODEL NP PLAN N POLICY MPIRUN [MPIRUN ARGS...]
 # Exit 77 (ctest skip) when the model file is missing (../shared not beside the checkout).
 set -u
-loom=$1 model=$2 np=$3 plan=$4 n=$5
-shift 5
+loom=$1 model=$2 np=$3 plan=$4 n=$5 policy=$6
+shift 6
 if [ ! -e "$model" ]; then
   echo "skip: $model is missing (../shared not beside the checkout)"
   exit 77
@@ -15,7 +19,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Prompts of different lengths: with --prefill-chunk 16 the long ones are prefilled in chunks
 # while the short ones already decode.
-set -- "$@" -np "$np" "$loom" generate -m "$model" -n "$n" --plan "$plan" --comm mpi --print-ids \
+what="plan $plan"
+if [ "$policy" != fixed ]; then
+  set -- "$@" -np "$np" "$loom" generate --policy "$policy" --shift-threshold 8
+  what="plan $plan --policy $policy"
+else
+  set -- "$@" -np "$np" "$loom" generate
+fi
+set -- "$@" -m "$model" -n "$n" --plan "$plan" --comm mpi --print-ids \
   --prefill-chunk 16 \
   -p "Once upon a time" \
   -p "Lily and Ben went to the park to play with a big red ball and a little blue kite" \
@@ -39,8 +50,12 @@ if [ $rc -ne 0 ]; then
 fi
 grep '^ids:' "$tmp/got_all.txt" > "$tmp/got.txt"
 if ! cmp -s "$tmp/want.txt" "$tmp/got.txt"; then
-  echo "plan $plan on $np MPI ranks differs from single-rank generation:"
+  echo "$what on $np MPI ranks differs from single-rank generation:"
   diff "$tmp/want.txt" "$tmp/got.txt"
   exit 1
 fi
-echo "plan $plan on $np MPI ranks: $(wc -l < "$tmp/got.txt") prompts, same ids as single-rank ($((end - start)) s)"
+if [ "$policy" != fixed ] &&
+   ! grep -Eq '\[shift: policy .*, [1-9][0-9]* base steps, [1-9][0-9]* shift steps, [1-9][0-9]* switches, 0 KV bytes moved\]' "$tmp/got.err"; then
+  echo "expected both configs to run and switches to move 0 KV bytes"; exit 1
+fi
+echo "$what on $np MPI ranks: $(wc -l < "$tmp/got.txt") prompts, same ids as single-rank ($((end - start)) s)"

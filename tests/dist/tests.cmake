@@ -1,10 +1,8 @@
 # MPI runs of the distributed engine (engine/dist_engine.h): `loom generate --comm mpi` under
 # mpirun for every executed plan, on stories260K and on a synthetic GQA model (24 query heads,
 # 6 KV heads, f32) written by `loom synth`, compared with single-rank generation by
-# mpi_generate.sh. Same mpirun flags as tests/comm (root in CI, 2 cores).
+# mpi_generate.sh (mpirun flags: tests/CMakeLists.txt).
 if(LOOM_MPI)
-  set(loom_dist_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
-  set(loom_dist_env OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
   set(loom_dist_gqa ${CMAKE_CURRENT_BINARY_DIR}/dist_gqa_24x6_f32.gguf)
   add_test(NAME dist_mpi_synth_gqa_model
            COMMAND $<TARGET_FILE:loom> synth --shape gqa-24x6 --dtype f32 --seed 7 -o ${loom_dist_gqa})
@@ -19,42 +17,42 @@ if(LOOM_MPI)
     list(GET parts 2 plan)
     add_test(NAME dist_mpi_stories_${name}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_stories}
-                     ${np} ${plan} 24 ${loom_dist_mpirun})
+                     ${np} ${plan} 24 fixed ${loom_mpirun})
     set_tests_properties(dist_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "${loom_dist_env}")
+                         ENVIRONMENT "${loom_mpi_env}")
     add_test(NAME dist_mpi_gqa_${name}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_gqa}
-                     ${np} ${plan} 8 ${loom_dist_mpirun})
+                     ${np} ${plan} 8 fixed ${loom_mpirun})
     set_tests_properties(dist_mpi_gqa_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED dist_gqa
-                         ENVIRONMENT "${loom_dist_env}")
+                         ENVIRONMENT "${loom_mpi_env}")
   endforeach()
   # Faults under MPI: a plan that does not divide the model, and a rank count that does not match
   # the plan, end the job with the message (never a hang).
   add_test(NAME dist_mpi_fault_bad_layout
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "tp=3 does not divide num_attention_heads=8"
-                   ${loom_dist_mpirun} -np 3 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=3 --comm mpi)
+                   ${loom_mpirun} -np 3 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=3 --comm mpi)
   add_test(NAME dist_mpi_fault_rank_count
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "plan tp=4 needs 4 ranks, but the mpi world has 2"
-                   ${loom_dist_mpirun} -np 2 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=4 --comm mpi)
+                   ${loom_mpirun} -np 2 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=4 --comm mpi)
   set_tests_properties(dist_mpi_fault_bad_layout dist_mpi_fault_rank_count PROPERTIES TIMEOUT 90
-                       ENVIRONMENT "${loom_dist_env}")
+                       ENVIRONMENT "${loom_mpi_env}")
 endif()
 if(LOOM_MPI)
   # Ranks started with different plans (mpirun MPMD form): every rank reports the disagreement.
   add_test(NAME dist_mpi_fault_plan_disagreement
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "ranks disagree on the plan: rank\\(s\\) 0 have .tp=2.; rank\\(s\\) 1 have .dp=2."
-                   ${loom_dist_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
+                   ${loom_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
                    : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan dp=2 --comm mpi)
-  set_tests_properties(dist_mpi_fault_plan_disagreement PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_dist_env}")
+  set_tests_properties(dist_mpi_fault_plan_disagreement PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_mpi_env}")
 endif()
 if(LOOM_MPI)
   # One rank cannot read the model (MPMD: rank 1 is given a missing file): the job ends with that
   # rank's error instead of hanging the others.
   add_test(NAME dist_mpi_fault_unreadable_model
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "rank 1 failed: .*stories260K.bin.missing"
-                   ${loom_dist_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
+                   ${loom_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
                    : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories}.missing -n 4 --plan tp=2 --comm mpi)
-  set_tests_properties(dist_mpi_fault_unreadable_model PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_dist_env}")
+  set_tests_properties(dist_mpi_fault_unreadable_model PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_mpi_env}")
 endif()
 if(LOOM_MPI)
   # `loom bench offline` under mpirun (tp and Shift plans): same counts as one rank.
@@ -66,8 +64,8 @@ if(LOOM_MPI)
     list(GET parts 3 policy)
     add_test(NAME dist_mpi_bench_offline_${name}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_bench_offline.sh $<TARGET_FILE:loom> ${loom_dist_gqa} ${np} ${plan} ${policy}
-                     ${CMAKE_CURRENT_BINARY_DIR}/mpi-bench-${name} ${loom_dist_mpirun})
+                     ${CMAKE_CURRENT_BINARY_DIR}/mpi-bench-${name} ${loom_mpirun})
     set_tests_properties(dist_mpi_bench_offline_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED dist_gqa
-                         ENVIRONMENT "${loom_dist_env}")
+                         ENVIRONMENT "${loom_mpi_env}")
   endforeach()
 endif()

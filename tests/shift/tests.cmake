@@ -1,10 +1,8 @@
 # MPI runs of Shift Parallelism (engine/shift_executor.h): `loom generate --plan sp=S,tp=T
 # --policy shift|alternate|random:SEED --comm mpi` under mpirun against single-rank generation,
 # on stories260K and on the synthetic GQA model (24 query heads, 6 KV heads) written by
-# `loom synth`. Same mpirun flags as tests/comm and tests/dist (root in CI, 2 cores).
+# `loom synth`, checked by tests/dist/mpi_generate.sh (mpirun flags: tests/CMakeLists.txt).
 if(LOOM_MPI)
-  set(loom_shift_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
-  set(loom_shift_env OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
   set(loom_shift_gqa ${CMAKE_CURRENT_BINARY_DIR}/shift_gqa_24x6_f32.gguf)
   add_test(NAME shift_mpi_synth_gqa_model
            COMMAND $<TARGET_FILE:loom> synth --shape gqa-24x6 --dtype f32 --seed 7 -o ${loom_shift_gqa})
@@ -20,10 +18,10 @@ if(LOOM_MPI)
     list(GET parts 2 plan)
     list(GET parts 3 policy)
     add_test(NAME shift_mpi_stories_${name}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_shift.sh $<TARGET_FILE:loom> ${loom_shift_stories}
-                     ${np} ${plan} 24 ${policy} ${loom_shift_mpirun})
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/dist/mpi_generate.sh $<TARGET_FILE:loom> ${loom_shift_stories}
+                     ${np} ${plan} 24 ${policy} ${loom_mpirun})
     set_tests_properties(shift_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "${loom_shift_env}")
+                         ENVIRONMENT "${loom_mpi_env}")
   endforeach()
   set(loom_shift_gqa_runs "sp2tp1_shift 2 sp=2,tp=1 shift" "sp3tp2_random 6 sp=3,tp=2 random:5")
   foreach(entry ${loom_shift_gqa_runs})
@@ -33,9 +31,9 @@ if(LOOM_MPI)
     list(GET parts 2 plan)
     list(GET parts 3 policy)
     add_test(NAME shift_mpi_gqa_${name}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_shift.sh $<TARGET_FILE:loom> ${loom_shift_gqa}
-                     ${np} ${plan} 8 ${policy} ${loom_shift_mpirun})
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/dist/mpi_generate.sh $<TARGET_FILE:loom> ${loom_shift_gqa}
+                     ${np} ${plan} 8 ${policy} ${loom_mpirun})
     set_tests_properties(shift_mpi_gqa_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED shift_gqa
-                         ENVIRONMENT "${loom_shift_env}")
+                         ENVIRONMENT "${loom_mpi_env}")
   endforeach()
 endif()
