@@ -2,13 +2,21 @@
 // test areas that link the engine).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/rng.h"
 #include "engine/generator.h"
 #include "engine/transformer.h"
+#include "model/synth.h"
+#include "test_util.h"
 
 namespace loom::test {
 
@@ -43,6 +51,59 @@ inline double top2_gap(const std::shared_ptr<Model>& m, const std::vector<int32_
   tf.forward(fb, kv, logits);
   std::partial_sort(logits.begin(), logits.begin() + 2, logits.end(), std::greater<float>());
   return double(logits[0]) - double(logits[1]);
+}
+
+// Compares each prompt's output tokens (got: request id i + 1 -> tokens) with the single-rank ones;
+// explains a difference with the single-rank top-2 logit gap at the first differing token.
+inline void expect_tokens(const std::string& label, const std::shared_ptr<Model>& m,
+                          const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<std::vector<int32_t>>& want,
+                          const std::map<int64_t, std::vector<int32_t>>& got) {
+  ASSERT_EQ(got.size(), prompts.size()) << label;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t>& g = got.at(int64_t(i) + 1);
+    if (g == want[i]) continue;
+    size_t k = 0;
+    while (k < g.size() && k < want[i].size() && g[k] == want[i][k]) ++k;
+    std::string why = "lengths differ";
+    if (k < g.size() && k < want[i].size()) {
+      std::vector<int32_t> ctx = prompts[i];
+      ctx.insert(ctx.end(), want[i].begin(), want[i].begin() + long(k));
+      why = cat("token ", k, ": ", g[k], " vs single-rank ", want[i][k], ", single-rank top-2 logit gap ",
+                top2_gap(m, ctx));
+    }
+    ADD_FAILURE() << label << ", prompt " << i << " (" << prompts[i].size() << " tokens): " << why;
+  }
+}
+
+// Random prompts of awkward lengths (BOS first): the first seven lengths fixed, the rest drawn.
+inline std::vector<std::vector<int32_t>> random_prompts(int n, int max_len, int vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::vector<int32_t>> ps;
+  const int fixed[] = {1, 7, 17, 40, 3, 29, 12};
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {1};
+    const int len = i < 7 ? std::min(fixed[i], max_len) : 1 + int(rng.below(uint64_t(max_len)));
+    for (int j = 0; j < len; ++j) p.push_back(3 + int32_t(rng.below(uint64_t(vocab - 3))));
+    ps.push_back(p);
+  }
+  return ps;
+}
+
+// The synthetic GQA model the layout tests share (gqa-24x6: 24 query heads, 6 KV heads, f32,
+// seed 7), written once per test process.
+inline const std::string& gqa_24x6_path() {
+  static const std::string path = [] {
+    SynthOptions o;
+    o.shape = synth_shape("gqa-24x6");
+    o.dtype = DType::F32;
+    o.seed = 7;
+    o.threads = 1;
+    const std::string p = temp_dir() + "/gqa-24x6.gguf";
+    write_synth_model(o, p);
+    return p;
+  }();
+  return path;
 }
 
 }  // namespace loom::test

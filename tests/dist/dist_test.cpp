@@ -29,7 +29,8 @@ namespace {
 const std::vector<std::string> kPlans = {"tp=1", "tp=2", "tp=4", "tp=8", "dp=2", "dp=2,tp=2"};
 
 using test::alone;
-using test::top2_gap;
+using test::expect_tokens;
+using test::random_prompts;
 
 std::vector<Request> make_requests(const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& max_tokens,
                                    const std::vector<int32_t>& eos) {
@@ -71,41 +72,6 @@ std::map<int64_t, std::vector<int32_t>> run_plan(const std::string& plan, const 
     EXPECT_EQ(e.metrics().summary().num_requests, int64_t(requests.size()));
   });
   return out;
-}
-
-// Compares outputs with the single-rank tokens; explains a difference with the top-2 gap.
-void expect_tokens(const std::string& plan, const std::shared_ptr<Model>& m,
-                   const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& want,
-                   const std::map<int64_t, std::vector<int32_t>>& got) {
-  ASSERT_EQ(got.size(), prompts.size()) << plan;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t>& g = got.at(int64_t(i) + 1);
-    if (g == want[i]) continue;
-    size_t k = 0;
-    while (k < g.size() && k < want[i].size() && g[k] == want[i][k]) ++k;
-    std::string why = "lengths differ";
-    if (k < g.size() && k < want[i].size()) {
-      std::vector<int32_t> ctx = prompts[i];
-      ctx.insert(ctx.end(), want[i].begin(), want[i].begin() + long(k));
-      why = cat("token ", k, ": ", g[k], " vs single-rank ", want[i][k], ", single-rank top-2 logit gap ",
-                top2_gap(m, ctx));
-    }
-    ADD_FAILURE() << "plan " << plan << ", prompt " << i << " (" << prompts[i].size() << " tokens): " << why;
-  }
-}
-
-// Random prompts of awkward lengths (BOS first).
-std::vector<std::vector<int32_t>> random_prompts(int n, int max_len, int vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<std::vector<int32_t>> ps;
-  const int fixed[] = {1, 7, 17, 40, 3, 29, 12};
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p = {1};
-    const int len = i < 7 ? std::min(fixed[i], max_len) : 1 + int(rng.below(uint64_t(max_len)));
-    for (int j = 0; j < len; ++j) p.push_back(3 + int32_t(rng.below(uint64_t(vocab - 3))));
-    ps.push_back(p);
-  }
-  return ps;
 }
 
 // ---- the step descriptor ----
@@ -193,7 +159,7 @@ TEST_F(DistStories, EveryPlanMatchesSingleRankGreedy) {
   for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
   for (const std::string& plan : kPlans) {
     SCOPED_TRACE(plan);
-    expect_tokens(plan, model_, prompts_, want,
+    expect_tokens(cat("plan ", plan), model_, prompts_, want,
                   run_plan(plan, model_, make_requests(prompts_, std::vector<int>(prompts_.size(), n), {})));
   }
 }
@@ -241,13 +207,7 @@ TEST_F(DistStories, ReferenceGreedyUnderEveryPlan) {
 class DistSynthGqa : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    SynthOptions o;
-    o.shape = synth_shape("gqa-24x6");
-    o.dtype = DType::F32;
-    o.seed = 7;
-    o.threads = 1;
-    path_ = test::temp_dir() + "/gqa.gguf";
-    write_synth_model(o, path_);
+    path_ = test::gqa_24x6_path();
   }
   static std::string path_;
 };
@@ -263,7 +223,7 @@ TEST_F(DistSynthGqa, EveryPlanMatchesSingleRankGreedy) {
   for (const auto& p : prompts) want.push_back(alone(model, p, n));
   for (const std::string& plan : kPlans) {
     SCOPED_TRACE(plan);
-    expect_tokens(plan, model, prompts, want,
+    expect_tokens(cat("plan ", plan), model, prompts, want,
                   run_plan(plan, model, make_requests(prompts, std::vector<int>(prompts.size(), n), {})));
   }
 }

@@ -26,20 +26,8 @@ namespace loom {
 namespace {
 
 using test::alone;
-using test::top2_gap;
-
-std::vector<std::vector<int32_t>> random_prompts(int n, int max_len, int vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<std::vector<int32_t>> ps;
-  const int fixed[] = {1, 7, 17, 40, 3, 29, 12};
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p = {1};
-    const int len = i < 7 ? std::min(fixed[i], max_len) : 1 + int(rng.below(uint64_t(max_len)));
-    for (int j = 0; j < len; ++j) p.push_back(3 + int32_t(rng.below(uint64_t(vocab - 3))));
-    ps.push_back(p);
-  }
-  return ps;
-}
+using test::expect_tokens;
+using test::random_prompts;
 
 struct EngineRun {
   std::map<int64_t, std::vector<int32_t>> out;
@@ -93,26 +81,6 @@ EngineRun run(const RunOptions& ro, const std::shared_ptr<Model>& model, const s
   return res;
 }
 
-void expect_tokens(const std::string& label, const std::shared_ptr<Model>& m,
-                   const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& want,
-                   const EngineRun& got) {
-  ASSERT_EQ(got.out.size(), prompts.size()) << label;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t>& g = got.out.at(int64_t(i) + 1);
-    if (g == want[i]) continue;
-    size_t k = 0;
-    while (k < g.size() && k < want[i].size() && g[k] == want[i][k]) ++k;
-    std::string why = "lengths differ";
-    if (k < g.size() && k < want[i].size()) {
-      std::vector<int32_t> ctx = prompts[i];
-      ctx.insert(ctx.end(), want[i].begin(), want[i].begin() + long(k));
-      why = cat("token ", k, ": ", g[k], " vs single-rank ", want[i][k], ", single-rank top-2 logit gap ",
-                top2_gap(m, ctx));
-    }
-    ADD_FAILURE() << label << ", prompt " << i << " (" << prompts[i].size() << " tokens): " << why;
-  }
-}
-
 // Under a switching policy: both configs ran, the switches moved nothing, every step is named.
 void expect_switched(const std::string& label, const EngineRun& r, const Plan& base) {
   std::set<std::string> plans;
@@ -138,7 +106,7 @@ void check(const std::shared_ptr<Model>& m, const std::vector<std::pair<int, int
       const std::string label = cat(ro.plan, " --policy ", policy);
       SCOPED_TRACE(label);
       const EngineRun r = run(ro, m, prompts, n);
-      expect_tokens(label, m, prompts, want, r);
+      expect_tokens(label, m, prompts, want, r.out);
       expect_switched(label, r, base);
     }
   }
@@ -150,22 +118,8 @@ TEST(ShiftEngine, Stories260KInterleavingsMatchSingleRank) {
   check(m, {{2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}, {8, 1}}, {"shift", "alternate", "random:3"}, 9, 12, 11);
 }
 
-std::string gqa_path() {
-  static const std::string path = [] {
-    SynthOptions o;
-    o.shape = synth_shape("gqa-24x6");
-    o.dtype = DType::F32;
-    o.seed = 7;
-    o.threads = 1;
-    const std::string p = test::temp_dir() + "/gqa-24x6.gguf";
-    write_synth_model(o, p);
-    return p;
-  }();
-  return path;
-}
-
 TEST(ShiftEngine, SynthGqaInterleavingsMatchSingleRank) {
-  std::shared_ptr<Model> m = load_model(gqa_path());
+  std::shared_ptr<Model> m = load_model(test::gqa_24x6_path());
   check(m, {{2, 1}, {3, 1}, {3, 2}, {2, 3}, {6, 1}, {2, 6}, {12, 1}}, {"shift", "random:5"}, 8, 8, 23);
 }
 
@@ -184,7 +138,7 @@ TEST(ShiftEngine, PrefillUnderSpDecodeUnderTp) {
   ro.threshold = 5;  // 5 sequences decode 5 tokens: shift; any step with a prefill chunk here has more
   ro.budget = 64;
   const EngineRun r = run(ro, m, prompts, 10);
-  expect_tokens("prefill sp / decode tp", m, prompts, want, r);
+  expect_tokens("prefill sp / decode tp", m, prompts, want, r.out);
   int64_t prefill_steps = 0, decode_steps = 0;
   for (const StepMetrics& s : r.steps) {
     if (s.num_tokens > 5) {
@@ -203,7 +157,7 @@ TEST(ShiftEngine, PrefillUnderSpDecodeUnderTp) {
 // Fixed plans: the base alone and the shift config alone; DP replicas of an sp x tp base with
 // the Shift policy; both weight modes give the same tokens; the start-up report names the bytes.
 TEST(ShiftEngine, FixedConfigsDpAndWeightModes) {
-  std::shared_ptr<Model> m = load_model(gqa_path());
+  std::shared_ptr<Model> m = load_model(test::gqa_24x6_path());
   const auto prompts = random_prompts(6, 30, m->config.vocab_size, 9);
   std::vector<std::vector<int32_t>> want;
   for (const auto& p : prompts) want.push_back(alone(m, p, 8));
@@ -211,7 +165,7 @@ TEST(ShiftEngine, FixedConfigsDpAndWeightModes) {
     RunOptions ro;
     ro.plan = plan;
     const EngineRun r = run(ro, m, prompts, 8);
-    expect_tokens(plan, m, prompts, want, r);
+    expect_tokens(plan, m, prompts, want, r.out);
     for (const StepMetrics& s : r.steps) EXPECT_EQ(s.plan, plan);
     EXPECT_EQ(r.stats.switches, 0);
   }
@@ -220,7 +174,7 @@ TEST(ShiftEngine, FixedConfigsDpAndWeightModes) {
     ro.plan = "dp=2,sp=2,tp=1";
     ro.policy = "random:7";
     const EngineRun r = run(ro, m, prompts, 8);
-    expect_tokens(ro.plan, m, prompts, want, r);
+    expect_tokens(ro.plan, m, prompts, want, r.out);
   }
   for (const std::string weights : {"separate", "slice"}) {
     RunOptions ro;
@@ -228,7 +182,7 @@ TEST(ShiftEngine, FixedConfigsDpAndWeightModes) {
     ro.policy = "alternate";
     ro.weights = weights;
     const EngineRun r = run(ro, m, prompts, 8);
-    expect_tokens(cat("weights ", weights), m, prompts, want, r);
+    expect_tokens(cat("weights ", weights), m, prompts, want, r.out);
     ASSERT_EQ(r.info.size(), 7u);  // the policy line and one line per rank
     EXPECT_NE(r.info[0].find(cat("weights ", weights)), std::string::npos) << r.info[0];
     EXPECT_NE(r.info[1].find("rank 0 weights: base shard "), std::string::npos) << r.info[1];
@@ -278,7 +232,7 @@ std::string error_of(F&& f) {
 }
 
 TEST(ShiftEngine, PolicyErrorsUpFront) {
-  std::shared_ptr<Model> m = load_model(gqa_path());
+  std::shared_ptr<Model> m = load_model(test::gqa_24x6_path());
   auto try_run = [&](const std::string& plan, const std::string& policy, int64_t threshold) {
     return error_of([&] {
       RunOptions ro;

@@ -17,14 +17,15 @@
 #include <map>
 #include <mutex>
 
-#include "core/weight_tiles.h"
 #include "comm/local.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/weight_tiles.h"
 #include "engine/shift_executor.h"
 #include "model/loader.h"
 #include "model/synth.h"
 #include "parallel/sharding.h"
+#include "single_rank.h"
 #include "test_util.h"
 
 namespace loom {
@@ -240,22 +241,8 @@ TEST(ShiftForward, Stories260KEverySpTp) {
   check_model(m, {{2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}, {8, 1}});
 }
 
-std::string gqa_path() {
-  static const std::string path = [] {
-    SynthOptions o;
-    o.shape = synth_shape("gqa-24x6");
-    o.dtype = DType::F32;
-    o.seed = 7;
-    o.threads = 1;
-    const std::string p = test::temp_dir() + "/gqa-24x6.gguf";
-    write_synth_model(o, p);
-    return p;
-  }();
-  return path;
-}
-
 TEST(ShiftForward, SynthGqa24x6EveryValidSpTp) {
-  std::shared_ptr<const Model> m = load_model(gqa_path());
+  std::shared_ptr<const Model> m = load_model(test::gqa_24x6_path());
   ASSERT_EQ(m->config.n_heads, 24);
   ASSERT_EQ(m->config.n_kv_heads, 6);
   // s*t in {2, 3, 6, 12, 24} (the products that also split or replicate the 6 KV heads evenly),
@@ -266,7 +253,7 @@ TEST(ShiftForward, SynthGqa24x6EveryValidSpTp) {
 // Products that divide the 24 query heads but not the KV heads evenly, and TP degrees that
 // neither split nor replicate them, are rejected before anything runs, naming the sizes.
 TEST(ShiftForward, ImpossibleCombinationsRejectedUpFront) {
-  std::shared_ptr<const Model> m = load_model(gqa_path());
+  std::shared_ptr<const Model> m = load_model(test::gqa_24x6_path());
   const ModelShape shape = ModelShape::from(m->config);
   auto error_of = [&](int s, int t) -> std::string {
     try {
@@ -288,7 +275,7 @@ TEST(ShiftForward, ImpossibleCombinationsRejectedUpFront) {
 // Shift 3.3.2: separate copies and slices of the base copy compute the same logits bit for bit;
 // memory per rank is w/t + w/P (separate) and w/t (slice), as shift_weight_memory says.
 TEST(ShiftForward, WeightModesSeparateAndSliceAgree) {
-  std::shared_ptr<const Model> m = load_model(gqa_path());
+  std::shared_ptr<const Model> m = load_model(test::gqa_24x6_path());
   std::vector<Seq> seqs = fresh_seqs();
   const std::vector<ForwardBatch> batches = make_batches(seqs, m->config.vocab_size, 9);
   const Plan base = Plan::make_sp_tp(3, 2);
@@ -322,7 +309,7 @@ TEST(ShiftForward, WeightModesSeparateAndSliceAgree) {
 // The switch is free: KvMigration between the base and shift placements moves and drops nothing
 // (for the paper's 3x2 and for s*t above the KV heads), while a different layout would move KV.
 TEST(ShiftForward, SwitchMovesNoKv) {
-  std::shared_ptr<const Model> m = load_model(gqa_path());
+  std::shared_ptr<const Model> m = load_model(test::gqa_24x6_path());
   const ModelShape shape = ModelShape::from(m->config);
   const std::vector<SeqExtent> seqs = {{0, 37}, {1, 6}, {7, 129}};
   for (auto [s, t] : std::vector<std::pair<int, int>>{{3, 2}, {2, 6}, {12, 1}}) {
