@@ -35,6 +35,23 @@ int64_t ModelConfig::param_count() const {
   return v * d * (tied_embeddings ? 1 : 2) + int64_t(n_layers) * per_layer + d;
 }
 
+ModelConfig ModelConfig::from_dims(const std::string& arch, int d, int layers, int heads, int kv, int head_dim,
+                                   int ffn, int vocab, int ctx, float theta) {
+  ModelConfig c;
+  c.arch = arch;
+  c.d_model = d;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv;
+  c.head_dim = head_dim;
+  c.ffn_dim = ffn;
+  c.vocab_size = vocab;
+  c.max_seq_len = ctx;
+  c.rope_theta = theta;
+  c.rope_style = RopeStyle::HalfSplit;
+  return c;
+}
+
 std::string ModelConfig::summary() const {
   return cat(arch, ": d_model ", d_model, ", layers ", n_layers, ", heads ", n_heads, " (kv ", n_kv_heads,
              ", head_dim ", head_dim, "), ffn ", ffn_dim, ", vocab ", vocab_size, ", context ", max_seq_len,

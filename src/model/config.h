@@ -59,6 +59,13 @@ struct ModelConfig {
   // Number of parameters implied by the shapes (embedding counted once when tied).
   int64_t param_count() const;
   std::string summary() const;  // one line: arch, dims, heads, layers, vocab, context
+
+  // A config from the dimensions a published config.json gives (HF names: hidden_size,
+  // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+  // vocab_size, max_position_embeddings, rope_theta), with HF's half-split RoPE; the other
+  // fields keep their defaults.
+  static ModelConfig from_dims(const std::string& arch, int d, int layers, int heads, int kv, int head_dim, int ffn,
+                               int vocab, int ctx, float theta);
 };
 
 }  // namespace loom

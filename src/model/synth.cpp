@@ -34,19 +34,8 @@ uint64_t fnv1a(const std::string& s) {
 
 ModelConfig base_config(const std::string& arch, int d, int layers, int heads, int kv, int head_dim, int ffn,
                         int vocab, int ctx, float theta, bool tied) {
-  ModelConfig c;
-  c.arch = arch;
-  c.d_model = d;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv;
-  c.head_dim = head_dim;
-  c.ffn_dim = ffn;
-  c.vocab_size = vocab;
-  c.max_seq_len = ctx;
-  c.rope_theta = theta;
+  ModelConfig c = ModelConfig::from_dims(arch, d, layers, heads, kv, head_dim, ffn, vocab, ctx, theta);
   c.rms_eps = 1e-5f;
-  c.rope_style = RopeStyle::HalfSplit;
   c.tied_embeddings = tied;
   c.qkv_bias = arch == "qwen2";
   return c;

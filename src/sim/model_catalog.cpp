@@ -25,18 +25,7 @@ std::string lower(std::string s) {
 // max_position_embeddings, rope_theta).
 ModelConfig shape(const char* arch, int d, int layers, int heads, int kv, int head_dim, int ffn, int vocab,
                   int ctx, float theta, bool qkv_bias = false) {
-  ModelConfig c;
-  c.arch = arch;
-  c.d_model = d;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv;
-  c.head_dim = head_dim;
-  c.ffn_dim = ffn;
-  c.vocab_size = vocab;
-  c.max_seq_len = ctx;
-  c.rope_theta = theta;
-  c.rope_style = RopeStyle::HalfSplit;
+  ModelConfig c = ModelConfig::from_dims(arch, d, layers, heads, kv, head_dim, ffn, vocab, ctx, theta);
   c.qkv_bias = qkv_bias;
   c.bos_id = 1;
   c.eos_id = 2;
