@@ -60,12 +60,12 @@ StepResult DistExecutor::execute(const StepBatch& batch) {
   return leader_.run(batch, [&] { return kernel_.execute(batch); });
 }
 
-int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
-                     const std::function<void(const StepBatch&)>& before_step) {
+int64_t follow_steps(Communicator& group, const KvStorage& kv, bool with_logits,
+                     const std::function<void(const StepBatch&)>& before_step,
+                     const std::function<void(const StepBatch&, const ForwardBatch&)>& forward) {
   LOOM_CHECK(group.rank() != 0, "rank 0 of a group leads; it does not follow");
   std::vector<uint8_t> wire, inl;
   ForwardBatch fb;
-  std::vector<float> logits;
   int64_t steps = 0;
   while (true) {
     broadcast_descriptor(group, wire, inl);
@@ -75,10 +75,17 @@ int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
       fail("step ", d.batch.step_index, " uses KV blocks of ", d.batch.block_size, " tokens, this rank's cache ",
            kv.layout.block_size);
     if (before_step) before_step(d.batch);
-    to_forward_batch(d.batch, kv.layout.num_blocks, false, fb);
-    model.forward(fb, kv, logits);
+    to_forward_batch(d.batch, int(kv.layout.num_blocks), with_logits, fb);
+    forward(d.batch, fb);
     ++steps;
   }
+}
+
+int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
+                     const std::function<void(const StepBatch&)>& before_step) {
+  std::vector<float> logits;
+  return follow_steps(group, kv, false, before_step,
+                      [&](const StepBatch&, const ForwardBatch& fb) { model.forward(fb, kv, logits); });
 }
 
 }  // namespace loom

@@ -108,6 +108,14 @@ class DistExecutor : public StepExecutor {
 int64_t run_follower(Communicator& group, Transformer& model, KvStorage& kv,
                      const std::function<void(const StepBatch&)>& before_step = nullptr);
 
+// The loop every follower runs (run_follower, run_shift_follower): receives each descriptor from
+// `group` rank 0, checks its KV block size against `kv`, calls `before_step`, builds the forward
+// batch (want_logits as scheduled when `with_logits`, else off) and calls `forward`, until the
+// stop command. Returns the number of steps executed.
+int64_t follow_steps(Communicator& group, const KvStorage& kv, bool with_logits,
+                     const std::function<void(const StepBatch&)>& before_step,
+                     const std::function<void(const StepBatch&, const ForwardBatch&)>& forward);
+
 // One step descriptor (step_codec.h) from `group` rank 0 to the others: on rank 0 `wire` holds
 // the encoded descriptor, on the others it receives it; `inline_buf` is scratch (kInlineBytes).
 // Used by every executor that leads a group (DistExecutor, ShiftExecutor).

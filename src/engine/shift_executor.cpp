@@ -148,23 +148,9 @@ StepResult ShiftExecutor::execute(const StepBatch& batch) {
 
 int64_t run_shift_follower(Communicator& replica, ShiftRank& rank,
                            const std::function<void(const StepBatch&)>& before_step) {
-  LOOM_CHECK(replica.rank() != 0, "replica rank 0 leads; it does not follow");
-  std::vector<uint8_t> wire, inl;
-  ForwardBatch fb;
-  int64_t steps = 0;
-  KvStorage& kv = rank.kv();
-  while (true) {
-    broadcast_descriptor(replica, wire, inl);
-    DecodedStep d = decode_step(wire.data(), wire.size());
-    if (d.command == StepCommand::kStop) return steps;
-    if (d.batch.block_size != kv.layout.block_size)
-      fail("step ", d.batch.step_index, " uses KV blocks of ", d.batch.block_size, " tokens, this rank's cache ",
-           kv.layout.block_size);
-    if (before_step) before_step(d.batch);
-    to_forward_batch(d.batch, int(kv.layout.num_blocks), true, fb);
-    rank.forward(d.batch.plan, fb, nullptr);
-    ++steps;
-  }
+  // Logits as scheduled: ShiftRank::forward itself drops them off the rank that samples.
+  return follow_steps(replica, rank.kv(), true, before_step,
+                      [&](const StepBatch& b, const ForwardBatch& fb) { rank.forward(b.plan, fb, nullptr); });
 }
 
 }  // namespace loom
