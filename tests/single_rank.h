@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "engine/generator.h"
+#include "engine/request.h"
 #include "engine/transformer.h"
 #include "model/synth.h"
 #include "test_util.h"
@@ -74,6 +75,31 @@ inline void expect_tokens(const std::string& label, const std::shared_ptr<Model>
     }
     ADD_FAILURE() << label << ", prompt " << i << " (" << prompts[i].size() << " tokens): " << why;
   }
+}
+
+// Greedy requests for `prompts`: ids 1, 2, ..., request i stops after max_tokens[i] tokens or at a
+// token of `eos` (none given: EOS ignored); arrivals spacing_s apart from 0.
+inline std::vector<Request> greedy_requests(const std::vector<std::vector<int32_t>>& prompts,
+                                            const std::vector<int>& max_tokens,
+                                            const std::vector<int32_t>& eos = {}, double spacing_s = 0.0) {
+  std::vector<Request> rs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.id = int64_t(i) + 1;
+    r.prompt = prompts[i];
+    r.max_tokens = max_tokens[i];
+    r.sampling.temperature = 0;
+    r.stop.eos_ids = eos;
+    r.stop.ignore_eos = eos.empty();
+    r.arrival_s = spacing_s * double(i);
+    rs.push_back(r);
+  }
+  return rs;
+}
+// The same with n tokens for every prompt.
+inline std::vector<Request> greedy_requests(const std::vector<std::vector<int32_t>>& prompts, int n,
+                                            const std::vector<int32_t>& eos = {}, double spacing_s = 0.0) {
+  return greedy_requests(prompts, std::vector<int>(prompts.size(), n), eos, spacing_s);
 }
 
 // Random prompts of awkward lengths (BOS first): the first seven lengths fixed, the rest drawn.

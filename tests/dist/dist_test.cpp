@@ -29,24 +29,9 @@ namespace {
 const std::vector<std::string> kPlans = {"tp=1", "tp=2", "tp=4", "tp=8", "dp=2", "dp=2,tp=2"};
 
 using test::alone;
+using test::greedy_requests;
 using test::expect_tokens;
 using test::random_prompts;
-
-std::vector<Request> make_requests(const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& max_tokens,
-                                   const std::vector<int32_t>& eos) {
-  std::vector<Request> rs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Request r;
-    r.id = int64_t(i) + 1;
-    r.prompt = prompts[i];
-    r.max_tokens = max_tokens[i];
-    r.sampling.temperature = 0;
-    r.stop.eos_ids = eos;
-    r.stop.ignore_eos = eos.empty();
-    rs.push_back(r);
-  }
-  return rs;
-}
 
 // Runs `requests` under `plan` on the local backend; returns outputs by request id.
 std::map<int64_t, std::vector<int32_t>> run_plan(const std::string& plan, const std::shared_ptr<Model>& model,
@@ -160,7 +145,7 @@ TEST_F(DistStories, EveryPlanMatchesSingleRankGreedy) {
   for (const std::string& plan : kPlans) {
     SCOPED_TRACE(plan);
     expect_tokens(cat("plan ", plan), model_, prompts_, want,
-                  run_plan(plan, model_, make_requests(prompts_, std::vector<int>(prompts_.size(), n), {})));
+                  run_plan(plan, model_, greedy_requests(prompts_, n)));
   }
 }
 
@@ -190,7 +175,7 @@ TEST_F(DistStories, ReferenceGreedyUnderEveryPlan) {
   }
   for (const std::string& plan : kPlans) {
     SCOPED_TRACE(plan);
-    const auto got = run_plan(plan, model_, make_requests(prompts, max_tokens, {1}), 64);
+    const auto got = run_plan(plan, model_, greedy_requests(prompts, max_tokens, {1}), 64);
     ASSERT_EQ(got.size(), refs.size());
     for (size_t i = 0; i < refs.size(); ++i) {
       std::vector<int32_t> next(refs[i].prompt_tokens.begin() + 1, refs[i].prompt_tokens.end());
@@ -224,7 +209,7 @@ TEST_F(DistSynthGqa, EveryPlanMatchesSingleRankGreedy) {
   for (const std::string& plan : kPlans) {
     SCOPED_TRACE(plan);
     expect_tokens(cat("plan ", plan), model, prompts, want,
-                  run_plan(plan, model, make_requests(prompts, std::vector<int>(prompts.size(), n), {})));
+                  run_plan(plan, model, greedy_requests(prompts, n)));
   }
 }
 

@@ -19,21 +19,7 @@ namespace loom {
 namespace {
 
 using test::alone;
-
-std::vector<Request> make_requests(const std::vector<std::vector<int32_t>>& prompts, int n, double spacing_s) {
-  std::vector<Request> rs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Request r;
-    r.id = int64_t(i) + 1;
-    r.prompt = prompts[i];
-    r.max_tokens = n;
-    r.sampling.temperature = 0;
-    r.stop.ignore_eos = true;
-    r.arrival_s = spacing_s * double(i);
-    rs.push_back(r);
-  }
-  return rs;
-}
+using test::greedy_requests;
 
 class BatchedStories : public ::testing::Test {
  protected:
@@ -82,7 +68,7 @@ TEST_F(BatchedStories, ContinuousBatchingWithChunkedPrefillGivesTheTokensOfOneAt
   c.kv_cache_bytes = int64_t(64) << 20;
   Engine e(model_, c);
   const int n = 40;
-  std::vector<Sequence> done = e.run(make_requests(prompts_, n, 0.0));
+  std::vector<Sequence> done = e.run(greedy_requests(prompts_, n));
   expect_same_as_alone(model_, prompts_, done, n);
   EXPECT_EQ(e.scheduler().num_used_blocks(), 0);
   // The run really batched: some step had several sequences and some step mixed prefill and decode.
@@ -107,7 +93,7 @@ TEST_F(BatchedStories, PreemptionUnderATinyCacheGivesTheSameTokens) {
   c.kv_cache_bytes = kv_bytes_per_block(lay, DType::F32) * 48;
   Engine e(model_, c);
   const int n = 48;
-  std::vector<Sequence> done = e.run(make_requests(prompts_, n, 0.0));
+  std::vector<Sequence> done = e.run(greedy_requests(prompts_, n));
   expect_same_as_alone(model_, prompts_, done, n);
   EXPECT_GT(e.scheduler().num_preemptions(), 0);
   EXPECT_EQ(e.scheduler().num_used_blocks(), 0);

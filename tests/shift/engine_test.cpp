@@ -56,17 +56,7 @@ EngineRun run(const RunOptions& ro, const std::shared_ptr<Model>& model, const s
   o.policy = ro.policy;
   o.shift_threshold = ro.threshold;
   o.shift_weights = ro.weights;
-  std::vector<Request> rs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Request r;
-    r.id = int64_t(i) + 1;
-    r.prompt = prompts[i];
-    r.max_tokens = n;
-    r.sampling.temperature = 0;
-    r.stop.eos_ids = eos;
-    r.stop.ignore_eos = eos.empty();
-    rs.push_back(r);
-  }
+  const std::vector<Request> rs = test::greedy_requests(prompts, n, eos);
   EngineRun res;
   run_distributed(o, [&](DistEngine& e) {
     for (const Sequence& s : e.run(rs)) {
