@@ -27,32 +27,35 @@ if(LOOM_MPI)
                          ENVIRONMENT "${loom_mpi_env}")
   endforeach()
   # Faults under MPI: a plan that does not divide the model, and a rank count that does not match
-  # the plan, end the job with the message (never a hang).
+  # the plan, end the job with the message (never a hang). The fault runs use the synthetic model,
+  # so they run without ../shared.
   add_test(NAME dist_mpi_fault_bad_layout
-           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "tp=3 does not divide num_attention_heads=8"
-                   ${loom_mpirun} -np 3 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=3 --comm mpi)
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "tp=5 does not divide num_attention_heads=24"
+                   ${loom_mpirun} -np 5 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa} -n 4 --plan tp=5 --comm mpi)
   add_test(NAME dist_mpi_fault_rank_count
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "plan tp=4 needs 4 ranks, but the mpi world has 2"
-                   ${loom_mpirun} -np 2 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=4 --comm mpi)
+                   ${loom_mpirun} -np 2 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa} -n 4 --plan tp=4 --comm mpi)
   set_tests_properties(dist_mpi_fault_bad_layout dist_mpi_fault_rank_count PROPERTIES TIMEOUT 90
-                       ENVIRONMENT "${loom_mpi_env}")
+                       FIXTURES_REQUIRED dist_gqa ENVIRONMENT "${loom_mpi_env}")
 endif()
 if(LOOM_MPI)
   # Ranks started with different plans (mpirun MPMD form): every rank reports the disagreement.
   add_test(NAME dist_mpi_fault_plan_disagreement
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "ranks disagree on the plan: rank\\(s\\) 0 have .tp=2.; rank\\(s\\) 1 have .dp=2."
-                   ${loom_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
-                   : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan dp=2 --comm mpi)
-  set_tests_properties(dist_mpi_fault_plan_disagreement PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_mpi_env}")
+                   ${loom_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa} -n 4 --plan tp=2 --comm mpi
+                   : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa} -n 4 --plan dp=2 --comm mpi)
+  set_tests_properties(dist_mpi_fault_plan_disagreement PROPERTIES TIMEOUT 90 FIXTURES_REQUIRED dist_gqa
+                       ENVIRONMENT "${loom_mpi_env}")
 endif()
 if(LOOM_MPI)
   # One rank cannot read the model (MPMD: rank 1 is given a missing file): the job ends with that
   # rank's error instead of hanging the others.
   add_test(NAME dist_mpi_fault_unreadable_model
-           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "rank 1 failed: .*stories260K.bin.missing"
-                   ${loom_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories} -n 4 --plan tp=2 --comm mpi
-                   : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_stories}.missing -n 4 --plan tp=2 --comm mpi)
-  set_tests_properties(dist_mpi_fault_unreadable_model PROPERTIES TIMEOUT 90 ENVIRONMENT "${loom_mpi_env}")
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "rank 1 failed: .*gguf.missing"
+                   ${loom_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa} -n 4 --plan tp=2 --comm mpi
+                   : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa}.missing -n 4 --plan tp=2 --comm mpi)
+  set_tests_properties(dist_mpi_fault_unreadable_model PROPERTIES TIMEOUT 90 FIXTURES_REQUIRED dist_gqa
+                       ENVIRONMENT "${loom_mpi_env}")
 endif()
 if(LOOM_MPI)
   # `loom bench offline` under mpirun (tp and Shift plans): same counts as one rank.
