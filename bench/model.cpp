@@ -38,7 +38,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/shard_weights.h"
-#include "engine/transformer.h"
+#include "engine/rank_engine.h"
 #include "kernels/kernels.h"
 #include "kernels/roofline.h"
 #include "model/loader.h"
@@ -99,27 +99,15 @@ std::vector<MatrixKind> matrix_kinds(const Model& m, const std::vector<ShardLaye
   return k;
 }
 
-KvStorage make_kv(const ModelConfig& c, int64_t positions) {
-  KvLayout lay;
-  lay.n_layers = c.n_layers;
-  lay.n_kv_heads = c.n_kv_heads;
-  lay.head_dim = c.head_dim;
-  lay.block_size = kDefaultKvBlockSize;
-  lay.num_blocks = int((positions + lay.block_size - 1) / lay.block_size);
-  return KvStorage(lay);
-}
-
-ForwardBatch one_seq(const std::vector<int32_t>& tokens, int64_t start, const std::vector<int32_t>& table) {
+ForwardBatch one_seq(const std::vector<int32_t>& tokens, int64_t start) {
   ForwardBatch b;
   b.tokens = tokens;
-  ForwardSeq s;
-  s.start_pos = start;
-  s.n_tokens = int(tokens.size());
-  s.block_table = table.data();
-  s.n_blocks = int(table.size());
-  s.want_logits = true;
-  b.seqs.push_back(s);
+  b.seqs.push_back(ForwardSeq{0, start, int(tokens.size()), true});
   return b;
+}
+
+WeightShards full_shards(const Model& m) {
+  return weight_shards(Plan::make_tp(1), ModelShape::from(m.config, weight_block_elems(m)), 0);
 }
 
 // Seconds per decode token after a 16-token prompt and 2 warm-up tokens: the fastest of
@@ -127,22 +115,20 @@ ForwardBatch one_seq(const std::vector<int32_t>& tokens, int64_t start, const st
 struct DecodeTime {
   double best = 0, median = 0;
 };
-DecodeTime time_decode(Transformer& tf, int n_tokens) {
+DecodeTime time_decode(SingleRankModel& tf, int n_tokens) {
   const ModelConfig& c = tf.config();
   const int prompt_len = 16, warm = 2;
-  KvStorage kv = make_kv(c, prompt_len + warm + n_tokens + 1);
-  std::vector<int32_t> table(size_t(kv.layout.num_blocks));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  tf.engine().release({0});
   std::vector<int32_t> prompt(prompt_len);
   for (int i = 0; i < prompt_len; ++i) prompt[size_t(i)] = (i * 7919 + 13) % c.vocab_size;
   std::vector<float> logits;
-  tf.forward(one_seq(prompt, 0, table), kv, logits);
+  tf.forward(one_seq(prompt, 0), logits);
   int32_t next = kernels::argmax(logits.data(), c.vocab_size);
   int64_t pos = prompt_len;
   std::vector<double> per_token;
   for (int i = 0; i < warm + n_tokens; ++i) {
     const double t0 = now_seconds();
-    tf.forward(one_seq({next}, pos, table), kv, logits);
+    tf.forward(one_seq({next}, pos), logits);
     next = kernels::argmax(logits.data(), c.vocab_size);
     const double dt = now_seconds() - t0;
     ++pos;
@@ -152,18 +138,16 @@ DecodeTime time_decode(Transformer& tf, int n_tokens) {
 }
 
 // Best-of-`reps` seconds for one forward pass over a prompt of `n_tokens` (one chunk).
-double time_prefill(Transformer& tf, int n_tokens, int reps) {
+double time_prefill(SingleRankModel& tf, int n_tokens, int reps) {
   const ModelConfig& c = tf.config();
-  KvStorage kv = make_kv(c, n_tokens);
-  std::vector<int32_t> table(size_t(kv.layout.num_blocks));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
   std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
   for (int i = 0; i < n_tokens; ++i) prompt[size_t(i)] = (i * 7919 + 13) % c.vocab_size;
   std::vector<float> logits;
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
+    tf.engine().release({0});
     const double t0 = now_seconds();
-    tf.forward(one_seq(prompt, 0, table), kv, logits);
+    tf.forward(one_seq(prompt, 0), logits);
     best = std::min(best, now_seconds() - t0);
   }
   return best;
@@ -279,7 +263,7 @@ int main(int argc, char** argv) {
       const std::string path = ensure_model("llama-3.2-1b", dt);
       std::shared_ptr<const Model> model = load_model(path);
       const ModelConfig& c = model->config;
-      const auto kinds = matrix_kinds(*model, shard_views(*model, ShardSpec::full(model->config)));
+      const auto kinds = matrix_kinds(*model, shard_views(*model, full_shards(*model)));
       int64_t weight_bytes = 0, layer_params = 0;
       for (const auto& k : kinds) {
         weight_bytes += k.bytes();
@@ -292,14 +276,15 @@ int main(int argc, char** argv) {
         std::printf("measuring %s at %d thread(s)\n", dname.c_str(), threads[ti]);
         std::fflush(stdout);
         ThreadPool pool(threads[ti]);
-        Transformer tf(model, ShardSpec::full(c), &pool);
+        const int64_t kv_tokens = std::max<int64_t>(prefill_tokens, 16 + 2 + decode_tokens + 1);
+        SingleRankModel tf(model, &pool, kv_tokens);
         sample_bw(ti);
         const DecodeTime dec = time_decode(tf, decode_tokens);
         sample_bw(ti);
         const double pf_s = time_prefill(tf, prefill_tokens, 2);
         double plain_s = 0;
         {  // the same decode on the memory-mapped rows: what the row-tile layout gains
-          Transformer plain(model, ShardSpec::full(c), &pool, nullptr, shard_views(*model, ShardSpec::full(c)));
+          SingleRankModel plain(model, &pool, kv_tokens, kDefaultKvBlockSize, Plan::parse("tp=1,weights=full"));
           plain_s = time_decode(plain, decode_tokens).best;
         }
         sample_bw(ti);
@@ -310,7 +295,7 @@ int main(int argc, char** argv) {
           // 2x the last-level cache, at least 512 MiB: reading it evicts everything cached.
           const size_t llc = kernels::last_level_cache_bytes();
           std::vector<uint8_t> flush(std::max<size_t>(2 * llc, size_t(512) << 20), 1);
-          const ShardWeightSet decode_weights = decode_shard(shard_views(*model, ShardSpec::full(c)));
+          const ShardWeightSet decode_weights = decode_shard(shard_views(*model, full_shards(*model)));
           for (const auto& k : matrix_kinds(*model, decode_weights.layers))
             p.kinds.emplace_back(k, time_kind(k, &pool, 5, flush));
           profiles.push_back(std::move(p));

@@ -90,9 +90,9 @@ void measure(const std::string& model, const std::string& plan, const std::strin
       f.burst_tpot_ms = std::min(f.burst_tpot_ms, tpot / double(n));
       f.burst_out_tok_s = std::max(f.burst_out_tok_s, double(out) / (t1 - t0));
     }
-    const ShiftStats s = e.shift_stats();
-    f.base_steps = s.base_steps;
-    f.shift_steps = s.shift_steps;
+    const std::vector<PlanStats> s = e.plan_stats();
+    f.base_steps = s[0].steps;
+    f.shift_steps = s.size() > 1 ? s[1].steps : 0;
   });
 }
 

@@ -15,7 +15,7 @@
 #include "core/rng.h"
 #include "engine/generator.h"
 #include "engine/request.h"
-#include "engine/transformer.h"
+#include "engine/rank_engine.h"
 #include "model/synth.h"
 #include "test_util.h"
 
@@ -25,31 +25,21 @@ namespace loom::test {
 inline std::vector<int32_t> alone(const std::shared_ptr<Model>& m, const std::vector<int32_t>& prompt, int n,
                                   std::vector<int32_t> stop_ids = {}) {
   ThreadPool pool(1);
-  Transformer tf(m, ShardSpec::full(m->config), &pool);
   GenerateOptions o;
   o.max_new_tokens = n;
   o.stop_ids = std::move(stop_ids);
-  return generate(tf, prompt, o).tokens;
+  return generate(m, &pool, prompt, o).tokens;
 }
 
 // Single-rank logits after `context`: top-1 minus top-2 (how close a greedy choice was).
 inline double top2_gap(const std::shared_ptr<Model>& m, const std::vector<int32_t>& context) {
   ThreadPool pool(1);
-  Transformer tf(m, ShardSpec::full(m->config), &pool);
-  KvLayout lay;
-  lay.n_layers = m->config.n_layers;
-  lay.n_kv_heads = m->config.n_kv_heads;
-  lay.head_dim = m->config.head_dim;
-  lay.block_size = 16;
-  lay.num_blocks = int((context.size() + 15) / 16);
-  KvStorage kv(lay);
-  std::vector<int32_t> blocks(size_t(lay.num_blocks));
-  for (int i = 0; i < lay.num_blocks; ++i) blocks[size_t(i)] = i;
+  SingleRankModel tf(m, &pool, int64_t(context.size()));
   ForwardBatch fb;
   fb.tokens = context;
-  fb.seqs.push_back(ForwardSeq{0, int(context.size()), blocks.data(), int(lay.num_blocks), true});
+  fb.seqs.push_back(ForwardSeq{0, 0, int(context.size()), true});
   std::vector<float> logits;
-  tf.forward(fb, kv, logits);
+  tf.forward(fb, logits);
   std::partial_sort(logits.begin(), logits.begin() + 2, logits.end(), std::greater<float>());
   return double(logits[0]) - double(logits[1]);
 }
@@ -131,5 +121,60 @@ inline const std::string& gqa_24x6_path() {
   }();
   return path;
 }
+
+}  // namespace loom::test
+
+namespace loom::test {
+
+// Follows the steps one rank runs (RankEngine::after_step) and checks, after each, that the rank's
+// KV store holds exactly what the current plan's placement gives it for every live sequence
+// (kv_store.h check_holdings: what the rank actually holds, not a counter). One per rank.
+class HoldingsChecker {
+ public:
+  // Returns "" or the first difference.
+  std::string after_step(RankEngine& e, const StepBatch& b, const std::vector<RequestId>& released) {
+    for (RequestId id : released) len_.erase(id);
+    for (const ScheduledSeq& s : b.seqs) len_[s.seq_id] = s.start + s.num_tokens;
+    std::vector<SeqExtent> seqs;
+    for (const auto& [id, n] : len_) seqs.push_back({id, n});
+    ++checks;
+    return check_holdings(e.kv(), e.plans().placement(e.current()), e.world_rank(), seqs);
+  }
+  int64_t checks = 0;
+
+ private:
+  std::map<int64_t, int64_t> len_;
+};
+
+}  // namespace loom::test
+
+#include <mutex>
+
+#include "engine/dist_engine.h"
+
+namespace loom::test {
+
+// HoldingsChecker on every rank of a local run: install() before run_distributed, then
+// expect_clean() after it.
+struct HoldingsCheck {
+  std::vector<HoldingsChecker> ranks;
+  std::mutex mu;
+  std::string error;
+  void install(DistOptions& o, int n_ranks) {
+    ranks.assign(size_t(n_ranks), HoldingsChecker{});
+    o.after_step = [this](int r, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+      const std::string bad = ranks[size_t(r)].after_step(e, b, rel);
+      if (bad.empty()) return;
+      std::lock_guard<std::mutex> lock(mu);
+      if (error.empty()) error = cat("step ", b.step_index, " (plan ", b.plan_id, "): ", bad);
+    };
+  }
+  void expect_clean(const std::string& label) {
+    int64_t n = 0;
+    for (const HoldingsChecker& c : ranks) n += c.checks;
+    EXPECT_GT(n, 0) << label;
+    EXPECT_EQ(error, "") << label;
+  }
+};
 
 }  // namespace loom::test

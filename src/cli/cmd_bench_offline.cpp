@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
-#include "cli/shift_cli.h"
+#include "cli/layout_cli.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "engine/dist_engine.h"
@@ -59,10 +59,9 @@ struct BenchOfflineArgs {
   int block_size = kDefaultKvBlockSize;
   int threads = 0;
   // Distributed (hook).
-  int ranks = 1;
-  std::string plan;
+  int ranks = 0;  // 0: from --plan (1 without; mpi: as many as mpirun started)
   std::string comm = "local";
-  ShiftArgs shift;
+  LayoutArgs layout;
   // Output.
   std::string output_json, output_csv;
   bool quiet = false;
@@ -204,9 +203,12 @@ struct EngineRun {
 EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> model, const EngineConfig& cfg,
                      std::vector<Request> requests) {
   if (a.comm != "local" && a.comm != "mpi") fail("unknown --comm '", a.comm, "' (local, mpi)");
-  if (a.ranks < 0 || (a.ranks == 0 && a.comm != "mpi")) fail("--ranks must be >= 1, got ", a.ranks);
+  if (a.ranks < 0) fail("--ranks must be >= 1, got ", a.ranks);
+  int ranks = layout_ranks(a.layout, a.ranks);
+  // Under mpi without --ranks: as many as mpirun started (the plan's size is checked against them).
+  if (a.comm == "mpi" && a.ranks == 0) ranks = 0;
   EngineRun run;
-  if (a.ranks == 1 && a.comm == "local" && (a.plan.empty() || a.plan == "tp=1") && !a.shift.given()) {
+  if (ranks <= 1 && a.comm == "local" && !a.layout.given()) {
     Engine engine(std::move(model), cfg);
     run.engine = {{"ranks", 1},
                   {"plan", "tp=1"},
@@ -224,12 +226,11 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
   }
   DistOptions o;
   o.comm = a.comm;
-  o.ranks = a.ranks;
-  o.plan = a.plan.empty() ? cat("tp=", a.ranks) : a.plan;
+  o.ranks = ranks > 0 ? ranks : (a.comm == "mpi" ? 0 : 1);
+  apply_layout_options(a.layout, std::max(o.ranks, 1), o);
   o.model_path = a.model;
   o.engine = cfg;
   o.load_model = [model](int) { return model; };
-  apply_shift_options(a.shift, o);
   run.is_driver = false;
   run_distributed(o, [&](DistEngine& e) {
     run.is_driver = true;
@@ -237,6 +238,7 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
       for (const std::string& line : e.start_info()) std::fprintf(stderr, "[%s]\n", line.c_str());
     run.engine = {{"ranks", e.world_size()},
                   {"plan", e.plan().to_string()},
+                  {"plan_set", e.plans().to_string()},
                   {"comm", std::string(e.backend())},
                   {"threads_per_rank", e.threads_per_rank()},
                   {"max_num_seqs", e.config().max_num_seqs},
@@ -247,14 +249,9 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
                   {"kernel_path", kernels::kernel_path()}};
     run.finished = e.run(std::move(requests));
     run.metrics = e.metrics();
-    const ShiftStats ss = e.shift_stats();
     run.engine["policy"] = e.policy();
     run.engine["start_info"] = e.start_info();
-    if (ss.base_steps + ss.shift_steps > 0)
-      run.engine["shift"] = {{"base_steps", ss.base_steps},
-                             {"shift_steps", ss.shift_steps},
-                             {"switches", ss.switches},
-                             {"kv_bytes_moved", ss.kv_bytes_moved}};
+    run.engine["plan_stats"] = plan_stats_json(e)["plans"];
   });
   return run;
 }
@@ -361,12 +358,13 @@ void run_bench_offline(const BenchOfflineArgs& a) {
               (long long)s.num_preemptions);
   std::printf("  throughput: %.1f tok/s total (%.1f input, %.1f output), %.3f requests/s\n", total_tok_s,
               input_tok_s, s.output_tokens_per_s, s.requests_per_s);
-  if (plans.size() > 1 || run.engine.contains("shift")) {
-    std::printf("  plans:");
-    for (const auto& [name, p] : plans.items())
-      std::printf(" %s %lld steps (%lld tokens);", name.c_str(), (long long)p["steps"].get<int64_t>(),
-                  (long long)p["tokens"].get<int64_t>());
-    std::printf("\n");
+  if (run.engine.contains("plan_stats") && run.engine["plan_stats"].size() > 1) {
+    std::printf("  plans (policy %s):\n", run.engine["policy"].get<std::string>().c_str());
+    for (const auto& p : run.engine["plan_stats"])
+      std::printf("    %-24s %6lld steps %9lld tokens, %lld switches in, %lld KV bytes moved in %.3f ms\n",
+                  p["name"].get<std::string>().c_str(), (long long)p["steps"].get<int64_t>(),
+                  (long long)p["tokens"].get<int64_t>(), (long long)p["switches"].get<int64_t>(),
+                  (long long)p["kv_bytes_moved"].get<int64_t>(), p["switch_ms"].get<double>());
   }
   print_dist("TTFT", s.ttft_ms);
   print_dist("TPOT", s.tpot_ms);
@@ -404,10 +402,9 @@ void register_bench_offline(CLI::App& bench) {
       ->capture_default_str();
   sub->add_option("--block-size", a->block_size, "Tokens per KV-cache block")->capture_default_str();
   sub->add_option("--threads", a->threads, "Worker threads (0: all cores, or LOOM_THREADS)");
-  sub->add_option("--ranks", a->ranks, "Ranks of the distributed engine (1: single process)")->capture_default_str();
-  sub->add_option("--plan", a->plan, "Parallel plan for --ranks > 1 (e.g. tp=2)");
+  sub->add_option("--ranks", a->ranks, "Ranks of the distributed engine (default: the plan's; 1 without a plan)");
   sub->add_option("--comm", a->comm, "Communicator for --ranks > 1: local or mpi")->capture_default_str();
-  add_shift_options(sub, a->shift);
+  add_layout_options(sub, a->layout);
   sub->add_option("--output-json", a->output_json, "Write the report as JSON");
   sub->add_option("--output-csv", a->output_csv, "Write one CSV row per request");
   sub->add_flag("--quiet,-q", a->quiet, "Print nothing (use with --output-json)");

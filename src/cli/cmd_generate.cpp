@@ -5,21 +5,21 @@
 // this process (1 worker thread each unless --threads), mpi = one rank per process under
 // `mpirun -np N loom generate ... --comm mpi` (each process maps the model; only rank 0 prints).
 // --prefill-chunk is then the engine's token budget per step (chunked prefill beside decodes).
-// Shift Parallelism: `--plan sp=2,tp=2 --policy shift [--shift-threshold N] [--shift-weights
-// separate|slice]` (cli/shift_cli.h); the start-up lines report the weights per rank and the
-// threshold, the last line the steps per config.
+// Plan sets (cli/layout_cli.h): `--plan tp=4 --plan dp=4 --policy cycle:8`; Shift Parallelism:
+// `--plan sp=2,tp=2 --policy shift [--shift-threshold N] [--shift-weights separate|slice]`. The
+// start-up lines report the weights per rank and plan, the last lines the steps, switches and KV
+// bytes moved per plan.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/cli.h"
-#include "cli/shift_cli.h"
+#include "cli/layout_cli.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/dist_engine.h"
 #include "engine/generator.h"
-#include "engine/transformer.h"
 #include "kernels/kernels.h"
 #include "model/loader.h"
 #include "model/tokenizer.h"
@@ -40,8 +40,8 @@ struct GenerateArgs {
   bool print_ids = false;
   bool no_bos = false;
   int ranks = 0;  // 0: not given
-  std::string plan, comm;
-  ShiftArgs shift;
+  std::string comm;
+  LayoutArgs layout;
 };
 
 std::vector<int32_t> stop_ids_of(const Model& model, const Tokenizer& tok) {
@@ -67,12 +67,16 @@ void run_generate_distributed(const GenerateArgs& a) {
   if (a.n < 1) fail("-n must be >= 1 with --ranks/--plan/--comm or several prompts, got ", a.n);
   DistOptions o;
   o.comm = a.comm.empty() ? "local" : a.comm;
-  o.plan = a.plan.empty() ? (a.ranks > 1 ? cat("tp=", a.ranks) : "tp=1") : a.plan;
-  o.ranks = a.ranks > 0 ? a.ranks : (o.comm == "mpi" ? 0 : Plan::parse(o.plan).size());
+  int ranks = layout_ranks(a.layout, a.ranks);
+  // Under mpi without --ranks: as many as mpirun started (the plan's size is checked against them).
+  if (a.comm == "mpi" && a.ranks == 0) ranks = 0;
+  o.ranks = ranks > 0 ? ranks : (o.comm == "mpi" ? 0 : 1);
+  apply_layout_options(a.layout, o.ranks > 0 ? o.ranks : 1, o);
+  if (a.layout.plans.empty() && o.comm == "mpi" && a.ranks == 0)
+    fail("--comm mpi without --ranks needs a --plan (e.g. --plan tp=4)");
   o.model_path = a.model;
   o.engine.threads = a.threads;
   o.engine.max_tokens_per_step = a.prefill_chunk;
-  apply_shift_options(a.shift, o);
   run_distributed(o, [&](DistEngine& e) {
     for (const std::string& line : e.start_info()) std::fprintf(stderr, "[%s]\n", line.c_str());
     auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
@@ -118,7 +122,7 @@ void run_generate_distributed(const GenerateArgs& a) {
                  reqs.size(), (long long)n_gen, secs, secs > 0 ? double(n_gen) / secs : 0.0,
                  e.plan().to_string().c_str(), e.world_size(), std::string(e.backend()).c_str(),
                  e.threads_per_rank(), kernels::kernel_path());
-    print_shift_stats(e);
+    print_plan_stats(e);
   });
 }
 
@@ -127,7 +131,7 @@ void run_generate(const GenerateArgs& a) {
   if (!(a.top_p > 0.0f && a.top_p <= 1.0f)) fail("--top-p must be in (0, 1], got ", a.top_p);
   if (a.top_k < 0) fail("--top-k must be >= 0, got ", a.top_k);
   if (a.n < 0) fail("-n must be >= 0, got ", a.n);
-  if (a.ranks != 0 || !a.plan.empty() || !a.comm.empty() || a.prompts.size() > 1 || a.shift.given())
+  if (a.ranks != 0 || !a.comm.empty() || a.prompts.size() > 1 || a.layout.given())
     return run_generate_distributed(a);
 
   std::shared_ptr<Model> model = load_model(a.model);
@@ -136,7 +140,6 @@ void run_generate(const GenerateArgs& a) {
 
   std::vector<int32_t> prompt = tok->encode(a.prompts.at(0), !a.no_bos);
   ThreadPool pool(a.threads > 0 ? a.threads : default_thread_count());
-  Transformer tf(model, ShardSpec::full(c), &pool);
 
   GenerateOptions opts;
   opts.max_new_tokens = a.n;
@@ -156,7 +159,7 @@ void run_generate(const GenerateArgs& a) {
   std::fputs(shown.c_str(), stdout);
   std::fflush(stdout);
   std::vector<int32_t> generated;
-  GenerateResult r = generate(tf, prompt, opts, [&](int32_t id) {
+  GenerateResult r = generate(model, &pool, prompt, opts, [&](int32_t id) {
     generated.push_back(id);
     const bool is_stop = std::find(opts.stop_ids.begin(), opts.stop_ids.end(), id) != opts.stop_ids.end();
     if (!is_stop) {
@@ -194,9 +197,8 @@ void register_generate(CLI::App& app) {
   sub->add_flag("--print-ids", a->print_ids, "Also print the prompt and generated token ids");
   sub->add_flag("--no-bos", a->no_bos, "Do not prepend BOS to the prompt");
   sub->add_option("--ranks", a->ranks, "Ranks to run on (local: threads of this process; mpi: must match mpirun -np)");
-  sub->add_option("--plan", a->plan, "Parallel plan, e.g. tp=4, dp=2, dp=2,tp=2 (default tp=<ranks>)");
   sub->add_option("--comm", a->comm, "Communicator backend: single, local or mpi (default local)");
-  add_shift_options(sub, a->shift);
+  add_layout_options(sub, a->layout);
   set_action(sub, [a] {
     if (a->prompts.empty()) a->prompts.push_back("Once upon a time");
     run_generate(*a);

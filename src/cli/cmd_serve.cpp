@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli/cli.h"
-#include "cli/shift_cli.h"
+#include "cli/layout_cli.h"
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/tokenizer.h"
@@ -35,8 +35,8 @@ struct ServeArgs {
   int threads = 0;
   int http_threads = 0;
   int ranks = 1;
-  std::string plan, comm = "local";
-  ShiftArgs shift;
+  std::string comm = "local";
+  LayoutArgs layout;
 };
 
 std::string base_name(const std::string& path) {
@@ -68,10 +68,11 @@ void run_serve(const ServeArgs& a) {
   if (a.kv_cache_bytes > 0) spec.config.kv_cache_bytes = a.kv_cache_bytes;
   spec.config.kv_cache_fraction = a.kv_cache_fraction;
   spec.config.block_size = a.block_size;
-  spec.ranks = a.ranks;
-  spec.plan = a.plan;
-  spec.layout_options = a.shift.given();
-  spec.configure_dist = [&a](DistOptions& o) { apply_shift_options(a.shift, o); };
+  spec.ranks = layout_ranks(a.layout, a.ranks == 1 && !a.layout.plans.empty() ? 0 : a.ranks);
+  if (spec.ranks == 0 && a.comm != "mpi") spec.ranks = 1;
+  if (spec.ranks == 0 && a.layout.plans.empty()) fail("--comm mpi with --ranks 0 needs a --plan (e.g. --plan tp=4)");
+  spec.layout_options = a.layout.given();
+  spec.configure_dist = [&a, &spec](DistOptions& o) { apply_layout_options(a.layout, std::max(spec.ranks, 1), o); };
   spec.comm = a.comm;
   server::check_layout(spec);
   std::shared_ptr<Model> model = load_model(a.model);
@@ -139,9 +140,8 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--ranks", a->ranks, "Ranks of the engine (local: threads; mpi: 0 = mpirun's -np)")
       ->capture_default_str();
-  sub->add_option("--plan", a->plan, "Layout plan, e.g. tp=2 (default: tp over all ranks)");
   sub->add_option("--comm", a->comm, "Communicator for several ranks: local or mpi")->capture_default_str();
-  add_shift_options(sub, a->shift);
+  add_layout_options(sub, a->layout);
   set_action(sub, [a] { run_serve(*a); });
 }
 

@@ -35,6 +35,46 @@ void Communicator::all_to_all(const float* send, float* recv, std::size_t count_
   all_to_all_bytes(send, recv, count_per_rank * sizeof(float));
 }
 
+namespace {
+
+// all_to_all_v_bytes run when the request is waited on.
+class DeferredAllToAll final : public CommRequest {
+ public:
+  DeferredAllToAll(Communicator& c, const void* send, std::span<const std::size_t> send_bytes,
+                   std::span<const std::size_t> send_displs, void* recv, std::span<const std::size_t> recv_bytes,
+                   std::span<const std::size_t> recv_displs)
+      : c_(c),
+        send_(send),
+        recv_(recv),
+        send_bytes_(send_bytes.begin(), send_bytes.end()),
+        send_displs_(send_displs.begin(), send_displs.end()),
+        recv_bytes_(recv_bytes.begin(), recv_bytes.end()),
+        recv_displs_(recv_displs.begin(), recv_displs.end()) {}
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    c_.all_to_all_v_bytes(send_, send_bytes_, send_displs_, recv_, recv_bytes_, recv_displs_);
+  }
+
+ private:
+  Communicator& c_;
+  const void* send_;
+  void* recv_;
+  std::vector<std::size_t> send_bytes_, send_displs_, recv_bytes_, recv_displs_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<CommRequest> Communicator::start_all_to_all_v_bytes(const void* send,
+                                                                    std::span<const std::size_t> send_bytes,
+                                                                    std::span<const std::size_t> send_displs,
+                                                                    void* recv,
+                                                                    std::span<const std::size_t> recv_bytes,
+                                                                    std::span<const std::size_t> recv_displs) {
+  return std::make_unique<DeferredAllToAll>(*this, send, send_bytes, send_displs, recv, recv_bytes, recv_displs);
+}
+
 void Communicator::check_agreement(const std::string& what, std::uint64_t hash) {
   const int n = size();
   std::vector<std::uint64_t> all(static_cast<std::size_t>(n));

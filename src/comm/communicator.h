@@ -44,6 +44,15 @@ struct CommOptions {
   static double default_timeout_s();
 };
 
+// A started non-blocking operation (start_all_to_all_v_bytes). wait() completes it (throws as the
+// blocking form would); the destructor of a request that was never waited on cancels what it can
+// and must only run while the group is being abandoned after an error.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -101,6 +110,21 @@ class Communicator {
                                   std::span<const std::size_t> send_displs, void* recv,
                                   std::span<const std::size_t> recv_bytes,
                                   std::span<const std::size_t> recv_displs) = 0;
+
+  // Non-blocking form of all_to_all_v_bytes (Nitsum 3.2.2 double-buffered KV migration; Helix
+  // 2.1.3 HOP-B): returns at once; the transfer completes in the request's wait(). Until then
+  // none of the buffers may be touched, and the rank may compute or start further requests. Every
+  // rank starts the same sequence of requests and waits on them in the same order. The counts and
+  // displacements are copied (the spans need not outlive the call). The default implementation
+  // runs the blocking all_to_all_v_bytes inside wait() (no overlap: the local and single
+  // backends, where a transfer is a memory copy by the receiving rank anyway); the MPI backend
+  // posts the messages at once (MPI_Isend / MPI_Irecv) so they progress while the rank computes.
+  virtual std::unique_ptr<CommRequest> start_all_to_all_v_bytes(const void* send,
+                                                                std::span<const std::size_t> send_bytes,
+                                                                std::span<const std::size_t> send_displs,
+                                                                void* recv,
+                                                                std::span<const std::size_t> recv_bytes,
+                                                                std::span<const std::size_t> recv_displs);
 
   // ---- point to point (bytes, tagged) ----
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "comm/single.h"
+#include "core/weight_tiles.h"
 #include "kv/block_allocator.h"
 
 namespace loom {
@@ -19,51 +21,37 @@ void EngineConfig::validate(const ModelConfig& m) const {
     fail("kv cache fraction must be in (0, 1], got ", kv_cache_fraction);
 }
 
-Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
-    : model_(std::move(model)), config_(config) {
-  const ModelConfig& c = model_->config;
-  config_.validate(c);
-  if (config_.max_model_len == 0) config_.max_model_len = c.max_seq_len;
-
-  // The weights first: their decode copy (shard_weights.h) comes out of the memory the KV
-  // budget below is a fraction of.
-  pool_ = std::make_unique<ThreadPool>(config_.threads > 0 ? config_.threads : default_thread_count());
-  transformer_ = std::make_unique<Transformer>(model_, ShardSpec::full(c), pool_.get());
-
-  KvLayout lay;
-  lay.n_layers = c.n_layers;
-  lay.n_kv_heads = c.n_kv_heads;
-  lay.head_dim = c.head_dim;
-  lay.block_size = config_.block_size;
-  const int64_t per_block = kv_bytes_per_block(lay, DType::F32);
-  int64_t blocks = kv_cache_num_blocks(per_block, config_.kv_cache_bytes, config_.kv_cache_fraction);
-  if (!config_.kv_cache_bytes) {
-    // No point holding more than every sequence slot at full context.
-    const int64_t useful =
-        int64_t(config_.max_num_seqs) * ((config_.max_model_len + lay.block_size - 1) / lay.block_size);
-    blocks = std::min(blocks, useful);
-  }
-  if (blocks < 1)
-    fail("the KV cache budget holds no block (one block is ", per_block, " bytes); raise --kv-cache-bytes");
-  if (blocks > int64_t(INT32_MAX)) blocks = INT32_MAX;
-  num_blocks_ = int(blocks);
-  lay.num_blocks = num_blocks_;
-
-  kv_ = std::make_unique<KvStorage>(lay);
-  executor_ = std::make_unique<KernelExecutor>(*transformer_, *kv_);
-
+EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig& config,
+                       std::unique_ptr<LayoutPolicy> policy, int dp_scale)
+    : rank_(rank) {
+  exec_ = std::make_unique<PlanExecutor>(world, rank);
   SchedulerConfig sc;
-  sc.max_num_seqs = config_.max_num_seqs;
-  sc.max_tokens_per_step = config_.max_tokens_per_step;
-  sc.block_size = config_.block_size;
-  sc.num_blocks = num_blocks_;
-  sc.max_model_len = config_.max_model_len;
-  sc.enable_chunked_prefill = config_.enable_chunked_prefill;
-  scheduler_ = std::make_unique<Scheduler>(sc);
-  loop_ = std::make_unique<EngineLoop>(*scheduler_, *executor_, clock_, metrics_);
+  sc.max_num_seqs = config.max_num_seqs * dp_scale;
+  sc.max_tokens_per_step = config.max_tokens_per_step * dp_scale;
+  sc.block_size = config.block_size;
+  sc.max_model_len = config.max_model_len;
+  sc.enable_chunked_prefill = config.enable_chunked_prefill;
+  std::vector<KvPoolShape> pools;
+  for (int id = 0; id < rank.plans().size(); ++id) {
+    pools.push_back(rank.pools(id));
+    if (rank.pools(id).blocks_per_pool < 1)
+      fail("plan ", rank.plans().name(id), ": the KV budget of some rank holds no block of ", config.block_size,
+           " tokens for its layers and KV heads; raise --kv-cache-bytes");
+  }
+  sc.pool_shapes = pools;
+  sc.num_blocks = int(pools[0].total_blocks());
+  sched_ = std::make_unique<Scheduler>(sc);
+  control_ = std::make_unique<PlanControl>(rank.plans(), pools, std::move(policy), *sched_);
+  loop_ = std::make_unique<EngineLoop>(*sched_, *exec_, clock_, metrics_);
+  loop_->on_batch = [this](StepBatch& b) { control_->on_batch(b); };
 }
 
-std::vector<Sequence> Engine::run(std::vector<Request> requests) {
+std::vector<Sequence> EngineCore::run(std::vector<Request> requests) {
+  const int vocab = rank_.model().config.vocab_size;
+  for (const Request& r : requests)
+    for (TokenId t : r.prompt)
+      // Every rank embeds the tokens: a bad id would fail the whole group mid-step.
+      if (t < 0 || t >= vocab) fail("request ", r.id, ": token id ", t, " is outside the vocabulary [0, ", vocab, ")");
   std::vector<Sequence> done;
   auto prev = loop_->on_finish;
   loop_->on_finish = [&](const Sequence& s) {
@@ -75,9 +63,66 @@ std::vector<Sequence> Engine::run(std::vector<Request> requests) {
     r.arrival_s += t0;
     loop_->add_arrival(std::move(r));
   }
-  loop_->run_until_idle();
+  try {
+    loop_->run_until_idle();
+  } catch (...) {
+    loop_->on_finish = prev;
+    throw;
+  }
   loop_->on_finish = prev;
+  if (exec_->broken()) fail(exec_->error());
   return done;
 }
+
+int64_t kv_pages_for(const EngineConfig& config, const PlanSet& plans, int rank, int head_dim, int64_t budget_bytes) {
+  const int64_t page_bytes = 2 * int64_t(config.block_size) * head_dim * int64_t(sizeof(float));
+  int64_t pages = budget_bytes / page_bytes;
+  if (pages < 1)
+    fail("the KV cache budget of ", budget_bytes, " bytes holds no page (one page, ", config.block_size,
+         " tokens of one KV head, is ", page_bytes, " bytes); raise --kv-cache-bytes");
+  // No point holding more than every sequence slot at full context under any plan.
+  const int64_t blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
+  int64_t useful = 0;
+  for (int id = 0; id < plans.size(); ++id) {
+    const RankLayout L = rank_layout(plans.plan(id), plans.shape(), rank);
+    useful = std::max(useful, int64_t(config.max_num_seqs) * plans.plan(id).dp * blocks * L.layers.size() *
+                                  int64_t(L.kv_heads.size()));
+  }
+  return std::min({pages, useful, int64_t(INT32_MAX)});
+}
+
+Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
+    : model_(std::move(model)), config_(config) {
+  const ModelConfig& c = model_->config;
+  config_.validate(c);
+  if (config_.max_model_len == 0) config_.max_model_len = c.max_seq_len;
+  world_ = std::make_unique<SingleCommunicator>();
+  pool_ = std::make_unique<ThreadPool>(config_.threads > 0 ? config_.threads : default_thread_count());
+  const PlanSet plans = PlanSet::make({Plan::make_tp(1)}, ModelShape::from(c, weight_block_elems(*model_)));
+  // The weights first: their decode copy (shard_weights.h) comes out of the memory the KV budget
+  // is a fraction of. The store is sized after the copy: build with no pages, then size.
+  RankEngineOptions o;
+  o.block_size = config_.block_size;
+  const int64_t weight_bytes = [&] {
+    int64_t b = 0;
+    for (const LayerWeights& L : model_->layers)
+      for (const WeightView* w : L.matrices()) b += w->bytes();
+    return b + model_->output.bytes();
+  }();
+  int64_t budget;
+  if (config_.kv_cache_bytes) {
+    budget = *config_.kv_cache_bytes;
+  } else {
+    int64_t avail = mem_available_bytes();
+    if (decode_copy_affordable(weight_bytes)) avail -= weight_bytes;
+    budget = int64_t(double(std::max<int64_t>(avail, 0)) * config_.kv_cache_fraction);
+  }
+  o.kv_pages = kv_pages_for(config_, plans, 0, c.head_dim, budget);
+  rank_ = std::make_unique<RankEngine>(model_, plans, *world_, pool_.get(), o);
+  core_ = std::make_unique<EngineCore>(*rank_, *world_, config_, make_layout_policy("fixed", plans, 0));
+  num_blocks_ = core_->scheduler().num_blocks();
+}
+
+Engine::~Engine() = default;
 
 }  // namespace loom

@@ -1,4 +1,4 @@
-// The single-process engine: a model, its paged KV cache, the shared scheduler, the kernel
+// The single-process engine: a model, its paged KV store, the shared scheduler, the plan
 // executor and the step loop, wired together. `loom bench offline`, `loom serve` and the tests
 // drive it through EngineLoop (submit / cancel / step) or run a set of requests to completion.
 #pragma once
@@ -10,10 +10,11 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine_loop.h"
-#include "engine/executor.h"
 #include "engine/metrics.h"
+#include "engine/plan_executor.h"
+#include "engine/policy.h"
+#include "engine/rank_engine.h"
 #include "engine/scheduler.h"
-#include "engine/transformer.h"
 #include "model/weights.h"
 
 namespace loom {
@@ -44,37 +45,76 @@ class EngineHandle {
   virtual EngineLoop& loop() = 0;
   virtual Clock& clock() = 0;
   virtual Metrics& metrics() = 0;
+  // Per plan of the engine's set: steps, tokens, switches into it, KV bytes moved, switch time.
+  virtual std::vector<PlanStats> plan_stats() const = 0;
 };
 
+// World rank 0's scheduling side over a RankEngine, shared by the single-rank Engine and the
+// distributed engine: the scheduler (its KV pools per plan come from the RankEngine), the layout
+// policy (PlanControl), the executor that broadcasts each step, the loop, clock and metrics.
+class EngineCore {
+ public:
+  // `config` resolved (max_model_len set); its per-step limits are multiplied by `dp_scale` (the
+  // largest DP degree of the plan set: the limits are per replica).
+  EngineCore(RankEngine& rank, Communicator& world, const EngineConfig& config, std::unique_ptr<LayoutPolicy> policy,
+             int dp_scale = 1);
+  Scheduler& scheduler() { return *sched_; }
+  EngineLoop& loop() { return *loop_; }
+  Clock& clock() { return clock_; }
+  Metrics& metrics() { return metrics_; }
+  PlanExecutor& executor() { return *exec_; }
+  const PlanExecutor& executor() const { return *exec_; }
+  const PlanControl& control() const { return *control_; }
+  // Runs `requests` (arrival_s relative to now) to completion; returns the finished sequences in
+  // finishing order (rejected ones included). Throws loom::Error for a token id outside the
+  // vocabulary (before anything runs) and when the group failed.
+  std::vector<Sequence> run(std::vector<Request> requests);
+
+ private:
+  RankEngine& rank_;
+  std::unique_ptr<PlanExecutor> exec_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<PlanControl> control_;
+  WallClock clock_;
+  Metrics metrics_;
+  std::unique_ptr<EngineLoop> loop_;
+};
+
+// KV pages for one rank: `budget_bytes` of pages, capped at what max_num_seqs sequences of
+// max_model_len tokens can use on `rank` under the roomiest plan of the set. Throws loom::Error when
+// the budget holds no page.
+int64_t kv_pages_for(const EngineConfig& config, const PlanSet& plans, int rank, int head_dim, int64_t budget_bytes);
+
+// The single-rank engine: plan tp=1 on one rank, through the same RankEngine and step path as
+// every distributed plan.
 class Engine : public EngineHandle {
  public:
   Engine(std::shared_ptr<const Model> model, const EngineConfig& config);
+  ~Engine() override;
 
   const ModelConfig& model_config() const { return model_->config; }
   const EngineConfig& config() const override { return config_; }
-  Scheduler& scheduler() override { return *scheduler_; }
-  EngineLoop& loop() override { return *loop_; }
-  Metrics& metrics() override { return metrics_; }
-  Clock& clock() override { return clock_; }
+  Scheduler& scheduler() override { return core_->scheduler(); }
+  EngineLoop& loop() override { return core_->loop(); }
+  Metrics& metrics() override { return core_->metrics(); }
+  Clock& clock() override { return core_->clock(); }
   int num_kv_blocks() const override { return num_blocks_; }
-  int64_t kv_cache_bytes() const { return kv_->bytes(); }
+  std::vector<PlanStats> plan_stats() const override { return core_->executor().stats(); }
+  int64_t kv_cache_bytes() const { return rank_->kv().bytes(); }
+  RankEngine& rank() { return *rank_; }
 
   // Runs `requests` (arrival_s relative to now) to completion; returns the finished sequences
   // in finishing order (rejected ones included, with FinishReason::kRejected).
-  std::vector<Sequence> run(std::vector<Request> requests);
+  std::vector<Sequence> run(std::vector<Request> requests) { return core_->run(std::move(requests)); }
 
  private:
   std::shared_ptr<const Model> model_;
   EngineConfig config_;
   int num_blocks_ = 0;
+  std::unique_ptr<Communicator> world_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Transformer> transformer_;
-  std::unique_ptr<KvStorage> kv_;
-  std::unique_ptr<KernelExecutor> executor_;
-  std::unique_ptr<Scheduler> scheduler_;
-  WallClock clock_;
-  Metrics metrics_;
-  std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<RankEngine> rank_;
+  std::unique_ptr<EngineCore> core_;
 };
 
 }  // namespace loom

@@ -63,9 +63,15 @@ void EngineLoop::collect_finished() {
 bool EngineLoop::step() {
   inject_due();
   StepBatch batch = sched_.schedule();
-  for (RequestId id : batch.preempted) exec_.release(id);
-  if (batch.empty()) return false;
+  if (batch.empty()) {
+    for (RequestId id : batch.preempted) exec_.release(id);
+    return false;
+  }
+  // The layout policy names the step's plan; a switch to another KV placement may preempt
+  // sequences that no longer fit (they join batch.preempted, and may leave the batch empty: the
+  // step then only switches).
   if (on_batch) on_batch(batch);
+  for (RequestId id : batch.preempted) exec_.release(id);
   StepMetrics sm;
   sm.index = batch.step_index;
   sm.start_s = clock_.now();

@@ -21,7 +21,7 @@ class EngineLoop {
   EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock, Metrics& metrics);
 
   // Hooks (optional). on_batch runs between schedule() and execute() (layout policies set
-  // batch.plan there); on_token after each token (streaming); on_finish for every finished
+  // batch.plan_id there, PlanControl); on_token after each token (streaming); on_finish for every finished
   // sequence (including rejected and cancelled).
   std::function<void(StepBatch&)> on_batch;
   std::function<void(const TokenEvent&)> on_token;

@@ -7,7 +7,7 @@
 
 namespace loom {
 
-GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+GenerateResult generate(SingleRankModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                         const std::function<bool(int32_t)>& on_token) {
   const ModelConfig& c = model.config();
   const int64_t n_prompt = int64_t(prompt.size());
@@ -24,16 +24,15 @@ GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, 
   // The last generated token is sampled but never fed back, so the cache holds at most
   // n_prompt + max_new_tokens - 1 positions.
   const int64_t max_pos = n_prompt + std::max(opts.max_new_tokens, 1);
-  KvLayout lay;
-  lay.n_layers = c.n_layers;
-  lay.n_kv_heads = model.shard().n_kv_heads;
-  lay.head_dim = c.head_dim;
-  lay.block_size = opts.block_size;
-  lay.num_blocks = (max_pos + lay.block_size - 1) / lay.block_size;
-  KvStorage kv(lay);
-  std::vector<int32_t> table(size_t(lay.num_blocks));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-
+  const KvStore& kv = model.kv();
+  if (kv.block_size() != opts.block_size ||
+      (max_pos + kv.block_size() - 1) / kv.block_size() * int64_t(c.n_layers) * c.n_kv_heads > kv.free_pages())
+    fail("the model's KV store (", kv.free_pages(), " free pages of ", kv.block_size(), " tokens) cannot hold ",
+         max_pos, " positions");
+  struct Release {
+    SingleRankModel& m;
+    ~Release() { m.engine().release({0}); }
+  } release{model};
   GenerateResult res;
   Rng rng(opts.seed);
   std::vector<float> logits;
@@ -50,14 +49,9 @@ GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, 
     const int64_t n = std::min<int64_t>(std::max(opts.prefill_chunk, 1), n_prompt - pos);
     ForwardBatch b;
     b.tokens.assign(prompt.begin() + pos, prompt.begin() + pos + n);
-    ForwardSeq s;
-    s.start_pos = pos;
-    s.n_tokens = int(n);
-    s.block_table = table.data();
-    s.n_blocks = int(table.size());
-    s.want_logits = pos + n == n_prompt;
+    const ForwardSeq s{0, pos, int(n), pos + n == n_prompt};
     b.seqs.push_back(s);
-    model.forward(b, kv, logits);
+    model.forward(b, logits);
     pos += n;
     if (s.want_logits) next = pick(logits.data());
   }
@@ -75,19 +69,22 @@ GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, 
     if (i + 1 == opts.max_new_tokens) break;
     ForwardBatch b;
     b.tokens = {next};
-    ForwardSeq s;
-    s.start_pos = pos;
-    s.n_tokens = 1;
-    s.block_table = table.data();
-    s.n_blocks = int(table.size());
-    s.want_logits = true;
-    b.seqs.push_back(s);
-    model.forward(b, kv, logits);
+    b.seqs.push_back(ForwardSeq{0, pos, 1, true});
+    model.forward(b, logits);
     ++pos;
     next = pick(logits.data());
   }
   res.decode_s = now_seconds() - t_start;
   return res;
+}
+
+GenerateResult generate(std::shared_ptr<const Model> model, ThreadPool* pool, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opts, const std::function<bool(int32_t)>& on_token) {
+  // Sized for the request, but never past the context (generate() rejects that, naming both).
+  const int64_t tokens = std::min<int64_t>(int64_t(prompt.size()) + std::max(opts.max_new_tokens, 1),
+                                           int64_t(model->config.max_seq_len) + 1);
+  SingleRankModel m(std::move(model), pool, tokens, opts.block_size);
+  return generate(m, prompt, opts, on_token);
 }
 
 }  // namespace loom

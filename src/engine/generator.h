@@ -1,4 +1,4 @@
-// Single-sequence generation on one Transformer: prefill the prompt (in chunks), then decode
+// Single-sequence generation on the single-rank model (rank_engine.h SingleRankModel): prefill the prompt (in chunks), then decode
 // one token per step, streaming each token to a callback. This is the exact path the
 // stories260K reference check runs (`next_tokens` of ../shared/models/stories260K/
 // reference_greedy.jsonl); the batched engine must give the same tokens.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "engine/transformer.h"
+#include "engine/rank_engine.h"
 #include "kernels/kernels.h"
 
 namespace loom {
@@ -29,10 +29,14 @@ struct GenerateResult {
   double prefill_s = 0, decode_s = 0;
 };
 
-// Generates from `prompt` (non-empty). `on_token(id)` is called as each token is produced;
-// returning false stops generation. Throws loom::Error when prompt + max_new_tokens exceeds the
-// model's context, naming both.
-GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+// Generates from `prompt` (non-empty) as sequence 0 of `model` (whose KV store must hold prompt +
+// max_new_tokens tokens; its KV is released at the end). `on_token(id)` is called as each token is
+// produced; returning false stops generation. Throws loom::Error when prompt + max_new_tokens
+// exceeds the model's context, naming both.
+GenerateResult generate(SingleRankModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                         const std::function<bool(int32_t)>& on_token = nullptr);
+// The same on a single-rank model built for this prompt (weights prepared, KV sized to fit).
+GenerateResult generate(std::shared_ptr<const Model> model, ThreadPool* pool, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opts, const std::function<bool(int32_t)>& on_token = nullptr);
 
 }  // namespace loom

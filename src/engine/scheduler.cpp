@@ -13,7 +13,10 @@ void SchedulerConfig::validate() const {
   if (max_tokens_per_step < 1)
     fail("scheduler: max_tokens_per_step must be >= 1, found ", max_tokens_per_step);
   if (block_size < 1) fail("scheduler: block_size must be >= 1, found ", block_size);
-  if (num_blocks < 1) fail("scheduler: num_blocks must be >= 1, found ", num_blocks);
+  if (pool_shapes.empty() && num_blocks < 1) fail("scheduler: num_blocks must be >= 1, found ", num_blocks);
+  for (const KvPoolShape& p : pool_shapes)
+    if (p.blocks_per_pool < 1 || p.dp < 1 || p.kvp < 1)
+      fail("scheduler: KV pools ", p.to_string(), " need at least one block per pool");
   if (max_model_len < 2) fail("scheduler: max_model_len must be >= 2, found ", max_model_len);
   if (!(watermark >= 0 && watermark < 1))
     fail("scheduler: watermark must be in [0, 1), found ", watermark);
@@ -27,12 +30,72 @@ const SchedulerConfig& validated(const SchedulerConfig& c) {
 int64_t blocks_for(int64_t tokens, int block_size) {
   return (tokens + block_size - 1) / block_size;
 }
+KvPoolShape initial_shape(const SchedulerConfig& c) {
+  return c.pool_shapes.empty() ? KvPoolShape{1, 1, c.num_blocks} : c.pool_shapes[0];
+}
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(validated(config)),
-      alloc_(config.num_blocks),
-      watermark_blocks_(int(std::floor(config.watermark * config.num_blocks))) {}
+    : config_(validated(config)), pools_(initial_shape(config)) {
+  if (config_.pool_shapes.empty()) config_.pool_shapes.push_back(initial_shape(config_));
+  set_watermark();
+}
+
+void Scheduler::set_watermark() {
+  watermark_blocks_ = int(std::floor(config_.watermark * pools_.shape().blocks_per_pool));
+}
+
+bool Scheduler::holds_in(const Sequence& s, const std::vector<int>& pools) const {
+  for (BlockId b : s.block_table.blocks())
+    if (std::find(pools.begin(), pools.end(), pools_.pool_of_id(b)) != pools.end()) return true;
+  return false;
+}
+
+std::vector<SeqExtent> Scheduler::kv_extents() const {
+  std::vector<SeqExtent> out;
+  for (const Sequence* s : running_)
+    if (s->num_computed > 0) out.push_back(SeqExtent{s->id(), s->num_computed});
+  return out;
+}
+
+std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& batch) {
+  // Release everything, then take it again from the new pools in urgency order.
+  std::vector<int> slots;
+  for (Sequence* s : running_) {
+    slots.push_back(s->block_table.num_slots());
+    s->block_table.release(pools_);
+  }
+  pools_ = KvBlockPools(shape);
+  set_watermark();
+  std::vector<Sequence*> out;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* s = running_[i];
+    if (!s->block_table.append_slots(slots[i], pools_, s->id())) out.push_back(s);
+  }
+  std::vector<RequestId> ids;
+  for (Sequence* s : out) {
+    ids.push_back(s->id());
+    preempt(s);
+  }
+  if (!ids.empty()) {
+    std::vector<ScheduledSeq> keep;
+    batch.num_tokens = batch.num_prefill_tokens = batch.num_decode_tokens = batch.num_sampled = 0;
+    for (ScheduledSeq& e : batch.seqs) {
+      if (std::find(ids.begin(), ids.end(), e.seq_id) != ids.end()) continue;
+      batch.num_tokens += e.num_tokens;
+      (e.is_prefill ? batch.num_prefill_tokens : batch.num_decode_tokens) += e.num_tokens;
+      batch.num_sampled += e.sample ? 1 : 0;
+      keep.push_back(std::move(e));
+    }
+    batch.seqs = std::move(keep);
+    batch.preempted.insert(batch.preempted.end(), ids.begin(), ids.end());
+  }
+  for (ScheduledSeq& e : batch.seqs) {
+    const Sequence* s = find(e.seq_id);
+    if (s) e.block_ids = s->block_table.blocks();
+  }
+  return ids;
+}
 
 bool Scheduler::more_urgent(const Sequence& a, const Sequence& b) const {
   if (a.request.priority != b.request.priority) return a.request.priority < b.request.priority;
@@ -62,10 +125,14 @@ AddResult Scheduler::add_request(Request request) {
   } else if (total > config_.max_model_len) {
     reason = cat("request ", r.id, ": prompt (", r.prompt_len(), ") + max_tokens (", r.max_tokens,
                  ") = ", total, " tokens exceeds max_model_len ", config_.max_model_len);
-  } else if (blocks_for(total, config_.block_size) > config_.num_blocks) {
+  } else if (const KvPoolShape* p = [&]() -> const KvPoolShape* {
+               for (const KvPoolShape& sh : config_.pool_shapes)
+                 if (sh.max_pool_blocks(blocks_for(total, config_.block_size)) > sh.blocks_per_pool) return &sh;
+               return nullptr;
+             }()) {
     reason = cat("request ", r.id, ": prompt + max_tokens = ", total, " tokens needs ",
-                 blocks_for(total, config_.block_size), " KV blocks, the whole cache has ",
-                 config_.num_blocks);
+                 p->max_pool_blocks(blocks_for(total, config_.block_size)), " KV blocks of one pool, ",
+                 p->n_pools() == 1 ? "the whole cache has " : "a pool has ", p->blocks_per_pool);
   } else if (!config_.enable_chunked_prefill && r.prompt_len() > config_.max_tokens_per_step) {
     reason = cat("request ", r.id, ": prompt of ", r.prompt_len(),
                  " tokens exceeds max_tokens_per_step ", config_.max_tokens_per_step,
@@ -85,7 +152,7 @@ AddResult Scheduler::add_request(Request request) {
 }
 
 void Scheduler::preempt(Sequence* s) {
-  s->block_table.release(alloc_);
+  s->block_table.release(pools_);
   s->num_computed = 0;
   s->status = SeqStatus::kPreempted;
   ++s->num_preemptions;
@@ -95,7 +162,7 @@ void Scheduler::preempt(Sequence* s) {
 }
 
 void Scheduler::finish(Sequence* s, FinishReason reason, std::string detail) {
-  s->block_table.release(alloc_);
+  s->block_table.release(pools_);
   if (s->status == SeqStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
   } else {
@@ -156,11 +223,16 @@ StepBatch Scheduler::schedule() {
   for (Sequence* s : order) {
     if (s->status != SeqStatus::kRunning || !s->is_decode()) continue;
     if (budget < 1 || !seq_slot_left()) break;
-    const int need = s->num_tokens() - s->block_table.num_slots();
-    while (!s->block_table.append_slots(std::max(need, 0), alloc_)) {
+    const int need = std::max(s->num_tokens() - s->block_table.num_slots(), 0);
+    while (!s->block_table.append_slots(need, pools_, s->id())) {
+      // The pools short of a block: preempt the least urgent unscheduled sequence holding one.
+      const std::vector<int> want = s->block_table.pool_needs(need, pools_.shape(), s->id());
+      std::vector<int> short_pools;
+      for (size_t p = 0; p < want.size(); ++p)
+        if (want[p] > pools_.num_free(int(p))) short_pools.push_back(int(p));
       Sequence* victim = nullptr;
       for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-        if (!in_batch.count(*it)) {
+        if (!in_batch.count(*it) && (*it == s || holds_in(**it, short_pools))) {
           victim = *it;
           break;
         }
@@ -191,10 +263,12 @@ StepBatch Scheduler::schedule() {
     const int tokens = s->num_tokens();
     const int n = may_chunk(*s) ? std::min(tokens, budget) : tokens;
     if (n > budget) break;
-    const int blocks = s->block_table.blocks_needed(tokens);
+    const std::vector<int> need = s->block_table.pool_needs(tokens, pools_.shape(), s->id());
     const int watermark = running_.empty() ? 0 : watermark_blocks_;
-    if (alloc_.num_free() - blocks < watermark) break;
-    const bool ok = s->block_table.append_slots(tokens, alloc_);
+    bool fits = true;
+    for (size_t p = 0; p < need.size(); ++p) fits = fits && pools_.num_free(int(p)) - need[p] >= watermark;
+    if (!fits) break;
+    const bool ok = s->block_table.append_slots(tokens, pools_, s->id());
     LOOM_CHECK(ok);
     waiting_.pop_front();
     s->status = SeqStatus::kRunning;

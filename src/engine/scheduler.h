@@ -29,8 +29,11 @@
 //      watermark_blocks stay free (the watermark is waived when nothing is running, so any
 //      request that fits the cache can always run), a sequence slot is free, and budget is left
 //      (chunking off: the whole prompt must fit the budget).
+// KV pools: under a DP or Helix plan a logical block costs memory only on the ranks of its pool
+// (SchedulerConfig::pool_shapes); admission, decode growth and the watermark are then per pool, and a
+// decode that needs a block preempts a sequence that frees one in that pool.
 // Rejection (at add_request, the request alone, with a reason): prompt_len == 0, max_tokens < 1,
-// prompt_len + max_tokens > max_model_len, blocks for prompt_len + max_tokens > num_blocks,
+// prompt_len + max_tokens > max_model_len, blocks for prompt_len + max_tokens > a pool,
 // or (chunking off) prompt_len > max_tokens_per_step. Such a request never blocks others.
 // Never crashes on load: with any cache size >= one maximal request it makes progress.
 #pragma once
@@ -58,6 +61,10 @@ struct SchedulerConfig {
   int max_model_len = 4096;        // prompt + output tokens at most
   bool enable_chunked_prefill = true;
   double watermark = 0.01;  // fraction of num_blocks kept free when admitting (vLLM's watermark)
+  // KV pools (kv/block_allocator.h KvPoolShape): empty = one pool of num_blocks. Otherwise [0] is
+  // the initial shape and every shape the engine may switch to (rehome) is listed: a request is
+  // rejected when it could not fit under one of them. num_blocks is then ignored.
+  std::vector<KvPoolShape> pool_shapes;
 
   // Throws loom::Error naming the field when a value is out of range.
   void validate() const;
@@ -125,13 +132,22 @@ class Scheduler {
 
   int num_waiting() const { return int(waiting_.size()); }  // including preempted
   int num_running() const { return int(running_.size()); }
-  int num_free_blocks() const { return alloc_.num_free(); }
-  int num_used_blocks() const { return alloc_.num_used(); }
+  int num_free_blocks() const { return pools_.num_free(); }
+  int num_used_blocks() const { return pools_.num_used(); }
+  int num_blocks() const { return pools_.num_blocks(); }
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t num_steps() const { return next_step_; }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
-  const BlockAllocator& allocator() const { return alloc_; }
-  int watermark_blocks() const { return watermark_blocks_; }
+  const KvBlockPools& pools() const { return pools_; }
+  int watermark_blocks() const { return watermark_blocks_; }  // per pool
+
+  // A plan switch to KV pools of another shape (a plan of another placement): every running
+  // sequence's blocks are taken again from the new pools, most urgent first; those that no longer
+  // fit are preempted (recomputed later), removed from `batch` (the step about to run) and listed
+  // in batch.preempted. Returns the preempted ids.
+  std::vector<RequestId> rehome(const KvPoolShape& shape, StepBatch& batch);
+  // The sequences whose K/V is in the cache and how many tokens of each (running, num_computed > 0).
+  std::vector<SeqExtent> kv_extents() const;
 
  private:
   bool more_urgent(const Sequence& a, const Sequence& b) const;
@@ -141,9 +157,11 @@ class Scheduler {
   bool may_chunk(const Sequence& s) const;
   ScheduledSeq make_entry(const Sequence& s, int n) const;
   bool apply_stops(Sequence* s);
+  bool holds_in(const Sequence& s, const std::vector<int>& pools) const;
+  void set_watermark();
 
   SchedulerConfig config_;
-  BlockAllocator alloc_;
+  KvBlockPools pools_;
   int watermark_blocks_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> live_;
   std::deque<Sequence*> waiting_;   // sorted by urgency

@@ -85,6 +85,7 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile
   LOOM_CHECK(size_t(at - arena->bytes.data()) <= total);
   set.owned_bytes = int64_t(total);
   set.storage = std::move(arena);
+  set.plain_rows = !tile;
   return set;
 }
 
@@ -99,26 +100,103 @@ ShardWeightSet decode_shard(const std::vector<ShardLayerWeights>& views, ThreadP
   return set;
 }
 
-ShardWeightSet slice_shard(const ShardWeightSet& base, const ShiftSlice& s) {
+namespace {
+
+// Offsets of `part` inside `whole`, or false.
+bool inside(const Range& part, const Range& whole, Range* out) {
+  if (!whole.contains(part)) return false;
+  *out = Range{part.begin - whole.begin, part.end - whole.begin};
+  return true;
+}
+
+}  // namespace
+
+bool slice_shard(const ShardWeightSet& base, const WeightShards& b, const WeightShards& w, ShardWeightSet* out) {
+  if (!base.plain_rows || !b.layers.contains(w.layers)) return false;
+  Range q, k, v, g, u, o, dn;
+  if (!inside(w.wq_rows, b.wq_rows, &q) || !inside(w.wk_rows, b.wk_rows, &k) || !inside(w.wv_rows, b.wv_rows, &v) ||
+      !inside(w.gate_rows, b.gate_rows, &g) || !inside(w.up_rows, b.up_rows, &u) ||
+      !inside(w.wo_cols, b.wo_cols, &o) || !inside(w.down_cols, b.down_cols, &dn))
+    return false;
   ShardWeightSet set;
   set.storage = base.storage;
-  for (const ShardLayerWeights& L : base.layers) {
-    ShardLayerWeights v;
-    v.wq = L.wq.row_block(s.wq_rows.begin, s.wq_rows.size());
-    v.wk = L.wk.row_block(s.wk_rows.begin, s.wk_rows.size());
-    v.wv = L.wv.row_block(s.wv_rows.begin, s.wv_rows.size());
-    v.wo = L.wo.col_block(s.wo_cols.begin, s.wo_cols.size());
-    v.w_gate = L.w_gate.row_block(s.gate_rows.begin, s.gate_rows.size());
-    v.w_up = L.w_up.row_block(s.up_rows.begin, s.up_rows.size());
-    v.w_down = L.w_down.col_block(s.down_cols.begin, s.down_cols.size());
+  for (int64_t l = w.layers.begin; l < w.layers.end; ++l) {
+    const ShardLayerWeights& L = base.layers[size_t(l - b.layers.begin)];
+    ShardLayerWeights x;
+    x.wq = L.wq.row_block(q.begin, q.size());
+    x.wk = L.wk.row_block(k.begin, k.size());
+    x.wv = L.wv.row_block(v.begin, v.size());
+    x.wo = L.wo.col_block(o.begin, o.size());
+    x.w_gate = L.w_gate.row_block(g.begin, g.size());
+    x.w_up = L.w_up.row_block(u.begin, u.size());
+    x.w_down = L.w_down.col_block(dn.begin, dn.size());
     if (L.bq) {
-      v.bq = L.bq + s.wq_rows.begin;
-      v.bk = L.bk + s.wk_rows.begin;
-      v.bv = L.bv + s.wv_rows.begin;
+      x.bq = L.bq + q.begin;
+      x.bk = L.bk + k.begin;
+      x.bv = L.bv + v.begin;
     }
-    set.layers.push_back(v);
+    set.layers.push_back(x);
   }
-  return set;
+  *out = std::move(set);
+  return true;
+}
+
+std::vector<ShardLayerWeights> shard_views(const Model& model, const WeightShards& w) {
+  std::vector<ShardLayerWeights> out;
+  for (int64_t l = w.layers.begin; l < w.layers.end; ++l) {
+    const LayerWeights& L = model.layers.at(size_t(l));
+    ShardLayerWeights s;
+    s.wq = L.wq.row_block(w.wq_rows.begin, w.wq_rows.size());
+    s.wk = L.wk.row_block(w.wk_rows.begin, w.wk_rows.size());
+    s.wv = L.wv.row_block(w.wv_rows.begin, w.wv_rows.size());
+    s.wo = L.wo.col_block(w.wo_cols.begin, w.wo_cols.size());
+    s.w_gate = L.w_gate.row_block(w.gate_rows.begin, w.gate_rows.size());
+    s.w_up = L.w_up.row_block(w.up_rows.begin, w.up_rows.size());
+    s.w_down = L.w_down.col_block(w.down_cols.begin, w.down_cols.size());
+    if (L.bq.present()) {
+      s.bq = L.bq.f32() + w.wq_rows.begin;
+      s.bk = L.bk.f32() + w.wk_rows.begin;
+      s.bv = L.bv.f32() + w.wv_rows.begin;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+const ShardWeightSet& RankWeights::get(const WeightShards& shards, WeightSource source) {
+  LOOM_CHECK(source != WeightSource::FetchFromOwner, "weights=owner is not executed");
+  for (const auto& e : entries_)
+    if (e->shards == shards && e->source == source) return e->set;
+  auto e = std::make_unique<Entry>();
+  e->shards = shards;
+  e->source = source;
+  const std::vector<ShardLayerWeights> views = shard_views(*model_, shards);
+  bool done = false;
+  if (source == WeightSource::SliceOfFull) {
+    e->set.layers = views;  // Nitsum 3.2.1: compute on the mapped full copy
+    done = true;
+  } else if (mode_ == ShiftWeights::Slice) {
+    // Shift 3.3.2 slicing: views of an earlier resident plain-row copy that contains these shards.
+    for (const auto& o : entries_)
+      if (o->source == WeightSource::Resident && o->set.owned_bytes > 0 &&
+          slice_shard(o->set, o->shards, shards, &e->set)) {
+        done = true;
+        break;
+      }
+    if (!done && weight_tiles_enabled()) {
+      e->set = copy_shard(views, false, pool_);  // plain rows, so later plans can slice it
+      done = true;
+    }
+  }
+  if (!done) e->set = decode_shard(views, pool_);
+  entries_.push_back(std::move(e));
+  return entries_.back()->set;
+}
+
+int64_t RankWeights::owned_bytes() const {
+  int64_t b = 0;
+  for (const auto& e : entries_) b += e->set.owned_bytes;
+  return b;
 }
 
 }  // namespace loom

@@ -13,6 +13,7 @@
 
 #include "engine/request.h"
 #include "kv/block_allocator.h"
+#include "parallel/kv_placement.h"
 
 namespace loom {
 
@@ -28,7 +29,9 @@ struct ScheduledSeq {
   // (last chunk of a prefill, or a decode). Intermediate prefill chunks sample nothing.
   bool sample = false;
   std::vector<TokenId> token_ids;   // [num_tokens]: the tokens at positions [start, start+n)
-  std::vector<BlockId> block_ids;   // physical blocks covering at least [0, start + num_tokens)
+  // The scheduler's KV blocks covering at least [0, start + num_tokens) (its accounting; ranks find
+  // their pages by sequence id, so these do not travel in the step descriptor).
+  std::vector<BlockId> block_ids;
   SamplingParams sampling;          // used by the executor when `sample`
   int priority = 0;                 // copied from the request (for policies / cost models)
 
@@ -47,7 +50,13 @@ struct StepBatch {
   int num_decode_tokens = 0;   // of which decodes
   int num_sampled = 0;         // sequences with sample == true
   std::vector<RequestId> preempted;  // sequences preempted while building this batch (info)
-  std::string plan;                  // name of the layout plan; set by policies, "" = default
+  // The plan that runs the step: its id in the engine's PlanSet (set by the layout policy; 0 = the
+  // initial plan) and its name (for metrics; not on the wire).
+  int plan_id = 0;
+  std::string plan;
+  // When the step switches to a plan whose KV placement differs from the previous step's: every
+  // sequence holding KV and its computed length, for the migration before the step runs.
+  std::vector<SeqExtent> kv_seqs;
 
   bool empty() const { return seqs.empty(); }
 };

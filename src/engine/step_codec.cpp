@@ -10,7 +10,7 @@ namespace loom {
 namespace {
 
 constexpr uint32_t kMagic = 0x5054534c;  // "LSTP"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 class Writer {
  public:
@@ -66,13 +66,19 @@ void put_header(Writer& w, StepCommand c) {
 
 }  // namespace
 
-void encode_step(const StepBatch& b, std::vector<uint8_t>& out) {
+void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std::vector<uint8_t>& out) {
   Writer w(out);
   put_header(w, StepCommand::kStep);
   w.put<int64_t>(b.step_index);
   w.put<int32_t>(b.block_size);
-  w.put<uint32_t>(uint32_t(b.plan.size()));
-  w.put_bytes(b.plan.data(), b.plan.size());
+  w.put<int32_t>(b.plan_id);
+  w.put<uint32_t>(uint32_t(released.size()));
+  w.put_bytes(released.data(), released.size() * sizeof(RequestId));
+  w.put<uint32_t>(uint32_t(b.kv_seqs.size()));
+  for (const SeqExtent& e : b.kv_seqs) {
+    w.put<int64_t>(e.id);
+    w.put<int64_t>(e.n_tokens);
+  }
   w.put<uint32_t>(uint32_t(b.seqs.size()));
   for (const ScheduledSeq& s : b.seqs) {
     LOOM_CHECK(int(s.token_ids.size()) == s.num_tokens, "sequence ", s.seq_id, ": ", s.token_ids.size(),
@@ -86,9 +92,7 @@ void encode_step(const StepBatch& b, std::vector<uint8_t>& out) {
     w.put<int32_t>(s.sampling.top_k);
     w.put<uint64_t>(s.sampling.seed);
     w.put<int32_t>(s.priority);
-    w.put<uint32_t>(uint32_t(s.block_ids.size()));
     w.put_bytes(s.token_ids.data(), s.token_ids.size() * sizeof(TokenId));
-    w.put_bytes(s.block_ids.data(), s.block_ids.size() * sizeof(BlockId));
   }
 }
 
@@ -100,7 +104,7 @@ std::vector<uint8_t> encode_stop() {
 }
 
 DecodedStep decode_step(const uint8_t* data, size_t bytes) {
-  static_assert(sizeof(TokenId) == 4 && sizeof(BlockId) == 4, "wire format uses 32-bit ids");
+  static_assert(sizeof(TokenId) == 4 && sizeof(RequestId) == 8, "wire format uses 32-bit token ids, 64-bit sequence ids");
   Reader r(data, bytes);
   const uint32_t magic = r.get<uint32_t>("magic");
   if (magic != kMagic) fail("step descriptor: bad magic ", magic, " (not a loom step descriptor)");
@@ -117,10 +121,20 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
   StepBatch& b = d.batch;
   b.step_index = r.get<int64_t>("step_index");
   b.block_size = r.get<int32_t>("block_size");
-  const uint32_t plan_len = r.get<uint32_t>("plan length");
-  if (plan_len > r.left()) fail("step descriptor: plan length ", plan_len, " exceeds the ", r.left(), " bytes left");
-  b.plan.resize(plan_len);
-  r.get_bytes(b.plan.data(), plan_len, "plan");
+  b.plan_id = r.get<int32_t>("plan id");
+  if (b.plan_id < 0) fail("step descriptor: plan id ", b.plan_id);
+  const uint32_t n_rel = r.get<uint32_t>("released count");
+  if (uint64_t(n_rel) * 8 > r.left()) fail("step descriptor: ", n_rel, " released ids in ", r.left(), " bytes");
+  d.released.resize(n_rel);
+  r.get_bytes(d.released.data(), d.released.size() * 8, "released ids");
+  const uint32_t n_kv = r.get<uint32_t>("kv sequence count");
+  if (uint64_t(n_kv) * 16 > r.left()) fail("step descriptor: ", n_kv, " KV extents in ", r.left(), " bytes");
+  b.kv_seqs.resize(n_kv);
+  for (SeqExtent& e : b.kv_seqs) {
+    e.id = r.get<int64_t>("kv sequence id");
+    e.n_tokens = r.get<int64_t>("kv sequence length");
+    if (e.n_tokens < 0) fail("step descriptor: KV extent of sequence ", e.id, " has ", e.n_tokens, " tokens");
+  }
   const uint32_t n_seqs = r.get<uint32_t>("sequence count");
   if (n_seqs > r.left()) fail("step descriptor: ", n_seqs, " sequences in ", r.left(), " bytes");
   b.seqs.resize(n_seqs);
@@ -136,16 +150,12 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
     s.sampling.top_k = r.get<int32_t>("top_k");
     s.sampling.seed = r.get<uint64_t>("seed");
     s.priority = r.get<int32_t>("priority");
-    const uint32_t n_blocks = r.get<uint32_t>("block count");
     if (s.start < 0 || s.num_tokens < 1)
       fail("step descriptor: sequence ", s.seq_id, " has start ", s.start, " and ", s.num_tokens, " tokens");
-    if (uint64_t(s.num_tokens) * 4 + uint64_t(n_blocks) * 4 > r.left())
-      fail("step descriptor: sequence ", s.seq_id, " lists ", s.num_tokens, " tokens and ", n_blocks,
-           " blocks in ", r.left(), " bytes");
+    if (uint64_t(s.num_tokens) * 4 > r.left())
+      fail("step descriptor: sequence ", s.seq_id, " lists ", s.num_tokens, " tokens in ", r.left(), " bytes");
     s.token_ids.resize(size_t(s.num_tokens));
     r.get_bytes(s.token_ids.data(), s.token_ids.size() * 4, "token ids");
-    s.block_ids.resize(n_blocks);
-    r.get_bytes(s.block_ids.data(), s.block_ids.size() * 4, "block ids");
     b.num_tokens += s.num_tokens;
     (s.is_prefill ? b.num_prefill_tokens : b.num_decode_tokens) += s.num_tokens;
     b.num_sampled += s.sample;

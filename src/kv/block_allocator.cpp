@@ -67,6 +67,58 @@ bool BlockTable::append_slots(int n_more, BlockAllocator& alloc) {
   return true;
 }
 
+std::string KvPoolShape::to_string() const {
+  return cat(n_pools(), " pool", n_pools() == 1 ? "" : "s", " (dp ", dp, " x kvp ", kvp, ") of ", blocks_per_pool,
+             " blocks");
+}
+
+KvBlockPools::KvBlockPools(const KvPoolShape& shape) : shape_(shape) {
+  if (shape.dp < 1 || shape.kvp < 1 || shape.blocks_per_pool < 0)
+    fail("KV pools need dp, kvp >= 1 and blocks_per_pool >= 0, got ", shape.to_string());
+  if (shape.total_blocks() > int64_t(INT32_MAX)) fail("KV pools: ", shape.to_string(), " exceed 2^31 block ids");
+  for (int p = 0; p < shape.n_pools(); ++p) pools_.emplace_back(shape.blocks_per_pool);
+}
+
+int KvBlockPools::num_free() const {
+  int n = 0;
+  for (const BlockAllocator& a : pools_) n += a.num_free();
+  return n;
+}
+
+BlockId KvBlockPools::allocate(int pool) {
+  LOOM_CHECK(pool >= 0 && pool < shape_.n_pools(), "pool ", pool, " of ", shape_.n_pools());
+  return BlockId(pool * shape_.blocks_per_pool + pools_[size_t(pool)].allocate());
+}
+
+void KvBlockPools::free(BlockId id) {
+  LOOM_CHECK(id >= 0 && id < num_blocks(), "block id ", id, " of ", num_blocks());
+  const int pool = pool_of_id(id);
+  pools_[size_t(pool)].free(BlockId(id - pool * shape_.blocks_per_pool));
+}
+
+std::vector<int> BlockTable::pool_needs(int n_more, const KvPoolShape& shape, int64_t seq) const {
+  std::vector<int> need(size_t(shape.n_pools()), 0);
+  const int extra = blocks_needed(n_more);
+  for (int i = 0; i < extra; ++i) ++need[size_t(shape.pool_of(seq, num_blocks() + i))];
+  return need;
+}
+
+bool BlockTable::append_slots(int n_more, KvBlockPools& pools, int64_t seq) {
+  const std::vector<int> need = pool_needs(n_more, pools.shape(), seq);
+  for (size_t p = 0; p < need.size(); ++p)
+    if (need[p] > pools.num_free(int(p))) return false;
+  const int extra = blocks_needed(n_more);
+  for (int i = 0; i < extra; ++i) blocks_.push_back(pools.allocate(pools.shape().pool_of(seq, num_blocks())));
+  num_slots_ += n_more;
+  return true;
+}
+
+void BlockTable::release(KvBlockPools& pools) {
+  for (BlockId b : blocks_) pools.free(b);
+  blocks_.clear();
+  num_slots_ = 0;
+}
+
 BlockId BlockTable::block_of(int pos) const {
   LOOM_CHECK(pos >= 0 && pos < num_slots_, "position ", pos, " outside ", num_slots_, " slots");
   return blocks_[size_t(pos / block_size_)];

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -48,6 +49,45 @@ class BlockAllocator {
   std::vector<BlockId> free_;    // stack; back() is handed out next
 };
 
+// How the scheduler's KV blocks are pooled under a plan. DP replicas store disjoint sequences and
+// Helix KVP ranks store round-robin blocks, so a logical block costs memory only on the ranks of
+// its pool: block i of sequence s comes from pool (s mod dp) * kvp + (i mod kvp), and every pool
+// holds blocks_per_pool blocks (what the least roomy rank serving it holds). One pool (dp = kvp =
+// 1) is the plain cache every rank of the group stores for its heads and layers.
+struct KvPoolShape {
+  int dp = 1, kvp = 1;
+  int blocks_per_pool = 0;
+
+  int n_pools() const { return dp * kvp; }
+  int64_t total_blocks() const { return int64_t(n_pools()) * blocks_per_pool; }
+  int pool_of(int64_t seq, int64_t block) const {
+    return int(((seq % dp) + dp) % dp) * kvp + int(block % kvp);
+  }
+  // Blocks a sequence of n_blocks logical blocks takes from its most loaded pool.
+  int64_t max_pool_blocks(int64_t n_blocks) const { return (n_blocks + kvp - 1) / kvp; }
+  std::string to_string() const;
+  bool operator==(const KvPoolShape&) const = default;
+};
+
+// The pools of a KvPoolShape, one BlockAllocator each; global block ids are
+// pool * blocks_per_pool + (id inside the pool).
+class KvBlockPools {
+ public:
+  explicit KvBlockPools(const KvPoolShape& shape);
+  const KvPoolShape& shape() const { return shape_; }
+  int num_blocks() const { return int(shape_.total_blocks()); }
+  int num_free() const;
+  int num_used() const { return num_blocks() - num_free(); }
+  int num_free(int pool) const { return pools_[size_t(pool)].num_free(); }
+  int pool_of_id(BlockId id) const { return id / shape_.blocks_per_pool; }
+  BlockId allocate(int pool);
+  void free(BlockId id);
+
+ private:
+  KvPoolShape shape_;
+  std::vector<BlockAllocator> pools_;
+};
+
 // Logical -> physical mapping of one sequence: logical block i holds positions
 // [i*block_size, (i+1)*block_size) at physical block blocks()[i].
 // num_slots() = positions with a reserved slot (<= capacity() = blocks().size() * block_size).
@@ -66,6 +106,11 @@ class BlockTable {
   // Reserves slots for n_more positions, taking blocks from `alloc`. All-or-nothing: returns
   // false (and changes nothing) when the allocator has too few free blocks.
   bool append_slots(int n_more, BlockAllocator& alloc);
+  // The same over pooled blocks: logical block i of sequence `seq` from pool shape.pool_of(seq, i).
+  bool append_slots(int n_more, KvBlockPools& pools, int64_t seq);
+  // Blocks per pool (indexed by pool) the next n_more positions need.
+  std::vector<int> pool_needs(int n_more, const KvPoolShape& shape, int64_t seq) const;
+  void release(KvBlockPools& pools);
   // Physical block and offset inside it of position `pos` (< num_slots()).
   BlockId block_of(int pos) const;
   int offset_in_block(int pos) const { return pos % block_size_; }

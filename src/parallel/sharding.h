@@ -28,6 +28,7 @@ struct WeightShards {
   Range ffn;                   // FFN units of gate_rows / up_rows / down_cols
   int64_t elems_per_layer = 0; // elements of the seven matrices' shards in one layer
   int64_t elems() const { return elems_per_layer * layers.size(); }
+  bool operator==(const WeightShards&) const = default;
 };
 
 // Shards of `rank` (validates the plan). Heads map to rows/columns as head h -> [h*dh, (h+1)*dh).

@@ -8,13 +8,6 @@ namespace loom::server {
 void check_layout(const EngineSpec& spec) {
   if (spec.comm != "local" && spec.comm != "mpi") fail("--comm must be local or mpi, got '", spec.comm, "'");
   if (spec.ranks < 0 || (spec.ranks == 0 && spec.comm != "mpi")) fail("--ranks must be >= 1, got ", spec.ranks);
-  if (spec.plan.empty() && spec.ranks == 0) fail("--comm mpi with --ranks 0 needs a --plan (e.g. --plan tp=4)");
-  if (!spec.plan.empty()) {
-    const Plan p = Plan::parse(spec.plan);
-    if (p.dp > 1)
-      fail("--plan ", spec.plan, ": loom serve drives one scheduler, so dp=", p.dp,
-           " replicas cannot be served live yet; run one server per replica (tp plans are supported)");
-  }
 }
 
 void with_engine(const EngineSpec& spec, std::shared_ptr<const Model> model,
@@ -28,7 +21,7 @@ void with_engine(const EngineSpec& spec, std::shared_ptr<const Model> model,
   DistOptions o;
   o.comm = spec.comm;
   o.ranks = spec.ranks;
-  o.plan = spec.plan.empty() ? cat("tp=", spec.ranks) : spec.plan;
+  o.plan = cat("tp=", std::max(spec.ranks, 1));
   o.model_path = spec.model_path;
   o.engine = spec.config;
   o.load_model = [model](int) { return model; };

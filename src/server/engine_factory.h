@@ -1,7 +1,8 @@
 // The one place where `loom serve` turns its command-line layout into an engine: the
 // single-process Engine for one rank, or the distributed engine (engine/dist_engine.h) for
-// --ranks N --plan P [--comm local|mpi]. The server drives one scheduler live, so plans with
-// several DP replicas (whose replicas 1.. only run through DistEngine::run) are refused.
+// --ranks N --plan P [--plan Q ...] [--comm local|mpi] (the plans, policy and its options are
+// filled in by configure_dist). DP replicas step together under the one scheduler, so every plan
+// serves live.
 #pragma once
 
 #include <functional>
@@ -18,13 +19,12 @@ struct EngineSpec {
   std::string model_path;
   EngineConfig config;
   int ranks = 1;              // --ranks (mpi: 0 = as many as mpirun started)
-  std::string plan;           // --plan (e.g. "tp=2"); "" = tp over all ranks
   std::string comm = "local";  // --comm local | mpi
   bool layout_options = false;  // a layout policy or its options were given (distributed engine)
-  // Fills the distributed engine's policy options (--policy, --shift-threshold, --shift-weights).
+  // Fills the distributed engine's layout (--plan, --policy, --shift-threshold, --shift-weights).
   std::function<void(DistOptions&)> configure_dist;
   bool distributed() const {
-    return ranks != 1 || comm != "local" || !(plan.empty() || plan == "tp=1") || layout_options;
+    return ranks != 1 || comm != "local" || layout_options;
   }
 };
 

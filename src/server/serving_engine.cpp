@@ -289,6 +289,7 @@ void ServingEngine::publish() {
   stats_.kv_blocks_total = engine_.num_kv_blocks();
   stats_.num_preemptions = sched.num_preemptions();
   stats_.num_steps = sched.num_steps();
+  stats_.plans = engine_.plan_stats();
 }
 
 EngineStats ServingEngine::stats() const {
@@ -346,6 +347,24 @@ std::string ServingEngine::render_metrics() const {
   counter("loom:engine_steps_total", "Engine steps executed.", {{"", st.num_steps}});
   o += "# HELP loom:step_plan_info Layout plan of the last engine step.\n# TYPE loom:step_plan_info gauge\n";
   o += "loom:step_plan_info{" + model + ",plan=\"" + prom_escape(st.last_plan) + "\"} 1\n";
+  // Per plan of the set: what ran under it and what switching into it cost.
+  std::vector<std::pair<std::string, int64_t>> steps, tokens, switches, moved;
+  for (const PlanStats& p : st.plans) {
+    const std::string l = "plan=\"" + prom_escape(p.name) + "\"";
+    steps.push_back({l, p.steps});
+    tokens.push_back({l, p.tokens});
+    switches.push_back({l, p.switches});
+    moved.push_back({l, p.kv_bytes_moved});
+  }
+  counter("loom:plan_steps_total", "Engine steps run under each plan.", steps);
+  counter("loom:plan_tokens_total", "Tokens computed under each plan.", tokens);
+  counter("loom:plan_switches_total", "Switches into each plan.", switches);
+  counter("loom:plan_kv_bytes_moved_total", "KV-cache bytes the switches into each plan migrated.", moved);
+  o += "# HELP loom:plan_switch_seconds_total Time spent switching into each plan.\n"
+       "# TYPE loom:plan_switch_seconds_total counter\n";
+  for (const PlanStats& p : st.plans)
+    o += "loom:plan_switch_seconds_total{" + model + ",plan=\"" + prom_escape(p.name) + "\"} " +
+         prom_number(p.switch_s) + "\n";
   return o;
 }
 

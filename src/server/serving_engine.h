@@ -99,6 +99,7 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t num_steps = 0;
   std::string last_plan = "default";
+  std::vector<PlanStats> plans;  // per plan of the engine's set
 };
 
 class ServingEngine {

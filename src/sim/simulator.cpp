@@ -22,14 +22,12 @@ namespace {
 // for this step and samples token 0 for every sampling sequence (requests run with ignore_eos,
 // so lengths come from the trace).
 //
-// Shift plans: the step's config is chosen by the engine's ShiftPolicy (engine/policy.h, Shift
-// Algorithm 2), the same object `loom generate --policy shift` runs, on the same StepBatch.
+// Shift plans: the step's config is chosen by the engine's Shift rule (engine/policy.h
+// shift_runs_base, Shift Algorithm 2), the rule `loom generate --policy shift` runs, on the same
+// StepBatch.
 class CostModelExecutor : public StepExecutor {
  public:
-  CostModelExecutor(const CostModel& model, const SimPlan& plan) : model_(model), plan_(plan) {
-    if (plan.shift)
-      policy_ = std::make_unique<ShiftPolicy>(Plan::make_sp_tp(plan.base.sp, plan.base.tp), plan.shift_threshold);
-  }
+  CostModelExecutor(const CostModel& model, const SimPlan& plan) : model_(model), plan_(plan) {}
   StepResult execute(const StepBatch& batch) override {
     work_.clear();
     StepResult res;
@@ -37,8 +35,8 @@ class CostModelExecutor : public StepExecutor {
       work_.push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
       if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
     }
-    if (policy_) {
-      const bool base = policy_->choose(batch) == policy_->base_name();
+    if (plan_.shift) {
+      const bool base = shift_runs_base(batch.num_tokens, plan_.shift_threshold);
       last_ = model_.price(base ? plan_.base : plan_.shift_config(), work_);
     } else {
       last_ = model_.price_step(plan_, work_);
@@ -50,7 +48,6 @@ class CostModelExecutor : public StepExecutor {
  private:
   const CostModel& model_;
   const SimPlan& plan_;
-  std::unique_ptr<ShiftPolicy> policy_;
   std::vector<SeqWork> work_;
   StepCost last_;
 };

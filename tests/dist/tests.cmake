@@ -41,7 +41,7 @@ endif()
 if(LOOM_MPI)
   # Ranks started with different plans (mpirun MPMD form): every rank reports the disagreement.
   add_test(NAME dist_mpi_fault_plan_disagreement
-           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "ranks disagree on the plan: rank\\(s\\) 0 have .tp=2.; rank\\(s\\) 1 have .dp=2."
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/mpi/expect_failure.sh 60 "ranks disagree on the plans: rank\\(s\\) 0 have .tp=2.; rank\\(s\\) 1 have .dp=2."
                    ${loom_mpirun} -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa} -n 4 --plan tp=2 --comm mpi
                    : -np 1 $<TARGET_FILE:loom> generate -m ${loom_dist_gqa} -n 4 --plan dp=2 --comm mpi)
   set_tests_properties(dist_mpi_fault_plan_disagreement PROPERTIES TIMEOUT 90 FIXTURES_REQUIRED dist_gqa

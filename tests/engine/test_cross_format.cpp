@@ -18,20 +18,16 @@ namespace {
 std::vector<int32_t> greedy(const std::shared_ptr<Model>& m, const std::vector<int32_t>& prompt, int n,
                             std::vector<float>* first_logits) {
   ThreadPool pool(1);
-  Transformer tf(m, ShardSpec::full(m->config), &pool);
+  SingleRankModel tf(m, &pool, int64_t(prompt.size()) + n);
   GenerateOptions o;
   o.max_new_tokens = n;
   std::vector<int32_t> out = generate(tf, prompt, o).tokens;
   if (first_logits) {
-    // Logits of the prompt's last position, through a fresh cache.
-    KvLayout lay{m->config.n_layers, m->config.n_kv_heads, m->config.head_dim, 16, 16};
-    KvStorage kv(lay);
-    std::vector<int32_t> table(16);
-    for (int i = 0; i < 16; ++i) table[size_t(i)] = i;
+    // Logits of the prompt's last position, through a fresh cache (generate released sequence 0).
     ForwardBatch b;
     b.tokens = prompt;
-    b.seqs.push_back({0, int(prompt.size()), table.data(), 16, true});
-    tf.forward(b, kv, *first_logits);
+    b.seqs.push_back({0, 0, int(prompt.size()), true});
+    tf.forward(b, *first_logits);
   }
   return out;
 }

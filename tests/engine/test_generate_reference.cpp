@@ -41,7 +41,7 @@ std::vector<Reference> read_references(const std::string& path) {
 // Runs llama2.c's protocol: the reference's next_tokens are, for every position, the token that
 // follows it: the forced prompt tokens first, then the greedy choices, ending early when BOS
 // would be produced. Returns next_tokens in the same form.
-std::vector<int32_t> run_reference_protocol(Transformer& tf, const std::vector<int32_t>& prompt, int steps,
+std::vector<int32_t> run_reference_protocol(SingleRankModel& tf, const std::vector<int32_t>& prompt, int steps,
                                             int prefill_chunk) {
   GenerateOptions opts;
   opts.max_new_tokens = steps - int(prompt.size()) + 1;
@@ -71,7 +71,7 @@ class StoriesReference : public ::testing::Test {
 
 TEST_F(StoriesReference, GreedyTokensMatchEveryReferenceSequence) {
   ThreadPool pool(2);
-  Transformer tf(model_, ShardSpec::full(model_->config), &pool);
+  SingleRankModel tf(model_, &pool, model_->config.max_seq_len + 1);
   for (const Reference& r : refs_) {
     SCOPED_TRACE(r.prompt);
     ASSERT_EQ(tok_->encode(r.prompt, true), r.prompt_tokens);
@@ -85,7 +85,7 @@ TEST_F(StoriesReference, GreedyTokensMatchEveryReferenceSequence) {
 
 TEST_F(StoriesReference, DecodedTextMatchesReference) {
   ThreadPool pool(1);
-  Transformer tf(model_, ShardSpec::full(model_->config), &pool);
+  SingleRankModel tf(model_, &pool, model_->config.max_seq_len + 1);
   for (const Reference& r : refs_) {
     SCOPED_TRACE(r.prompt);
     std::vector<int32_t> next = run_reference_protocol(tf, r.prompt_tokens, r.steps, 512);

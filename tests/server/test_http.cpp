@@ -437,7 +437,7 @@ TEST(ServeHttp, MetricsUseVllmNamesAndParse) {
         "vllm:time_per_output_token_seconds_bucket", "vllm:e2e_request_latency_seconds_count",
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-        "vllm:request_success_total", "vllm:num_preemptions_total", "loom:step_plan_info{model_name=\"test-model\",plan=\"default\"} 1"})
+        "vllm:request_success_total", "vllm:num_preemptions_total", "loom:step_plan_info{model_name=\"test-model\",plan=\"tp=1\"} 1", "loom:plan_steps_total{model_name=\"test-model\",plan=\"tp=1\"}"})
     EXPECT_NE(t.find(name), std::string::npos) << name;
   EXPECT_EQ(metric_value(t, "vllm:generation_tokens_total"), 4);
   EXPECT_EQ(metric_value(t, "vllm:e2e_request_latency_seconds_count"), 1);

@@ -4,7 +4,9 @@
 // give the single-rank greedy tokens (STYLE.md: parallel executors against the single-rank
 // engine, token for token). SP and TP change the order of float sums, so the criterion is equal
 // greedy tokens; a difference is reported with the single-rank top-2 logit gap at that position
-// (a genuine near-tie vs a bug). Every step records its config, and no switch moves KV.
+// (a genuine near-tie vs a bug). Every step records its config; after every step every rank's KV
+// store holds exactly what the running plan's placement gives it (so the base and shift configs
+// keep one placement), and no switch runs a migration.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -32,8 +34,18 @@ using test::random_prompts;
 struct EngineRun {
   std::map<int64_t, std::vector<int32_t>> out;
   std::vector<StepMetrics> steps;
-  ShiftStats stats;
+  std::vector<PlanStats> stats;
   std::vector<std::string> info;
+  int64_t switches() const {
+    int64_t n = 0;
+    for (const PlanStats& p : stats) n += p.switches;
+    return n;
+  }
+  int64_t kv_bytes_moved() const {
+    int64_t n = 0;
+    for (const PlanStats& p : stats) n += p.kv_bytes_moved;
+    return n;
+  }
 };
 
 struct RunOptions {
@@ -58,6 +70,8 @@ EngineRun run(const RunOptions& ro, const std::shared_ptr<Model>& model, const s
   o.shift_weights = ro.weights;
   const std::vector<Request> rs = test::greedy_requests(prompts, n, eos);
   EngineRun res;
+  test::HoldingsCheck holdings;
+  holdings.install(o, o.ranks);
   run_distributed(o, [&](DistEngine& e) {
     for (const Sequence& s : e.run(rs)) {
       EXPECT_TRUE(s.finish_reason == FinishReason::kLength || s.finish_reason == FinishReason::kStop)
@@ -65,9 +79,10 @@ EngineRun run(const RunOptions& ro, const std::shared_ptr<Model>& model, const s
       res.out[s.id()] = s.output;
     }
     res.steps = e.metrics().steps();
-    res.stats = e.shift_stats();
+    res.stats = e.plan_stats();
     res.info = e.start_info();
   });
+  holdings.expect_clean(ro.plan);
   return res;
 }
 
@@ -76,9 +91,10 @@ void expect_switched(const std::string& label, const EngineRun& r, const Plan& b
   std::set<std::string> plans;
   for (const StepMetrics& s : r.steps) plans.insert(s.plan);
   EXPECT_EQ(plans, (std::set<std::string>{base.to_string(), base.shift_config().to_string()})) << label;
-  EXPECT_GT(r.stats.switches, 0) << label;
-  EXPECT_EQ(r.stats.kv_bytes_moved, 0) << label;
-  EXPECT_EQ(r.stats.base_steps + r.stats.shift_steps, int64_t(r.steps.size())) << label;
+  EXPECT_GT(r.switches(), 0) << label;
+  EXPECT_EQ(r.kv_bytes_moved(), 0) << label;
+  ASSERT_EQ(r.stats.size(), 2u) << label;
+  EXPECT_EQ(r.stats[0].steps + r.stats[1].steps, int64_t(r.steps.size())) << label;
 }
 
 void check(const std::shared_ptr<Model>& m, const std::vector<std::pair<int, int>>& degrees,
@@ -141,7 +157,7 @@ TEST(ShiftEngine, PrefillUnderSpDecodeUnderTp) {
   }
   EXPECT_GT(prefill_steps, 0);
   EXPECT_GT(decode_steps, 0);
-  EXPECT_EQ(r.stats.kv_bytes_moved, 0);
+  EXPECT_EQ(r.kv_bytes_moved(), 0);
 }
 
 // Fixed plans: the base alone and the shift config alone; DP replicas of an sp x tp base with
@@ -157,7 +173,7 @@ TEST(ShiftEngine, FixedConfigsDpAndWeightModes) {
     const EngineRun r = run(ro, m, prompts, 8);
     expect_tokens(plan, m, prompts, want, r.out);
     for (const StepMetrics& s : r.steps) EXPECT_EQ(s.plan, plan);
-    EXPECT_EQ(r.stats.switches, 0);
+    EXPECT_EQ(r.switches(), 0);
   }
   {
     RunOptions ro;
@@ -173,9 +189,13 @@ TEST(ShiftEngine, FixedConfigsDpAndWeightModes) {
     ro.weights = weights;
     const EngineRun r = run(ro, m, prompts, 8);
     expect_tokens(cat("weights ", weights), m, prompts, want, r.out);
-    ASSERT_EQ(r.info.size(), 7u);  // the policy line and one line per rank
+    ASSERT_EQ(r.info.size(), 7u);  // the plans line and one line per rank
     EXPECT_NE(r.info[0].find(cat("weights ", weights)), std::string::npos) << r.info[0];
-    EXPECT_NE(r.info[1].find("rank 0 weights: base shard "), std::string::npos) << r.info[1];
+    EXPECT_NE(r.info[1].find("rank 0: sp=2,tp=3 shard "), std::string::npos) << r.info[1];
+    EXPECT_NE(r.info[1].find("shift:sp=2,tp=3 shard "), std::string::npos) << r.info[1];
+    // slice: the shift shard is views of the base copy; separate: its own copy.
+    const std::string shift_part = r.info[1].substr(r.info[1].find("shift:sp=2,tp=3 shard "));
+    EXPECT_EQ(shift_part.find("(no copy)") < shift_part.find(";"), weights == "slice") << r.info[1];
   }
 }
 
@@ -232,8 +252,12 @@ TEST(ShiftEngine, PolicyErrorsUpFront) {
       run(ro, m, {{1, 5}}, 1);
     });
   };
-  EXPECT_NE(try_run("tp=4", "shift", 8).find("give the base plan, e.g. --plan sp=2,tp=2 (got tp=4)"), std::string::npos);
-  EXPECT_NE(try_run("shift:sp=2,tp=1", "shift", 8).find("(got shift:sp=2"), std::string::npos);
+  EXPECT_NE(try_run("tp=4", "shift", 8).find("e.g. --plan sp=2,tp=2 (its shift config is added); got tp=4"),
+            std::string::npos)
+      << try_run("tp=4", "shift", 8);
+  EXPECT_NE(try_run("shift:sp=2,tp=1", "shift", 8).find("got shift:sp=2"), std::string::npos);
+  EXPECT_NE(try_run("sp=2,tp=1", "cycle:0", 8).find("cycle length must be a whole number of steps >= 1"),
+            std::string::npos);
   EXPECT_NE(try_run("sp=2,tp=1", "sometimes", 8).find("unknown --policy 'sometimes'"), std::string::npos);
   EXPECT_NE(try_run("sp=2,tp=1", "shift", -1).find("needs --shift-threshold"), std::string::npos);
   EXPECT_NE(try_run("sp=2,tp=2", "shift", 8).find("sp*tp (sp=2, tp=2)=4"), std::string::npos)

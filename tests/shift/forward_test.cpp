@@ -1,15 +1,16 @@
-// Shift Parallelism at the level of one replica's forward passes (engine/ulysses.h,
-// engine/shift_executor.h), on the local backend: fixed steps (mixed prefill chunks and decode
-// tokens over non-contiguous KV blocks, step sizes that need padding) run under interleavings of
-// the base config SP(s) x TP(t) and its shift config TP(s*t), against the single-rank forward pass:
+// Shift Parallelism at the level of one replica's forward passes (engine/rank_engine.h over the
+// plan set {sp x tp base, its shift config}), on the local backend: fixed steps (mixed prefill
+// chunks and decode tokens of three sequences, step sizes that need padding) run under
+// interleavings of the base config SP(s) x TP(t) and its shift config TP(s*t), against the
+// single-rank forward pass. Exactness class: summation order (TP all-reduce, Ulysses) —
 //   - rank 0's logits of every step: |got - ref| <= 1e-4 + 1e-4 * |ref| per element, and the
-//     same argmax (TP and SP change only the order of float sums);
-//   - the execution-level KV check (Shift 3.3.1): after the steps, every rank's KV cache holds,
-//     for each of its KV heads and every written (block, position), what the single-rank cache
-//     holds for that model head (same tolerance), and zeros everywhere else — so the base and
-//     the shift config wrote the same placement and a switch needs to move nothing;
+//     same argmax;
+//   - the execution-level KV check (Shift 3.3.1): after the steps, every rank's KV store holds
+//     exactly the cells the placement gives it (check_holdings) and each holds, for every written
+//     position, what the single-rank store holds for that model head (same tolerance) — so the
+//     base and the shift config wrote the same placement and a switch moves nothing;
 //   - both weight modes of Shift 3.3.2 (separate copies, slices of the base copy) give the same
-//     logits bit for bit, and their memory is w/t + w/P and w/t per rank.
+//     logits bit for bit (pure data movement), and their memory is w/t + w/P and w/t per rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +22,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/weight_tiles.h"
-#include "engine/shift_executor.h"
+#include "engine/rank_engine.h"
 #include "model/loader.h"
 #include "model/synth.h"
 #include "parallel/sharding.h"
@@ -32,19 +33,12 @@ namespace loom {
 namespace {
 
 constexpr int kBlock = 16;
-constexpr int kBlocks = 12;
-
-struct Seq {
-  std::vector<int32_t> blocks;
-  int len = 0;  // tokens already in the cache
-};
 
 struct Step {
-  // (sequence, tokens) in batch order
-  std::vector<std::pair<int, int>> work;
+  std::vector<std::pair<int, int>> work;  // (sequence, tokens) in batch order
 };
 
-// The fixed workload: three sequences over scattered blocks; steps of 25, 25, 3, 3, 1, 9 tokens.
+// The fixed workload: three sequences; steps of 25, 25, 3, 3, 1, 9 tokens.
 const std::vector<Step> kSteps = {
     {{{0, 20}, {1, 5}}},          // two prefills
     {{{1, 1}, {0, 17}, {2, 7}}},  // decode, prefill chunk, new prefill
@@ -53,65 +47,90 @@ const std::vector<Step> kSteps = {
     {{{2, 1}}},                   // one token: padding to s on every rank but one
     {{{0, 1}, {2, 8}}},
 };
-std::vector<Seq> fresh_seqs() { return {{{3, 0, 5, 7}, 0}, {{1, 9}, 0}, {{2, 11, 4}, 0}}; }
+constexpr int kSeqs = 3;
 
 // The forward batches of kSteps with token ids from Rng(seed); want_logits on every sequence.
-std::vector<ForwardBatch> make_batches(std::vector<Seq>& seqs, int vocab, uint64_t seed) {
+std::vector<ForwardBatch> make_batches(int vocab, uint64_t seed, std::vector<int>* final_len = nullptr) {
   Rng rng(seed);
+  std::vector<int> len(kSeqs, 0);
   std::vector<ForwardBatch> out;
   for (const Step& st : kSteps) {
     ForwardBatch fb;
     for (auto [i, n] : st.work) {
-      Seq& s = seqs[size_t(i)];
       for (int k = 0; k < n; ++k) fb.tokens.push_back(int32_t(rng.below(uint64_t(vocab))));
-      fb.seqs.push_back(ForwardSeq{s.len, n, s.blocks.data(), int(s.blocks.size()), true});
-      s.len += n;
+      fb.seqs.push_back(ForwardSeq{i, len[size_t(i)], n, true});
+      len[size_t(i)] += n;
     }
     out.push_back(fb);
   }
+  if (final_len) *final_len = len;
   return out;
 }
 
-KvLayout layout(const ModelConfig& c, int n_kv_heads) {
-  KvLayout l;
-  l.n_layers = c.n_layers;
-  l.n_kv_heads = n_kv_heads;
-  l.head_dim = c.head_dim;
-  l.block_size = kBlock;
-  l.num_blocks = kBlocks;
-  return l;
+std::vector<SeqExtent> extents_before(size_t step) {
+  std::vector<int64_t> len(kSeqs, 0);
+  for (size_t i = 0; i < step; ++i)
+    for (auto [s, n] : kSteps[i].work) len[size_t(s)] += n;
+  std::vector<SeqExtent> out;
+  for (int s = 0; s < kSeqs; ++s)
+    if (len[size_t(s)] > 0) out.push_back({s, len[size_t(s)]});
+  return out;
+}
+
+// K/V of one (sequence, layer, kv head, position) as a rank stores it.
+using Cell = std::tuple<int64_t, int, int, int64_t>;
+using Cells = std::map<Cell, std::pair<std::vector<float>, std::vector<float>>>;
+
+Cells cells_of(const KvStore& kv, const std::vector<SeqExtent>& seqs) {
+  Cells out;
+  const int dh = kv.head_dim(), B = kv.block_size();
+  for (const SeqExtent& s : seqs)
+    for (int l = 0; l < kv.n_layers(); ++l)
+      for (int h = 0; h < kv.n_kv_heads(); ++h)
+        for (int64_t p = 0; p < s.n_tokens; ++p) {
+          const int32_t page = kv.page(s.id, l, h, p / B);
+          if (page == kNoPage) continue;
+          const float* k = kv.k(page) + (p % B) * dh;
+          const float* v = kv.v(page) + (p % B) * dh;
+          out[{s.id, l, h, p}] = {std::vector<float>(k, k + dh), std::vector<float>(v, v + dh)};
+        }
+  return out;
 }
 
 struct Reference {
   std::vector<std::vector<float>> logits;  // per step
-  std::unique_ptr<KvStorage> kv;
+  Cells kv;
 };
 
 Reference single_rank(const std::shared_ptr<const Model>& m, const std::vector<ForwardBatch>& batches) {
   ThreadPool pool(1);
-  Transformer tf(m, ShardSpec::full(m->config), &pool);
+  SingleRankModel tf(m, &pool, 3 * 64);
   Reference r;
-  r.kv = std::make_unique<KvStorage>(layout(m->config, m->config.n_kv_heads));
   for (const ForwardBatch& fb : batches) {
     std::vector<float> l;
-    tf.forward(fb, *r.kv, l);
+    tf.forward(fb, l);
     r.logits.push_back(l);
   }
+  r.kv = cells_of(tf.kv(), extents_before(kSteps.size()));
   return r;
 }
 
 struct RankResult {
-  int kv_begin = 0, n_kv = 0;
-  std::vector<float> k, v;
-  ShiftRankMemory mem;
+  Cells kv;
+  std::string holdings;  // check_holdings against the placement ("" = exact)
+  PlanMemory base_mem, shift_mem;
+  int64_t owned = 0;
 };
 struct DistResult {
   std::vector<std::vector<float>> logits;
   std::vector<RankResult> ranks;
 };
 
+// Runs the steps on base.size() local ranks, step i under plan id ids[i] (0 base, 1 shift).
 DistResult run_replica(const std::shared_ptr<const Model>& m, const Plan& base, const std::vector<ForwardBatch>& batches,
-                       const std::vector<std::string>& plans, ShiftRankOptions opt) {
+                       const std::vector<int>& ids, ShiftWeights weights) {
+  const PlanSet set = PlanSet::make({base, base.shift_config()}, ModelShape::from(m->config, weight_block_elems(*m)));
+  EXPECT_TRUE(set.same_placement(0, 1)) << "Shift 3.3.1: equal placements";
   DistResult out;
   out.ranks.resize(size_t(base.size()));
   std::mutex mu;
@@ -121,20 +140,26 @@ DistResult run_replica(const std::shared_ptr<const Model>& m, const Plan& base, 
       base.size(),
       [&](Communicator& world) {
         ThreadPool pool(1);
-        const UlyssesRank ur = UlyssesRank::of(base, ModelShape::from(m->config), world.rank());
-        ShiftRank rank(m, base, world, &pool, layout(m->config, ur.attn_n_kv), opt);
+        RankEngineOptions o;
+        o.block_size = kBlock;
+        o.kv_pages = 4096;
+        o.shift_weights = weights;
+        RankEngine e(m, set, world, &pool, o);
         std::vector<std::vector<float>> logits;
         for (size_t i = 0; i < batches.size(); ++i) {
+          const SwitchResult sw = e.switch_to(ids[i], extents_before(i));
+          EXPECT_FALSE(sw.moved);
           std::vector<float> l;
-          rank.forward(plans[i], batches[i], world.rank() == 0 ? &l : nullptr);
+          e.forward(batches[i], world.rank() == 0 ? &l : nullptr);
           logits.push_back(l);
         }
         RankResult rr;
-        rr.kv_begin = ur.attn_kv_begin;
-        rr.n_kv = ur.attn_n_kv;
-        rr.k.assign(rank.kv().k.data(), rank.kv().k.data() + rank.kv().k.size());
-        rr.v.assign(rank.kv().v.data(), rank.kv().v.data() + rank.kv().v.size());
-        rr.mem = rank.memory();
+        const std::vector<SeqExtent> all = extents_before(kSteps.size());
+        rr.kv = cells_of(e.kv(), all);
+        rr.holdings = check_holdings(e.kv(), set.placement(e.current()), world.rank(), all);
+        rr.base_mem = e.memory(0);
+        rr.shift_mem = e.memory(1);
+        rr.owned = e.owned_weight_bytes();
         std::lock_guard<std::mutex> lock(mu);
         out.ranks[size_t(world.rank())] = std::move(rr);
         if (world.rank() == 0) out.logits = std::move(logits);
@@ -145,7 +170,7 @@ DistResult run_replica(const std::shared_ptr<const Model>& m, const Plan& base, 
 
 bool close(float got, float ref) { return std::fabs(got - ref) <= 1e-4f + 1e-4f * std::fabs(ref); }
 
-// Compares logits and every rank's cache with the single-rank run; `label` names the case.
+// Compares logits and every rank's store with the single-rank run; `label` names the case.
 void expect_matches(const std::shared_ptr<const Model>& m, const Reference& ref, const DistResult& got,
                     const std::string& label) {
   const int V = m->config.vocab_size;
@@ -153,10 +178,9 @@ void expect_matches(const std::shared_ptr<const Model>& m, const Reference& ref,
   for (size_t s = 0; s < ref.logits.size(); ++s) {
     ASSERT_EQ(got.logits[s].size(), ref.logits[s].size()) << label << " step " << s;
     float worst = 0;
-    for (size_t i = 0; i < ref.logits[s].size(); ++i) {
+    for (size_t i = 0; i < ref.logits[s].size(); ++i)
       if (!close(got.logits[s][i], ref.logits[s][i]))
         worst = std::max(worst, std::fabs(got.logits[s][i] - ref.logits[s][i]));
-    }
     EXPECT_EQ(worst, 0.0f) << label << " step " << s << ": logits beyond tolerance by up to " << worst;
     for (size_t row = 0; row * V < ref.logits[s].size(); ++row) {
       const float* a = got.logits[s].data() + row * V;
@@ -164,53 +188,33 @@ void expect_matches(const std::shared_ptr<const Model>& m, const Reference& ref,
       EXPECT_EQ(std::max_element(a, a + V) - a, std::max_element(b, b + V) - b) << label << " step " << s;
     }
   }
-  // Written cells: for every step's tokens, (sequence block, position).
-  std::vector<Seq> seqs = fresh_seqs();
-  std::vector<std::vector<bool>> written(kBlocks, std::vector<bool>(kBlock, false));
-  for (const Step& st : kSteps)
-    for (auto [i, n] : st.work)
-      for (int k = 0; k < n; ++k, ++seqs[size_t(i)].len) {
-        const int p = seqs[size_t(i)].len;
-        written[size_t(seqs[size_t(i)].blocks[size_t(p / kBlock)])][size_t(p % kBlock)] = true;
-      }
-  const KvLayout rl = ref.kv->layout;
   for (size_t r = 0; r < got.ranks.size(); ++r) {
     const RankResult& rr = got.ranks[r];
-    const KvLayout gl = layout(m->config, rr.n_kv);
-    int64_t bad = 0, nonzero_unwritten = 0, checked = 0;
-    for (int l = 0; l < m->config.n_layers; ++l)
-      for (int b = 0; b < kBlocks; ++b)
-        for (int h = 0; h < rr.n_kv; ++h)
-          for (int p = 0; p < kBlock; ++p)
-            for (int e = 0; e < m->config.head_dim; ++e) {
-              const int64_t go = gl.offset(l, b, h, p) + e, ro = rl.offset(l, b, rr.kv_begin + h, p) + e;
-              if (written[size_t(b)][size_t(p)]) {
-                ++checked;
-                bad += !close(rr.k[size_t(go)], ref.kv->k[size_t(ro)]) + !close(rr.v[size_t(go)], ref.kv->v[size_t(ro)]);
-              } else {
-                nonzero_unwritten += rr.k[size_t(go)] != 0.0f || rr.v[size_t(go)] != 0.0f;
-              }
-            }
-    EXPECT_GT(checked, 0);
-    EXPECT_EQ(bad, 0) << label << " rank " << r << " (KV heads " << rr.kv_begin << "+" << rr.n_kv
-                      << "): cells differing from the single-rank cache";
-    EXPECT_EQ(nonzero_unwritten, 0) << label << " rank " << r << ": cells written outside the steps' positions";
+    EXPECT_EQ(rr.holdings, "") << label;
+    EXPECT_GT(rr.kv.size(), 0u) << label << " rank " << r;
+    int64_t bad = 0;
+    for (const auto& [cell, kv] : rr.kv) {
+      const auto it = ref.kv.find(cell);
+      ASSERT_NE(it, ref.kv.end()) << label;
+      for (size_t e = 0; e < kv.first.size(); ++e)
+        bad += !close(kv.first[e], it->second.first[e]) + !close(kv.second[e], it->second.second[e]);
+    }
+    EXPECT_EQ(bad, 0) << label << " rank " << r << ": cells differing from the single-rank cache";
   }
 }
 
 // Interleavings: base only, shift only, alternating from either side, and a seeded random one.
-std::vector<std::pair<std::string, std::vector<std::string>>> schedules(const Plan& base) {
-  const std::string b = base.to_string(), s = base.shift_config().to_string();
+std::vector<std::pair<std::string, std::vector<int>>> schedules(const Plan& base) {
   const size_t n = kSteps.size();
-  std::vector<std::pair<std::string, std::vector<std::string>>> out;
-  out.push_back({"base", std::vector<std::string>(n, b)});
-  out.push_back({"shift", std::vector<std::string>(n, s)});
-  std::vector<std::string> alt1, alt2, rnd;
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  out.push_back({"base", std::vector<int>(n, 0)});
+  out.push_back({"shift", std::vector<int>(n, 1)});
+  std::vector<int> alt1, alt2, rnd;
   Rng rng(uint64_t(base.sp * 31 + base.tp));
   for (size_t i = 0; i < n; ++i) {
-    alt1.push_back(i % 2 ? s : b);
-    alt2.push_back(i % 2 ? b : s);
-    rnd.push_back(rng.below(2) ? b : s);
+    alt1.push_back(int(i % 2));
+    alt2.push_back(int(1 - i % 2));
+    rnd.push_back(int(rng.below(2)));
   }
   out.push_back({"base,shift,...", alt1});
   out.push_back({"shift,base,...", alt2});
@@ -219,15 +223,13 @@ std::vector<std::pair<std::string, std::vector<std::string>>> schedules(const Pl
 }
 
 void check_model(const std::shared_ptr<const Model>& m, const std::vector<std::pair<int, int>>& degrees) {
-  std::vector<Seq> seqs = fresh_seqs();
-  const std::vector<ForwardBatch> batches = make_batches(seqs, m->config.vocab_size, 5);
+  const std::vector<ForwardBatch> batches = make_batches(m->config.vocab_size, 5);
   const Reference ref = single_rank(m, batches);
   for (auto [s, t] : degrees) {
     const Plan base = Plan::make_sp_tp(s, t);
-    for (const auto& [name, plans] : schedules(base)) {
+    for (const auto& [name, ids] : schedules(base)) {
       const std::string label = cat(base.to_string(), " ", name);
-      ShiftRankOptions opt;
-      expect_matches(m, ref, run_replica(m, base, batches, plans, opt), label);
+      expect_matches(m, ref, run_replica(m, base, batches, ids, ShiftWeights::Separate), label);
     }
   }
 }
@@ -268,58 +270,61 @@ TEST(ShiftForward, ImpossibleCombinationsRejectedUpFront) {
   EXPECT_NE(error_of(8, 1).find("num_key_value_heads=6"), std::string::npos) << error_of(8, 1);
   EXPECT_NE(error_of(3, 4).find("tp=4"), std::string::npos) << error_of(3, 4);
   EXPECT_NE(error_of(5, 1).find("num_attention_heads=24"), std::string::npos) << error_of(5, 1);
-  // And the rank-level constructor refuses them too (no rank of them is ever built).
-  EXPECT_THROW(UlyssesRank::of(Plan::make_sp_tp(2, 2), shape, 0), Error);
+  // And a plan set of them is refused too (no rank of them is ever built).
+  EXPECT_THROW(PlanSet::make({Plan::make_sp_tp(2, 2)}, shape), Error);
 }
 
 // Shift 3.3.2: separate copies and slices of the base copy compute the same logits bit for bit;
 // memory per rank is w/t + w/P (separate) and w/t (slice), as shift_weight_memory says.
 TEST(ShiftForward, WeightModesSeparateAndSliceAgree) {
   std::shared_ptr<const Model> m = load_model(test::gqa_24x6_path());
-  std::vector<Seq> seqs = fresh_seqs();
-  const std::vector<ForwardBatch> batches = make_batches(seqs, m->config.vocab_size, 9);
+  const std::vector<ForwardBatch> batches = make_batches(m->config.vocab_size, 9);
   const Plan base = Plan::make_sp_tp(3, 2);
   const auto sched = schedules(base)[4].second;  // random interleaving
-  ShiftRankOptions sep, sli;
-  sep.weights = ShiftWeights::Separate;
-  sli.weights = ShiftWeights::Slice;
-  const DistResult a = run_replica(m, base, batches, sched, sep);
-  const DistResult b = run_replica(m, base, batches, sched, sli);
+  const DistResult a = run_replica(m, base, batches, sched, ShiftWeights::Separate);
+  const DistResult b = run_replica(m, base, batches, sched, ShiftWeights::Slice);
   ASSERT_EQ(a.logits.size(), b.logits.size());
   for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_EQ(a.logits[i], b.logits[i]) << "step " << i;
   const ModelShape shape = ModelShape::from(m->config);
   for (int r = 0; r < base.size(); ++r) {
     const ShiftWeightMemory w = shift_weight_memory(base, shape, r);
     const RankResult &x = a.ranks[size_t(r)], &y = b.ranks[size_t(r)];
-    EXPECT_EQ(x.mem.base_shard_bytes, w.base_elems * 4) << r;
-    EXPECT_EQ(x.mem.shift_shard_bytes, w.shift_elems * 4) << r;
+    EXPECT_EQ(x.base_mem.shard_bytes, w.base_elems * 4) << r;
+    EXPECT_EQ(x.shift_mem.shard_bytes, w.shift_elems * 4) << r;
     // Owned copies: at least the shards, at most 64 bytes of alignment per matrix more, and for
     // the separate copies (in the row-tile layout) at most kTileRows - 1 padding rows per matrix.
     const int64_t slack = 64 * 7 * m->config.n_layers;
     const int64_t tile_pad =
         int64_t(kTileRows - 1) * 4 * std::max<int64_t>(m->config.d_model, m->config.ffn_dim) * 7 * m->config.n_layers;
-    EXPECT_GE(x.mem.owned_bytes, w.separate() * 4) << r;
-    EXPECT_LE(x.mem.owned_bytes, w.separate() * 4 + 2 * (slack + tile_pad)) << r;
-    EXPECT_GE(y.mem.owned_bytes, w.sliced() * 4) << r;
-    EXPECT_LE(y.mem.owned_bytes, w.sliced() * 4 + slack) << r;
+    EXPECT_GE(x.owned, w.separate() * 4) << r;
+    EXPECT_LE(x.owned, w.separate() * 4 + 2 * (slack + tile_pad)) << r;
+    EXPECT_GE(y.owned, w.sliced() * 4) << r;
+    EXPECT_LE(y.owned, w.sliced() * 4 + slack) << r;
+    EXPECT_EQ(y.shift_mem.owned_bytes, 0) << r << ": the shift shard is a view of the base copy";
   }
   expect_matches(m, single_rank(m, batches), b, "slice sp=3,tp=2");
 }
 
-// The switch is free: KvMigration between the base and shift placements moves and drops nothing
-// (for the paper's 3x2 and for s*t above the KV heads), while a different layout would move KV.
+// The switch is free: the base and shift placements are equal (a KvMigration between them moves
+// and drops nothing), for the paper's 3x2 and for s*t above the KV heads, while a different layout
+// would move KV.
 TEST(ShiftForward, SwitchMovesNoKv) {
   std::shared_ptr<const Model> m = load_model(test::gqa_24x6_path());
   const ModelShape shape = ModelShape::from(m->config);
   const std::vector<SeqExtent> seqs = {{0, 37}, {1, 6}, {7, 129}};
   for (auto [s, t] : std::vector<std::pair<int, int>>{{3, 2}, {2, 6}, {12, 1}}) {
     const Plan b = Plan::make_sp_tp(s, t);
-    const KvMigration mig = check_free_switch(b.to_string(), b.shift_config().to_string(), shape, seqs, kBlock);
+    const PlanSet set = PlanSet::make({b, b.shift_config()}, shape);
+    EXPECT_TRUE(set.same_placement(0, 1));
+    const KvMigration mig = kv_migration(set.placement(0), set.placement(1), seqs, kBlock, 64);
     EXPECT_EQ(mig.total_bytes, 0);
+    EXPECT_EQ(mig.dropped_bytes, 0);
     EXPECT_TRUE(mig.moves.empty());
   }
-  // Plain TP(6) in natural order differs from the 3x2 base's order: that switch would move KV.
-  EXPECT_THROW(check_free_switch("sp=3,tp=2", "tp=6", shape, seqs, kBlock), Error);
+  // Plain TP(6) in natural order differs from the 3x2 base's order: that switch moves KV.
+  const PlanSet other = PlanSet::make({Plan::make_sp_tp(3, 2), Plan::make_tp(6)}, shape);
+  EXPECT_FALSE(other.same_placement(0, 1));
+  EXPECT_GT(kv_migration(other.placement(0), other.placement(1), seqs, kBlock, 64).total_bytes, 0);
 }
 
 }  // namespace

@@ -23,30 +23,44 @@ StepBatch batch_of(int tokens) {
 }
 
 TEST(ShiftPolicy, AlgorithmTwoAndHooks) {
-  ShiftPolicy p(Plan::make_sp_tp(3, 2), 97);
-  EXPECT_EQ(p.choose(batch_of(97)), "shift:sp=3,tp=2");  // n <= threshold: shift config
-  EXPECT_EQ(p.choose(batch_of(98)), "sp=3,tp=2");        // n > threshold: base
-  EXPECT_EQ(p.choose(batch_of(1)), "shift:sp=3,tp=2");
-  EXPECT_THROW(ShiftPolicy(Plan::make_tp(4), 8), Error);
-  EXPECT_THROW(ShiftPolicy(Plan::make_shift(2, 2), 8), Error);
-  auto alt = make_layout_policy("alternate", Plan::make_sp_tp(2, 2), 0);
-  EXPECT_EQ(alt->choose(batch_of(1)), "sp=2,tp=2");
-  EXPECT_EQ(alt->choose(batch_of(1)), "shift:sp=2,tp=2");
-  EXPECT_EQ(alt->choose(batch_of(1)), "sp=2,tp=2");
-  // random:SEED is reproducible and takes both sides.
-  auto r1 = make_layout_policy("random:4", Plan::make_sp_tp(2, 2), 0);
-  auto r2 = make_layout_policy("random:4", Plan::make_sp_tp(2, 2), 0);
-  int base = 0;
-  for (int i = 0; i < 64; ++i) {
-    const std::string a = r1->choose(batch_of(1));
+  const ModelShape shape = ModelShape::from(synth_shape("gqa-24x6").config);
+  const PlanSet set = PlanSet::make(policy_plans("shift", {Plan::make_sp_tp(3, 2)}), shape);
+  ASSERT_EQ(set.size(), 2);
+  EXPECT_EQ(set.name(1), "shift:sp=3,tp=2");
+  auto p = make_layout_policy("shift", set, 97);
+  EXPECT_EQ(p->choose(batch_of(97)), 1);  // n <= threshold: shift config
+  EXPECT_EQ(p->choose(batch_of(98)), 0);  // n > threshold: base
+  EXPECT_EQ(p->choose(batch_of(1)), 1);
+  EXPECT_EQ(p->describe(), "shift(threshold=97)");
+  EXPECT_THROW(policy_plans("shift", {Plan::make_tp(4)}), Error);
+  EXPECT_THROW(policy_plans("shift", {Plan::make_shift(2, 2)}), Error);
+  EXPECT_THROW(make_layout_policy("shift", PlanSet::make({Plan::make_tp(4)}, shape), 8), Error);
+  const PlanSet pair = PlanSet::make(policy_plans("alternate", {Plan::make_sp_tp(2, 3)}), shape);
+  auto alt = make_layout_policy("alternate", pair, 0);
+  EXPECT_EQ(alt->choose(batch_of(1)), 0);
+  EXPECT_EQ(alt->choose(batch_of(1)), 1);
+  EXPECT_EQ(alt->choose(batch_of(1)), 0);
+  // cycle:N moves to the next plan every N steps, round the set.
+  const PlanSet three = PlanSet::make({Plan::make_tp(4), Plan::parse("dp=2,tp=2"), Plan::make_dp(4)}, shape);
+  auto cyc = make_layout_policy("cycle:2", three, 0);
+  std::vector<int> got;
+  for (int i = 0; i < 8; ++i) got.push_back(cyc->choose(batch_of(1)));
+  EXPECT_EQ(got, (std::vector<int>{0, 0, 1, 1, 2, 2, 0, 0}));
+  // random:SEED is reproducible and takes every plan.
+  auto r1 = make_layout_policy("random:4", three, 0);
+  auto r2 = make_layout_policy("random:4", three, 0);
+  std::vector<int> count(3, 0);
+  for (int i = 0; i < 90; ++i) {
+    const int a = r1->choose(batch_of(1));
     EXPECT_EQ(a, r2->choose(batch_of(1)));
-    base += a == "sp=2,tp=2";
+    ++count[size_t(a)];
   }
-  EXPECT_GT(base, 8);
-  EXPECT_LT(base, 56);
-  EXPECT_THROW(make_layout_policy("random:x", Plan::make_sp_tp(2, 2), 0), Error);
-  EXPECT_THROW(make_layout_policy("often", Plan::make_sp_tp(2, 2), 0), Error);
-  EXPECT_EQ(make_layout_policy("fixed", Plan::make_tp(4), 0)->choose(batch_of(5)), "tp=4");
+  for (int c : count) EXPECT_GT(c, 10);
+  EXPECT_THROW(check_policy_name("random:x"), Error);
+  EXPECT_THROW(check_policy_name("often"), Error);
+  EXPECT_THROW(check_policy_name("cycle:0"), Error);
+  EXPECT_THROW(check_policy_name("cycle:-3"), Error);
+  EXPECT_EQ(make_layout_policy("fixed", three, 0)->choose(batch_of(5)), 0);
 }
 
 // The simulator runs the same rule: every simulated step above the threshold ran the base, every
@@ -63,7 +77,7 @@ TEST(ShiftPolicy, SimulatorUsesTheEnginePolicy) {
   const sim::SimResult r = simulator.run(trace);
   int64_t base = 0, shift = 0;
   for (const StepMetrics& s : r.metrics.steps()) {
-    const bool want_base = ShiftPolicy(Plan::make_sp_tp(2, 1), 37).runs_base(s.num_tokens);
+    const bool want_base = shift_runs_base(s.num_tokens, 37);
     EXPECT_EQ(s.plan, want_base ? "sp=2" : "tp=2") << "step " << s.index << ", " << s.num_tokens << " tokens";
     (want_base ? base : shift) += 1;
   }
@@ -106,7 +120,10 @@ TEST(ShiftPolicy, BenchOfflineReportsPlans) {
   std::ifstream f(json);
   const nlohmann::json j = nlohmann::json::parse(f);
   EXPECT_EQ(j["engine"]["policy"], "shift(threshold=8)");
-  EXPECT_EQ(j["engine"]["shift"]["kv_bytes_moved"], 0);
+  int64_t moved = 0, switches = 0;
+  for (const auto& p : j["engine"]["plan_stats"]) moved += p["kv_bytes_moved"].get<int64_t>(), switches += p["switches"].get<int64_t>();
+  EXPECT_EQ(moved, 0);
+  EXPECT_GT(switches, 0);
   EXPECT_GT(j["plans"]["sp=2,tp=2"]["steps"].get<int>(), 0) << j["plans"].dump();
   EXPECT_GT(j["plans"]["shift:sp=2,tp=2"]["steps"].get<int>(), 0) << j["plans"].dump();
   EXPECT_EQ(j["summary"]["num_completed"], 6);

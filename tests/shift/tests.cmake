@@ -1,4 +1,4 @@
-# MPI runs of Shift Parallelism (engine/shift_executor.h): `loom generate --plan sp=S,tp=T
+# MPI runs of Shift Parallelism (engine/policy.h, the plan set {sp x tp, its shift config}): `loom generate --plan sp=S,tp=T
 # --policy shift|alternate|random:SEED --comm mpi` under mpirun against single-rank generation,
 # on stories260K and on the synthetic GQA model (24 query heads, 6 KV heads) written by
 # `loom synth`, checked by tests/dist/mpi_generate.sh (mpirun flags: tests/CMakeLists.txt).

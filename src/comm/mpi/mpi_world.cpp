@@ -184,6 +184,14 @@ class Batch {
   std::vector<Expect> expect_;
 };
 
+// A Batch as a CommRequest: the messages are posted; wait() completes them.
+class BatchRequest final : public CommRequest {
+ public:
+  BatchRequest(MPI_Comm comm, int tag, double timeout_s, const char* what) : batch(comm, tag, timeout_s, what) {}
+  void wait() override { batch.complete(); }
+  Batch batch;
+};
+
 void copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
 }
@@ -303,32 +311,43 @@ class MpiCommunicator final : public Communicator {
     all_to_all_v_bytes(send, bytes, displs, recv, bytes, displs);
   }
 
+  // The non-blocking form, completed at once (one message pattern for both).
   void all_to_all_v_bytes(const void* send, std::span<const std::size_t> send_bytes,
                           std::span<const std::size_t> send_displs, void* recv,
                           std::span<const std::size_t> recv_bytes,
                           std::span<const std::size_t> recv_displs) override {
+    start_all_to_all_v_bytes(send, send_bytes, send_displs, recv, recv_bytes, recv_displs)->wait();
+  }
+
+  // Posts every message now (receives from rank - k, sends to rank + k); the request's wait()
+  // completes them under the communicator timeout. Outstanding requests of one group match
+  // in the order they were started (MPI orders messages of one (source, tag, communicator)).
+  std::unique_ptr<CommRequest> start_all_to_all_v_bytes(const void* send, std::span<const std::size_t> send_bytes,
+                                                        std::span<const std::size_t> send_displs, void* recv,
+                                                        std::span<const std::size_t> recv_bytes,
+                                                        std::span<const std::size_t> recv_displs) override {
     const int n = size_;
     check_span(send_bytes, "all_to_all_v_bytes", "send_bytes");
     check_span(send_displs, "all_to_all_v_bytes", "send_displs");
     check_span(recv_bytes, "all_to_all_v_bytes", "recv_bytes");
     check_span(recv_displs, "all_to_all_v_bytes", "recv_displs");
+    if (send_bytes[rank_] != recv_bytes[rank_]) {
+      fail("all_to_all_v_bytes: rank ", rank_, " sends ", send_bytes[rank_], " bytes to itself but expects ",
+           recv_bytes[rank_]);
+    }
     auto* out = static_cast<char*>(recv);
     auto* in = static_cast<const char*>(send);
-    if (send_bytes[rank_] != recv_bytes[rank_]) {
-      fail("all_to_all_v_bytes: rank ", rank_, " sends ", send_bytes[rank_],
-           " bytes to itself but expects ", recv_bytes[rank_]);
-    }
-    Batch b(coll_, kTagAllToAll, timeout_s_, "all_to_all");
+    auto req = std::make_unique<BatchRequest>(coll_, kTagAllToAll, timeout_s_, "all_to_all");
     for (int k = 1; k < n; ++k) {
       const int from = (rank_ - k + n) % n;
-      b.recv(from, out + recv_displs[from], recv_bytes[from]);
+      req->batch.recv(from, out + recv_displs[from], recv_bytes[from]);
     }
     for (int k = 1; k < n; ++k) {
       const int to = (rank_ + k) % n;
-      b.send(to, in + send_displs[to], send_bytes[to]);
+      req->batch.send(to, in + send_displs[to], send_bytes[to]);
     }
     copy(out + recv_displs[rank_], in + send_displs[rank_], recv_bytes[rank_]);
-    b.complete();
+    return req;
   }
 
   void send(int dst, int tag, const void* data, std::size_t bytes) override {

@@ -1,0 +1,90 @@
+#include "cli/layout_cli.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "engine/policy.h"
+#include "kernels/roofline.h"
+#include "model/weights.h"
+#include "parallel/plan_set.h"
+#include "sim/shift_threshold.h"
+
+namespace loom::cli {
+
+void add_layout_options(CLI::App* sub, LayoutArgs& a) {
+  sub->add_option("--plan", a.plans,
+                  "Parallel plan, e.g. tp=4, dp=2,tp=2, sp=2,tp=2, pp=2, tp=4,weights=full; repeat it for a plan set "
+                  "a policy switches between (the first is the initial plan; default tp=<ranks>)")
+      ->allow_extra_args(false);
+  sub->add_option("--policy", a.policy,
+                  "Layout policy: fixed (the first plan), shift (Shift Algorithm 2 over an sp x tp plan: base above "
+                  "--shift-threshold tokens per step, full TP otherwise), cycle:N (the next plan every N steps); test "
+                  "hooks alternate, random:SEED")
+      ->capture_default_str();
+  sub->add_option("--shift-threshold", a.threshold,
+                  "Tokens per step above which --policy shift runs the base config (default: from the cost "
+                  "model for this machine)");
+  sub->add_option("--shift-weights", a.weights,
+                  "Weights of plans whose shards overlap (the Shift pair): separate (own copies, w/t + w/P) or "
+                  "slice (views of the first copy, w/t)")
+      ->capture_default_str();
+}
+
+int layout_ranks(const LayoutArgs& a, int ranks) {
+  check_policy_name(a.policy);
+  parse_shift_weights(a.weights);
+  if (a.threshold < -1) fail("--shift-threshold must be >= 0 tokens, got ", a.threshold);
+  if (a.plans.empty()) return ranks;
+  const std::vector<Plan> plans = policy_plans(a.policy, PlanSet::parse(a.plans));
+  if (ranks > 0 && plans[0].size() != ranks)
+    fail("plan ", plans[0].to_string(), " needs ", plans[0].size(), " ranks, --ranks is ", ranks);
+  return plans[0].size();
+}
+
+void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
+  o.plans = a.plans.empty() ? std::vector<std::string>{cat("tp=", std::max(ranks, 1))} : a.plans;
+  o.policy = a.policy;
+  o.shift_threshold = a.threshold;
+  o.shift_weights = a.weights;
+  o.default_shift_threshold = [](const Model& m, const Plan& plan, int threads) -> int64_t {
+    // This machine's roofline, one rank's share: `threads` cores (64 MiB buffers: a quick probe).
+    kernels::Roofline roof(threads, size_t(64) << 20);
+    const double bw = roof.memcpy_bandwidth(threads, 3), flops = roof.peak_flops(threads, 3);
+    const WeightView& up = m.layers.at(0).w_up;
+    const double weight_bytes = double(up.bytes()) / double(up.rows * up.cols);
+    const sim::CostModel cm = sim::cpu_cost_model(m.config, weight_bytes, bw, flops, 0, plan.size());
+    const int max_tokens = 8192;
+    const sim::ShiftThreshold t = sim::derive_shift_threshold(cm, plan.sp, plan.tp, max_tokens);
+    std::fprintf(stderr,
+                 "[shift threshold %lld tokens: %s; measured per rank: memcpy %.1f GB/s, peak %.1f GFLOP/s, "
+                 "%.2f bytes per weight; --shift-threshold overrides]\n",
+                 (long long)t.threshold, t.explain.c_str(), bw / 1e9, flops / 1e9, weight_bytes);
+    return t.threshold;
+  };
+}
+
+void print_plan_stats(const DistEngine& e) {
+  const std::vector<PlanStats> st = e.plan_stats();
+  int64_t switches = 0;
+  for (const PlanStats& p : st) switches += p.switches;
+  if (st.size() == 1 && switches == 0) return;
+  std::fprintf(stderr, "[policy %s: %lld switches]\n", e.policy().c_str(), (long long)switches);
+  for (const PlanStats& p : st)
+    std::fprintf(stderr, "[plan %s: %lld steps, %lld tokens, %lld switches in, %lld KV bytes moved in %.3f ms]\n",
+                 p.name.c_str(), (long long)p.steps, (long long)p.tokens, (long long)p.switches,
+                 (long long)p.kv_bytes_moved, p.switch_s * 1e3);
+}
+
+nlohmann::json plan_stats_json(const DistEngine& e) {
+  nlohmann::json plans = nlohmann::json::array();
+  for (const PlanStats& p : e.plan_stats())
+    plans.push_back({{"name", p.name},
+                     {"steps", p.steps},
+                     {"tokens", p.tokens},
+                     {"switches", p.switches},
+                     {"kv_bytes_moved", p.kv_bytes_moved},
+                     {"switch_ms", p.switch_s * 1e3}});
+  return {{"policy", e.policy()}, {"plans", plans}};
+}
+
+}  // namespace loom::cli

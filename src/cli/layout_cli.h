@@ -1,0 +1,51 @@
+// The layout flags shared by `loom generate`, `loom bench offline` and `loom serve`:
+//   --plan P [--plan Q ...]  the plan set (parallel/plan_set.h); the first is the initial plan;
+//                            default tp=<ranks>
+//   --policy NAME            fixed | shift | cycle:N | alternate | random:SEED (engine/policy.h)
+//   --shift-threshold N      tokens per step above which --policy shift runs the base (sp x tp)
+//                            config; default: derived from the cost model for THIS machine (its
+//                            measured memcpy bandwidth and peak FLOP/s, kernels/roofline.h, as a
+//                            CPU device of the simulator, sim/shift_threshold.h), printed at start
+//   --shift-weights separate|slice                        engine/shard_weights.h
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/dist_engine.h"
+
+namespace loom::cli {
+
+struct LayoutArgs {
+  std::vector<std::string> plans;
+  std::string policy = "fixed";
+  int64_t threshold = -1;
+  std::string weights = "separate";
+  // Anything beyond one rank running tp=1 with the fixed policy.
+  bool given() const {
+    return !(plans.empty() || (plans.size() == 1 && plans[0] == "tp=1")) || policy != "fixed" || threshold >= 0 ||
+           weights != "separate";
+  }
+};
+
+void add_layout_options(CLI::App* sub, LayoutArgs& a);
+// The plan set's rank count (its first plan's size), or `ranks` when no plan is given. Checks the
+// plans and the policy first (one line naming the value: different rank counts, an unknown policy,
+// cycle:0, a key that is not executed yet): call it before loading anything.
+int layout_ranks(const LayoutArgs& a, int ranks);
+// Copies the flags into `o` (plans default: tp=<ranks>) and installs the cost-model default
+// threshold (computed on world rank 0 when needed; it prints one line on stderr saying where the
+// number comes from).
+void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o);
+// stderr lines after a run: steps, tokens, switches, KV bytes moved and switch time per plan
+// (nothing for a single plan that never switched).
+void print_plan_stats(const DistEngine& e);
+// The same as JSON: {"policy": ..., "plans": [{"name", "steps", "tokens", "switches",
+// "kv_bytes_moved", "switch_ms"}, ...]}.
+nlohmann::json plan_stats_json(const DistEngine& e);
+
+}  // namespace loom::cli

@@ -1,0 +1,139 @@
+// RankEngine: everything one rank holds to run any plan of its PlanSet (ARCHITECTURE.md "plan
+// sets, warm"): for every plan, built once at start-up, its layout, communicator groups (split
+// from the plan's meshes), shard weights and the stages of RankForward; and one KvStore shared by
+// all plans. A step names its plan by id; a switch between plans with equal KV placements only
+// flips the id (Shift 3.3.1), otherwise it runs the KV migration first (kv/kv_transfer.h).
+//
+// The step on every rank (SPMD; every rank of the world calls step() with the same descriptor):
+//   1. drop the KV of the released sequences;
+//   2. switch plans if the step's differs (migration over the world when placements differ);
+//   3. RankForward of the plan over the rank's rows;
+//   4. each replica's sampler rank samples its sequences (sampling is reproducible per request:
+//      the draw for the token at position p of a request with seed s comes from Rng(hash(s, p)));
+//   5. the sampled tokens reach world rank 0 (an all-gather over the world when a sampler is not
+//      rank 0: DP replicas, pipeline stages).
+//
+// KV accounting: pools(plan) is the scheduler's pool shape for the plan (block_allocator.h): every
+// rank's page budget divided by the pages one logical block costs it under the plan (its layers x
+// its KV heads), the least roomy rank deciding. It is the same value on every rank.
+//
+// Thread-safety: one rank's thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/rank_forward.h"
+#include "engine/step.h"
+#include "kv/kv_transfer.h"
+#include "parallel/groups.h"
+#include "parallel/plan_set.h"
+
+namespace loom {
+
+struct RankEngineOptions {
+  int block_size = 16;           // tokens per KV page
+  int64_t kv_pages = 0;          // this rank's KV pages
+  ShiftWeights shift_weights = ShiftWeights::Separate;
+  KvTransferOptions transfer;
+};
+
+// What a switch did (the same on every rank, but bytes_sent / bytes_received).
+struct SwitchResult {
+  bool moved = false;          // the placements differed: a migration ran
+  int64_t total_bytes = 0;     // KvMigration::total_bytes (all ranks)
+  KvTransferStats transfer;    // this rank's part
+};
+
+// Weight bytes of one plan on this rank.
+struct PlanMemory {
+  int64_t shard_bytes = 0;  // the seven matrices it computes with
+  int64_t owned_bytes = 0;  // bytes of copies made for it (0: views of the model or of another copy)
+};
+
+class RankEngine {
+ public:
+  // Collective over `world` (splits groups, agrees on every rank's KV pages). world.size() ==
+  // plans.n_ranks(). `model` and `pool` must outlive the engine.
+  RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans, Communicator& world, ThreadPool* pool,
+             const RankEngineOptions& options);
+
+  const PlanSet& plans() const { return plans_; }
+  int current() const { return current_; }
+  const Model& model() const { return *model_; }
+  KvStore& kv() { return *kv_; }
+  const KvPoolShape& pools(int plan) const { return pools_.at(size_t(plan)); }
+  const PlanMemory& memory(int plan) const { return memory_.at(size_t(plan)); }
+  int64_t owned_weight_bytes() const { return weights_.owned_bytes(); }
+  const RankForward& forward_of(int plan) const { return *instances_.at(size_t(plan))->forward; }
+  int world_rank() const { return world_.rank(); }
+  // Called at the end of every step() with the step and the sequences released before it (tests
+  // check what the rank's KV store holds against the plan's placement here).
+  std::function<void(RankEngine&, const StepBatch&, const std::vector<RequestId>& released)> after_step;
+
+  // Drops the KV of these sequences (not collective).
+  void release(const std::vector<RequestId>& seqs);
+  // Collective: makes `plan` current; migrates the KV of `seqs` when the placement changes.
+  SwitchResult switch_to(int plan, const std::vector<SeqExtent>& seqs);
+  // Collective: one step of a decoded descriptor (see the top). The result holds every sampled
+  // token on world rank 0; elsewhere it is unspecified. `sw` (optional) gets the switch it made.
+  StepResult step(const StepBatch& batch, const std::vector<RequestId>& released, SwitchResult* sw = nullptr);
+  // Collective: one forward pass of the current plan (logits on the sampler of replica 0 when it is
+  // this rank; tests and the single-sequence generator).
+  int forward(const ForwardBatch& batch, std::vector<float>* logits);
+
+ private:
+  struct Instance {
+    RankLayout layout;
+    PlanGroups groups;
+    std::vector<ShardLayerWeights> weights;
+    std::unique_ptr<RankForward> forward;
+    std::vector<int> sampler_replica;  // per world rank: its replica when it samples, else -1
+  };
+  std::shared_ptr<const Model> model_;
+  PlanSet plans_;
+  Communicator& world_;
+  ThreadPool* pool_;
+  RankEngineOptions options_;
+  std::unique_ptr<KvStore> kv_;
+  GroupCache groups_;
+  RankWeights weights_;
+  std::vector<std::unique_ptr<Instance>> instances_;
+  std::vector<KvPoolShape> pools_;
+  std::vector<PlanMemory> memory_;
+  int current_ = 0;
+  ForwardBatch fb_;
+  std::vector<float> logits_;
+};
+
+// The token chosen from `logits[vocab]` for the sample at `position` of a request.
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position);
+
+// The forward batch of a step; want_logits follows ScheduledSeq::sample.
+void to_forward_batch(const StepBatch& batch, ForwardBatch& fb);
+
+// One rank over plan tp=1 on a single-rank communicator: the single-rank engine's forward pass,
+// for the single-sequence generator (generator.h) and as the tests' reference.
+class SingleRankModel {
+ public:
+  // KV room for `kv_tokens` tokens of one sequence (rounded up to pages). `plan`: a one-rank plan
+  // (tp=1, or tp=1,weights=full to compute on the mapped file).
+  SingleRankModel(std::shared_ptr<const Model> model, ThreadPool* pool, int64_t kv_tokens, int block_size = 16,
+                  const Plan& plan = Plan::make_tp(1));
+  ~SingleRankModel();
+  const ModelConfig& config() const { return model_->config; }
+  // One forward pass: writes [rows, vocab] logits for the sequences that want them.
+  int forward(const ForwardBatch& batch, std::vector<float>& logits);
+  KvStore& kv() { return engine_->kv(); }
+  RankEngine& engine() { return *engine_; }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<RankEngine> engine_;
+};
+
+}  // namespace loom

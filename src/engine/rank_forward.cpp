@@ -1,0 +1,113 @@
+#include "engine/rank_forward.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace loom {
+
+namespace {
+constexpr int kTagActivations = 101;  // pipeline hand-off between stages
+}
+
+bool is_sampler(const RankLayout& L, const Plan& plan) {
+  return L.sp == 0 && L.kvp == 0 && L.tp == 0 && L.pp == plan.pp - 1;
+}
+
+RankForward::RankForward(const StageContext& ctx, std::vector<KvEntry> holds)
+    : ctx_(ctx), holds_(std::move(holds)) {
+  const RankLayout& L = ctx_.layout;
+  LOOM_CHECK(ctx_.weights && int64_t(ctx_.weights->size()) == L.layers.size(), "weights for ", ctx_.weights->size(),
+             " layers, the stage has ", L.layers.size());
+  first_stage_ = L.pp == 0;
+  last_stage_ = L.pp == ctx_.plan.pp - 1;
+  sampler_ = is_sampler(L, ctx_.plan);
+  attn_ = make_attention_stage(ctx_);
+  ffn_ = make_ffn_stage(ctx_);
+  if (last_stage_ && sampler_) output_ = ctx_.model->decode_output(ctx_.pool);
+}
+
+void RankForward::grow(int64_t m) {
+  if (m <= rows_cap_) return;
+  const int64_t d = ctx_.model->config.d_model;
+  x_.resize(size_t(m * d));
+  xn_.resize(size_t(m * d));
+  proj_.resize(size_t(m * d));
+  rows_cap_ = m;
+}
+
+int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  const Model& model = *ctx_.model;
+  const ModelConfig& c = model.config;
+  const RankLayout& L = ctx_.layout;
+  const int64_t d = c.d_model;
+  if (logits) logits->clear();
+  make_step_rows(batch, L.tokens, rows_);
+  const StepRows& rows = rows_;
+  if (rows.n == 0) return 0;  // nothing of this replica in the step (DP)
+  for (size_t i = 0; i < rows.seqs.size(); ++i) {
+    const ForwardSeq& s = rows.seqs[i];
+    ctx_.kv->reserve(s.seq_id, s.start_pos + s.n_tokens, holds_);
+  }
+  const int64_t m = rows.m();
+  grow(m);
+  float* x = x_.data();
+  Communicator& pp = ctx_.groups->get("pp");
+  if (first_stage_) {
+    // Embedding of the rank's rows; padded rows (SP) are zeros and stay so through rmsnorm.
+    std::memset(x, 0, size_t(m * d) * sizeof(float));
+    for (int64_t g = rows.slice.real.begin; g < rows.slice.real.end; ++g) {
+      const int32_t tok = rows.tokens[size_t(g)];
+      LOOM_CHECK(tok >= 0 && tok < c.vocab_size, "token id ", tok);
+      dequantize_row(model.tok_embd.dtype, model.tok_embd.row(tok), x + (g - rows.slice.padded.begin) * d, d);
+    }
+  } else {
+    pp.recv(L.pp - 1, kTagActivations, x, size_t(m * d) * sizeof(float));
+  }
+
+  for (int64_t l = L.layers.begin; l < L.layers.end; ++l) {
+    const LayerWeights& LW = model.layers[size_t(l)];
+    kernels::rmsnorm(xn_.data(), x, LW.attn_norm.f32(), m, d, c.rms_eps);
+    attn_->forward(int(l), rows, xn_.data(), proj_.data());
+    for (int64_t i = 0; i < m * d; ++i) x[i] += proj_[size_t(i)];
+    kernels::rmsnorm(xn_.data(), x, LW.ffn_norm.f32(), m, d, c.rms_eps);
+    ffn_->forward(int(l), m, xn_.data(), proj_.data());
+    for (int64_t i = 0; i < m * d; ++i) x[i] += proj_[size_t(i)];
+  }
+
+  if (!last_stage_) {
+    pp.send(L.pp + 1, kTagActivations, x, size_t(m * d) * sizeof(float));
+    return 0;
+  }
+  // The last hidden state of every sampling sequence, in batch order, to the sampler. With SP the
+  // rows are spread over the slices: the SP group of tp == 0 gathers them (Shift Algorithm 1 line
+  // 13, restricted to those rows). After the TP all-reduce every TP rank holds the same states.
+  if (L.tp != 0 || L.kvp != 0) return 0;
+  const int s = L.tokens.sp_degree;
+  std::vector<size_t> counts(size_t(s), 0);
+  int64_t n_out = 0, mine = 0;
+  for (size_t i = 0; i < rows.seqs.size(); ++i) {
+    if (!rows.seqs[i].want_logits) continue;
+    const int64_t g = rows.seq_row[i] + rows.seqs[i].n_tokens - 1;
+    counts[size_t(g / m)] += size_t(d);
+    if (rows.slice.padded.contains(g)) {
+      std::memcpy(xn_.data() + mine * d, x + (g - rows.slice.padded.begin) * d, size_t(d) * sizeof(float));
+      ++mine;
+    }
+    ++n_out;
+  }
+  if (n_out == 0) return 0;
+  float* out_rows = xn_.data();
+  if (s > 1) {
+    gathered_.resize(size_t(n_out * d));
+    ctx_.groups->get("sp").all_gather_v(xn_.data(), gathered_.data(), counts);
+    out_rows = gathered_.data();
+  }
+  if (!sampler_ || !logits) return 0;
+  kernels::rmsnorm(out_rows, out_rows, model.out_norm.f32(), n_out, d, c.rms_eps);
+  logits->resize(size_t(n_out) * size_t(c.vocab_size));
+  kernels::matmul(out_rows, n_out, d, output_, logits->data(), c.vocab_size, ctx_.pool);
+  return int(n_out);
+}
+
+}  // namespace loom

@@ -1,0 +1,109 @@
+// Stages: the pieces one rank's forward pass is composed from (ARCHITECTURE.md "executors are
+// composed from stages"; llama.cpp's build_attn / build_ffn picked by the input they get, vLLM's
+// layer range per pipeline stage). RankForward (rank_forward.h) runs the one layer loop over them:
+//
+//   x = embed(rows)                 first pipeline stage (else received from the previous stage)
+//   for each layer of the stage:
+//     x += attention(rmsnorm(x))    an AttentionStage: projections, RoPE, KV store + attention,
+//                                   Wo and its reduction
+//     x += ffn(rmsnorm(x))          an FfnStage: SwiGLU and its reduction
+//   logits(rows that sample)        last pipeline stage (else sent to the next stage)
+//
+// Attention stages (make_attention_stage, one factory for every plan):
+//   HeadParallel  TP (Megatron; PLANS.md "TP(t)"), the shift config of Shift 3.3.1 (TP(P) in
+//                 the shift order) and the single rank (TP(1)): the rank projects its query and KV
+//                 heads for all its rows, attends, and multiplies by its Wo columns (out_heads);
+//                 the partial sums are all-reduced over "ffn-tp".
+//   Ulysses       SP x TP (Shift Algorithm 1): the rank projects its token slice with its TP shard,
+//                 one fused all-to-all over "sp" trades tokens for heads, attention, a second
+//                 all-to-all returns to the token slice, Wo, all-reduce over "ffn-tp".
+//   (Helix KVP x TPA, issue 12: KV-parallel attention returning partial output + LSE, one
+//   all-to-all over "kvp", the exact merge, then Wo by out_heads over "ffn-tp" — one more class
+//   here and one more case in the factory.)
+// FFN stages (make_ffn_stage):
+//   TensorParallel  W_gate / W_up row block, W_down column block of the rank's FFN units, partial
+//                   sums all-reduced over "ffn-tp" (a group of one on a single rank: local).
+//   (SiDP's owner FFN, issue 14.)
+//
+// Rows: a step's rows reach a rank through its plan's token share (RankLayout::tokens): the
+// sequences of its DP replica, and with SP a padded slice of their tokens. A stage sees StepRows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/forward_batch.h"
+#include "engine/shard_weights.h"
+#include "kernels/kernels.h"
+#include "kv/kv_store.h"
+#include "model/weights.h"
+#include "parallel/groups.h"
+#include "parallel/plan.h"
+
+namespace loom {
+
+// The rows of one step on one rank: its DP replica's sequences (in batch order) and its slice.
+struct StepRows {
+  std::vector<ForwardSeq> seqs;    // the replica's sequences
+  std::vector<int64_t> seq_row;    // first row of each (rows numbered over the replica's tokens)
+  std::vector<int32_t> tokens;     // [n]
+  std::vector<int32_t> pos;        // [n] absolute positions
+  int64_t n = 0;                   // the replica's tokens this step
+  TokenSlice slice;                // the rank's residual rows: without SP padded == real == [0, n)
+  int64_t m() const { return slice.padded.size(); }
+};
+
+// Builds the rows of `batch` that `layout`'s token share gives the rank (DP: sequences with
+// id % dp == dp_index; SP: sp_token_slice).
+void make_step_rows(const ForwardBatch& batch, const TokenShare& share, StepRows& rows);
+
+// What the stages of one plan share on a rank.
+struct StageContext {
+  std::shared_ptr<const Model> model;
+  Plan plan;
+  ModelShape shape;
+  RankLayout layout;
+  const PlanGroups* groups = nullptr;
+  ThreadPool* pool = nullptr;
+  KvStore* kv = nullptr;
+  const std::vector<ShardLayerWeights>* weights = nullptr;  // the stage's layers, from layout.layers.begin
+  kernels::RopeParams rope;
+  const ShardLayerWeights& layer(int l) const { return (*weights)[size_t(l - layout.layers.begin)]; }
+};
+
+class AttentionStage {
+ public:
+  virtual ~AttentionStage() = default;
+  // xn: [m, d] the rank's normed residual rows; out: [m, d] the attention block's output (after
+  // Wo and its reduction), to be added to the residual. Writes the step's K/V into the KV store.
+  virtual void forward(int layer, const StepRows& rows, const float* xn, float* out) = 0;
+  virtual const char* name() const = 0;
+};
+
+class FfnStage {
+ public:
+  virtual ~FfnStage() = default;
+  // xn: [m, d] normed rows; out: [m, d] the FFN block's output (after its reduction).
+  virtual void forward(int layer, int64_t m, const float* xn, float* out) = 0;
+  virtual const char* name() const = 0;
+};
+
+// The stage factory: the one place a plan's layout turns into code.
+std::unique_ptr<AttentionStage> make_attention_stage(const StageContext& ctx);
+std::unique_ptr<FfnStage> make_ffn_stage(const StageContext& ctx);
+
+// RoPE parameters of the model (both conventions, Llama-3 scaling, GGUF per-frequency factors;
+// the factors point into `c`, which must outlive the result).
+kernels::RopeParams rope_params(const ModelConfig& c);
+
+// Writes the K/V of rows [0, rows.n) for KV heads kv_heads (global ids, ascending; k/v rows hold
+// them in that order, ld floats apart) of `layer` into the store's pages, then runs causal
+// attention for query heads q_heads (global ids; q/out rows hold them in that order) of every
+// sequence, each query head over the KV head q / group_size. Pages must be reserved already.
+void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std::vector<int>& q_heads,
+                         const std::vector<int>& kv_heads, int group_size, const float* q, int64_t ldq,
+                         const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo, ThreadPool* pool);
+
+}  // namespace loom

@@ -1,0 +1,49 @@
+// FFN stages (stage.h): tensor-parallel SwiGLU (Megatron column then row split; a group of one is
+// the local FFN), and the factory.
+#include "core/error.h"
+#include "engine/stage.h"
+
+namespace loom {
+
+namespace {
+
+class TensorParallelFfn final : public FfnStage {
+ public:
+  explicit TensorParallelFfn(const StageContext& c) : c_(c), reduce_(c.groups->get("ffn-tp")) {
+    LOOM_CHECK(reduce_.size() == c_.layout.ffn_degree && reduce_.rank() == c_.layout.ffn_index,
+               "FFN group of shard ", c_.layout.ffn_index, "/", c_.layout.ffn_degree);
+  }
+  const char* name() const override { return reduce_.size() > 1 ? "tensor-parallel" : "local"; }
+
+  void forward(int layer, int64_t m, const float* xn, float* out) override {
+    const ShardLayerWeights& W = c_.layer(layer);
+    const int64_t d = c_.model->config.d_model, f = c_.layout.ffn.size();
+    if (m > rows_) {
+      gate_.resize(size_t(m * f));
+      up_.resize(size_t(m * f));
+      rows_ = m;
+    }
+    ThreadPool* pool = c_.pool;
+    kernels::matmul(xn, m, d, W.w_gate, gate_.data(), f, pool);
+    kernels::matmul(xn, m, d, W.w_up, up_.data(), f, pool);
+    kernels::swiglu(gate_.data(), gate_.data(), up_.data(), m * f);
+    kernels::matmul(gate_.data(), m, f, W.w_down, out, d, pool);
+    if (reduce_.size() > 1) reduce_.all_reduce_sum(out, size_t(m * d));
+  }
+
+ private:
+  StageContext c_;
+  Communicator& reduce_;
+  int64_t rows_ = 0;
+  AlignedBuffer<float> gate_, up_;
+};
+
+}  // namespace
+
+std::unique_ptr<FfnStage> make_ffn_stage(const StageContext& c) {
+  if (c.layout.weights == WeightSource::FetchFromOwner)
+    fail("plan ", c.plan.to_string(), ": no owner FFN stage (SiDP) yet (issue 14)");
+  return std::make_unique<TensorParallelFfn>(c);
+}
+
+}  // namespace loom

@@ -1,0 +1,55 @@
+// Executing a KvMigration (parallel/kv_migration.h) between the ranks' KvStores: the one
+// mechanism every switch between plans with different KV placements runs (Nitsum TP change,
+// Seesaw phase change, Helix <-> TP, P/D hand-off; ARCHITECTURE.md "One migration mechanism").
+//
+// Nitsum 3.2.2 stop-and-migrate, at a step boundary, collective over the group whose rank numbers
+// are the placements' rank numbers:
+//   1. handshake: every rank derives the same KvMigration from the two placements and the
+//      sequences' extents (sequence, length), which the step descriptor carried to all of them;
+//   2. each rank frees at once the cells it loses and sends to nobody (GQA duplicates, cells
+//      another holder sends);
+//   3. aggregated, double-buffered transfer: the moves are cut into rounds (per sending rank, moves
+//      in migration order until the round holds buffer_bytes); a rank packs the fragmented pages
+//      of round k into one contiguous buffer while round k-1 is on the wire (a non-blocking
+//      all-to-all, Communicator::start_all_to_all_v_bytes), then frees the pages it sent in round
+//      k-1 and unpacks what it received into freshly allocated pages;
+//   4. every rank checks that its store now holds exactly what the new placement gives it
+//      (check_holdings), failing loudly otherwise.
+// Cells a rank holds under both placements stay in their pages: nothing copies them.
+//
+// Wire format of one move: its K rows then its V rows ([tokens][head_dim] f32 each). The bytes a
+// rank sends sum, over all ranks, to KvMigration::total_bytes.
+//
+// `aggregate = false` sends one move (one block's piece) per round instead: the per-block
+// baseline the migration benchmark compares against (bench/migration.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kv/kv_store.h"
+#include "parallel/kv_migration.h"
+
+namespace loom {
+
+struct KvTransferOptions {
+  int64_t buffer_bytes = int64_t(8) << 20;  // bytes one rank packs per round (each of two buffers)
+  bool aggregate = true;                    // false: one move per round (per-block baseline)
+};
+
+struct KvTransferStats {
+  int64_t bytes_sent = 0, bytes_received = 0;  // by this rank (K and V)
+  int64_t moves_sent = 0, moves_received = 0;
+  int64_t pages_freed = 0;  // pages of cells this rank no longer holds
+  int rounds = 0;           // all-to-all rounds (equal on every rank)
+  double seconds = 0;
+};
+
+// Runs `mig` (from the placement the stores hold now to `to`) over `group`, on every rank of it.
+// `seqs` are the extents the migration was computed for: every sequence the stores hold.
+KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& to,
+                                     const std::vector<SeqExtent>& seqs, KvStore& store, Communicator& group,
+                                     const KvTransferOptions& options = {});
+
+}  // namespace loom
