@@ -267,6 +267,7 @@ void print_dist(const char* name, const Distribution& d) {
 
 void run_bench_offline(const BenchOfflineArgs& a) {
   if (a.threads < 0) fail("--threads must be >= 0, got ", a.threads);
+  layout_ranks(a.layout, a.ranks);  // the plans and the policy, before any weight loads
   std::shared_ptr<const Model> model = load_model(a.model);
   const ModelConfig& mc = model->config;
 

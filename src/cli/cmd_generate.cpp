@@ -136,7 +136,6 @@ void run_generate(const GenerateArgs& a) {
 
   std::shared_ptr<Model> model = load_model(a.model);
   auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
-  const ModelConfig& c = model->config;
 
   std::vector<int32_t> prompt = tok->encode(a.prompts.at(0), !a.no_bos);
   ThreadPool pool(a.threads > 0 ? a.threads : default_thread_count());

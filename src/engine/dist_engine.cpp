@@ -17,14 +17,6 @@ namespace {
 
 // ---- small collectives on strings (control messages: not on the per-step path) ----
 
-// Every rank of `c` ends with rank 0's `s`.
-void broadcast_string(Communicator& c, std::string& s) {
-  uint64_t n = s.size();
-  c.broadcast(&n, sizeof n, 0);
-  s.resize(size_t(n));
-  if (n) c.broadcast(s.data(), size_t(n), 0);
-}
-
 // Every rank gets every rank's string, in rank order.
 std::vector<std::string> all_gather_strings(Communicator& c, const std::string& mine) {
   std::vector<uint64_t> sizes(size_t(c.size()));

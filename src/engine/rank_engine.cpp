@@ -101,7 +101,8 @@ SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs)
                                          options_.block_size, kv_bytes_per_token(c.head_dim, DType::F32));
     r.moved = true;
     r.total_bytes = mig.total_bytes;
-    r.transfer = execute_kv_migration(mig, plans_.placement(plan), seqs, *kv_, world_, options_.transfer);
+    r.transfer = execute_kv_migration(mig, plans_.placement(plan), seqs, *kv_, world_, options_.transfer,
+                                      &transfer_scratch_);
   }
   current_ = plan;
   return r;

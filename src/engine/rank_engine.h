@@ -107,6 +107,7 @@ class RankEngine {
   int current_ = 0;
   ForwardBatch fb_;
   std::vector<float> logits_;
+  KvTransferScratch transfer_scratch_;  // migration buffers, kept warm between switches
 };
 
 // The token chosen from `logits[vocab]` for the sample at `position` of a request.

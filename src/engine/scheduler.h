@@ -57,7 +57,7 @@ struct SchedulerConfig {
   int max_num_seqs = 256;          // running sequences (and sequences per step) at most
   int max_tokens_per_step = 2048;  // token budget of one step (prefill + decode tokens)
   int block_size = kDefaultKvBlockSize;
-  int num_blocks = 0;              // KV cache size in blocks (kv_cache_num_blocks())
+  int num_blocks = 0;              // KV cache size in blocks (one pool; see pool_shapes)
   int max_model_len = 4096;        // prompt + output tokens at most
   bool enable_chunked_prefill = true;
   double watermark = 0.01;  // fraction of num_blocks kept free when admitting (vLLM's watermark)

@@ -136,37 +136,10 @@ void BlockTable::release(BlockAllocator& alloc) {
   num_slots_ = 0;
 }
 
-int64_t kv_bytes_per_block(const KvLayout& layout, DType kv_dtype) {
-  layout.validate();
-  if (layout.head_dim % dtype_block_elems(kv_dtype) != 0)
-    fail("KV dtype ", dtype_name(kv_dtype), " needs head_dim to be a multiple of ",
-         dtype_block_elems(kv_dtype), ", found ", layout.head_dim);
-  return 2 * int64_t(layout.n_layers) * layout.n_kv_heads * layout.block_size *
-         dtype_row_bytes(kv_dtype, layout.head_dim);
-}
-
 int64_t mem_available_bytes() {
   const std::optional<int64_t> a = mem_available();
   if (!a) fail("cannot read MemAvailable from /proc/meminfo to size the KV cache; pass --kv-cache-bytes");
   return *a;
-}
-
-int64_t kv_cache_num_blocks(int64_t bytes_per_block, std::optional<int64_t> kv_cache_bytes,
-                            double fraction_of_free) {
-  LOOM_CHECK(bytes_per_block > 0, "bytes_per_block ", bytes_per_block);
-  int64_t budget = 0;
-  if (kv_cache_bytes) {
-    if (*kv_cache_bytes <= 0) fail("--kv-cache-bytes must be > 0, found ", *kv_cache_bytes);
-    budget = *kv_cache_bytes;
-  } else {
-    if (!(fraction_of_free > 0 && fraction_of_free <= 1))
-      fail("KV cache fraction of free memory must be in (0, 1], found ", fraction_of_free);
-    budget = int64_t(std::floor(double(mem_available_bytes()) * fraction_of_free));
-  }
-  const int64_t n = budget / bytes_per_block;
-  if (n < 1)
-    fail("KV cache budget of ", budget, " bytes holds no block of ", bytes_per_block, " bytes");
-  return n;
 }
 
 }  // namespace loom

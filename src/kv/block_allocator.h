@@ -1,7 +1,8 @@
 // Paged KV-cache bookkeeping: physical block allocation with reference counts, per-sequence
-// block tables, and sizing the cache from a byte budget (vLLM's PagedAttention, sections 4.2-4.3).
+// block tables, and KV pools per plan (vLLM's PagedAttention, sections 4.2-4.3).
 //
-// Only ids are managed here; the K/V storage lives in the executor's arena (kv_layout.h).
+// Only ids are managed here (the scheduler's accounting); each rank stores K/V in its own pages
+// (kv_store.h), found by sequence id.
 // Not thread-safe: owned by the scheduler on rank 0, which is single-threaded.
 #pragma once
 
@@ -11,7 +12,11 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kv/kv_layout.h"
+
+namespace loom {
+inline constexpr int kDefaultKvBlockSize = 16;  // tokens per KV block (vLLM's default)
+}  // namespace loom
+
 
 namespace loom {
 
@@ -125,19 +130,7 @@ class BlockTable {
   std::vector<BlockId> blocks_;
 };
 
-// Bytes of one physical block across all layers, K and V:
-//   2 * n_layers * n_kv_heads(local) * block_size * head_dim * sizeof(kv dtype)
-// (for Q8_0, head_dim must be a multiple of 32 and the row size of head_dim elements is used).
-int64_t kv_bytes_per_block(const KvLayout& layout, DType kv_dtype);
-
 // MemAvailable from /proc/meminfo in bytes; throws loom::Error when it cannot be read.
 int64_t mem_available_bytes();
-
-// Number of blocks for the KV cache: floor(budget / bytes_per_block), where budget is
-// `kv_cache_bytes` when given (--kv-cache-bytes) or else `fraction_of_free` (0, 1] of
-// MemAvailable. Throws loom::Error when the budget does not hold a single block or the
-// arguments are out of range (naming the value and the limit).
-int64_t kv_cache_num_blocks(int64_t bytes_per_block, std::optional<int64_t> kv_cache_bytes,
-                            double fraction_of_free = 0.9);
 
 }  // namespace loom

@@ -27,7 +27,9 @@ struct Round {
 
 KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& to,
                                      const std::vector<SeqExtent>& seqs, KvStore& store, Communicator& group,
-                                     const KvTransferOptions& options) {
+                                     const KvTransferOptions& options, KvTransferScratch* scratch) {
+  KvTransferScratch local_scratch;
+  KvTransferScratch& buffers = scratch ? *scratch : local_scratch;
   const double t0 = now_seconds();
   const int me = group.rank(), n = group.size();
   LOOM_CHECK(mig.block_tokens == store.block_size(), "migration cut at ", mig.block_tokens,
@@ -89,7 +91,8 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
 
   // --- double-buffered rounds: pack k while k-1 is on the wire, then unpack k-1.
   auto move_floats = [&](const KvMove& m) { return m.tokens.size() * dh; };  // per K (or V)
-  std::vector<uint8_t> send_buf[2], recv_buf[2];
+  std::vector<uint8_t>* send_buf = buffers.send;
+  std::vector<uint8_t>* recv_buf = buffers.recv;
   const size_t nr = static_cast<size_t>(n);
   std::vector<size_t> send_bytes(nr), send_displs(nr), recv_bytes(nr), recv_displs(nr);
   std::unique_ptr<CommRequest> inflight[2];
@@ -142,11 +145,13 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
     inflight[k % 2] = group.start_all_to_all_v_bytes(buf.data(), send_bytes, send_displs, recv_buf[k % 2].data(),
                                                      recv_bytes, recv_displs);
   };
-  auto unpack = [&](int k) {
-    inflight[k % 2]->wait();
-    inflight[k % 2].reset();
+  // A round's cells go into fresh pages; when the store has too few free pages for them (the
+  // rank still holds cells it has yet to send), the round waits in its buffer until every send is
+  // packed and its pages freed (the new placement fits the store: the scheduler's pools say so).
+  std::vector<std::pair<int, std::vector<uint8_t>>> deferred;
+  auto place = [&](int k, const std::vector<uint8_t>& buf) {
     const Round& r = rounds[size_t(k)];
-    const auto* at = reinterpret_cast<const float*>(recv_buf[k % 2].data());
+    const auto* at = reinterpret_cast<const float*>(buf.data());
     for (int s = 0; s < n; ++s)
       for (size_t i : r.recv_from[size_t(s)]) {
         const KvMove& m = mig.moves[i];
@@ -159,11 +164,33 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
         ++st.moves_received;
       }
   };
+  auto new_pages = [&](int k) {
+    std::vector<CellKey> cells;
+    for (int s = 0; s < n; ++s)
+      for (size_t i : rounds[size_t(k)].recv_from[size_t(s)]) {
+        const KvMove& m = mig.moves[i];
+        if (store.page(m.seq_id, m.layer, m.kv_head, m.block) == kNoPage) cells.push_back(cell_of(m));
+      }
+    std::sort(cells.begin(), cells.end());
+    return int64_t(std::unique(cells.begin(), cells.end()) - cells.begin());
+  };
+  auto unpack = [&](int k) {
+    inflight[k % 2]->wait();
+    inflight[k % 2].reset();
+    if (!deferred.empty() || new_pages(k) > store.free_pages()) {
+      deferred.emplace_back(k, std::move(recv_buf[k % 2]));
+      recv_buf[k % 2] = {};
+      return;
+    }
+    place(k, recv_buf[k % 2]);
+  };
   for (int k = 0; k < n_rounds; ++k) {
     pack(k);
     if (k > 0) unpack(k - 1);
   }
   if (n_rounds > 0) unpack(n_rounds - 1);
+  for (const auto& [k, buf] : deferred) place(k, buf);
+  st.deferred_rounds = int(deferred.size());
   LOOM_CHECK(pending_sends.empty(), "rank ", me, ": ", pending_sends.size(), " cells were never sent");
 
   // --- 4. the store against the new placement (what the rank actually holds).

@@ -12,7 +12,8 @@
 //      in migration order until the round holds buffer_bytes); a rank packs the fragmented pages
 //      of round k into one contiguous buffer while round k-1 is on the wire (a non-blocking
 //      all-to-all, Communicator::start_all_to_all_v_bytes), then frees the pages it sent in round
-//      k-1 and unpacks what it received into freshly allocated pages;
+//      k-1 and unpacks what it received into freshly allocated pages (a round that would not fit
+//      the store beside cells the rank has yet to send waits in its buffer until they are sent);
 //   4. every rank checks that its store now holds exactly what the new placement gives it
 //      (check_holdings), failing loudly otherwise.
 // Cells a rank holds under both placements stay in their pages: nothing copies them.
@@ -34,8 +35,18 @@
 namespace loom {
 
 struct KvTransferOptions {
-  int64_t buffer_bytes = int64_t(8) << 20;  // bytes one rank packs per round (each of two buffers)
+  // Bytes one rank packs per round (each of two buffers). Measured (bench/migration.cpp, local and
+  // MPI backends on one host): rounds that stay in the cache (64-256 KiB) beat 1-8 MiB rounds by
+  // up to 2x, because pack, transfer and unpack then pass over memory once instead of three times;
+  // the per-round cost on these backends is a barrier, not a transfer set-up.
+  int64_t buffer_bytes = int64_t(256) << 10;
   bool aggregate = true;                    // false: one move per round (per-block baseline)
+};
+
+// Buffers a rank reuses from one migration to the next (two send and two receive buffers of up to
+// a round each), so a switch does not fault fresh memory in; optional.
+struct KvTransferScratch {
+  std::vector<uint8_t> send[2], recv[2];
 };
 
 struct KvTransferStats {
@@ -43,6 +54,7 @@ struct KvTransferStats {
   int64_t moves_sent = 0, moves_received = 0;
   int64_t pages_freed = 0;  // pages of cells this rank no longer holds
   int rounds = 0;           // all-to-all rounds (equal on every rank)
+  int deferred_rounds = 0;  // received rounds held back until the rank's sends freed room
   double seconds = 0;
 };
 
@@ -50,6 +62,6 @@ struct KvTransferStats {
 // `seqs` are the extents the migration was computed for: every sequence the stores hold.
 KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& to,
                                      const std::vector<SeqExtent>& seqs, KvStore& store, Communicator& group,
-                                     const KvTransferOptions& options = {});
+                                     const KvTransferOptions& options = {}, KvTransferScratch* scratch = nullptr);
 
 }  // namespace loom

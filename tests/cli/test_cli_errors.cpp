@@ -67,3 +67,30 @@ TEST(CliErrors, InfoMissingFile) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Plan sets and policies: one line each, before any weight loads (the model path does not even
+// exist: the error is about the layout, not the file), on every command that takes a layout.
+TEST(CliErrors, PlanSetAndPolicyRejectedBeforeTheModelLoads) {
+  const std::string missing = test::temp_dir() + "/not-loaded.gguf";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"--plan tp=2 --plan tp=4", {"tp=4", "4", "2", "same ranks"}},
+      {"--plan tp=2 --policy sometimes", {"unknown --policy 'sometimes'"}},
+      {"--plan tp=2 --plan dp=2 --policy cycle:0", {"cycle:0", ">= 1"}},
+      {"--plan dp=2,weights=owner", {"weights=owner", "SiDP"}},
+      {"--plan kvp=2,tpa=2", {"kvp=2", "Helix"}},
+      {"--plan tp=2 --plan tp=2", {"tp=2", "twice"}},
+      {"--plan tp=4 --policy shift", {"shift policy", "sp x tp", "tp=4"}},
+  };
+  for (const auto& [flags, words] : cases) {
+    SCOPED_TRACE(flags);
+    expect_one_line_error(run_loom_stderr("generate -m " + missing + " -n 4 " + flags), words);
+    expect_one_line_error(run_loom_stderr("bench offline -m " + missing + " --synthetic batch -n 2 " + flags), words);
+    expect_one_line_error(run_loom_stderr("serve -m " + missing + " --port 0 " + flags), words);
+  }
+}
+
+}  // namespace
+}  // namespace loom

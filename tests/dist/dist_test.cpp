@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -227,6 +228,144 @@ TEST_F(DistSynthGqa, EveryPlanMatchesSingleRankGreedy) {
     expect_tokens(cat("plan ", plan), model, prompts, want,
                   run_plan(plan, model, greedy_requests(prompts, n)));
   }
+}
+
+// ---- plan sets: a policy switching plans of different KV placements (the KV migrates) ----
+
+struct SetRun {
+  std::map<int64_t, std::vector<int32_t>> out;
+  std::vector<PlanStats> stats;
+  int64_t preemptions = 0;
+  std::vector<int64_t> owned;  // weight bytes copied, per rank
+};
+
+// `requests` under the plan set `plans` and `policy` on the local backend, every rank's KV store
+// checked against the running plan's placement after every step.
+SetRun run_set(const std::vector<std::string>& plans, const std::string& policy, const std::shared_ptr<Model>& model,
+               std::vector<Request> requests, int budget, int64_t kv_bytes) {
+  DistOptions o;
+  o.comm = "local";
+  o.plans = plans;
+  o.policy = policy;
+  o.ranks = Plan::parse(plans[0]).size();
+  o.engine.max_tokens_per_step = budget;
+  o.engine.max_num_seqs = 64;
+  o.engine.kv_cache_bytes = kv_bytes;
+  o.migration_buffer_bytes = 4096;  // several double-buffered rounds per switch
+  o.comm_options.timeout_s = 30;
+  o.load_model = [model](int) { return model; };
+  test::HoldingsCheck holdings;
+  holdings.install(o, o.ranks);
+  SetRun r;
+  r.owned.assign(size_t(o.ranks), -1);
+  std::mutex mu;
+  auto check = o.after_step;
+  o.after_step = [&](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+    check(rank, e, b, rel);
+    std::lock_guard<std::mutex> lock(mu);
+    r.owned[size_t(rank)] = e.owned_weight_bytes();
+  };
+  run_distributed(o, [&](DistEngine& e) {
+    for (const Sequence& s : e.run(requests)) {
+      EXPECT_TRUE(s.finish_reason == FinishReason::kLength || s.finish_reason == FinishReason::kStop)
+          << "request " << s.id() << ": " << finish_reason_name(s.finish_reason) << " " << s.finish_detail;
+      r.out[s.id()] = s.output;
+    }
+    r.stats = e.plan_stats();
+    r.preemptions = e.scheduler().num_preemptions();
+    EXPECT_EQ(e.scheduler().num_used_blocks(), 0);
+  });
+  holdings.expect_clean(plans[0] + " " + policy);
+  return r;
+}
+
+// Switched, and the bytes moved are what the placements imply (> 0 for every set here, whose
+// plans' placements all differ).
+void expect_switched(const std::string& label, const SetRun& r) {
+  int64_t switches = 0, moved = 0, steps = 0, ran = 0;
+  for (const PlanStats& p : r.stats) switches += p.switches, moved += p.kv_bytes_moved, steps += p.steps, ran += p.steps > 0;
+  EXPECT_GE(ran, 2) << label;
+  EXPECT_GE(switches, 1) << label;
+  EXPECT_GT(moved, 0) << label;
+  EXPECT_GT(steps, 0) << label;
+}
+
+// Every set, several cycle lengths (1: a switch every step, so prompts of 40 tokens under a
+// 16-token budget switch mid-prefill), against single-rank greedy. Exactness class: summation
+// order (TP all-reduce) between plans, pure data movement for the migration itself.
+TEST_F(DistStories, PlanSetsUnderCycleMatchSingleRank) {
+  const int n = 10;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
+  const std::vector<std::vector<std::string>> sets = {
+      {"tp=4", "dp=2,tp=2", "dp=4"},
+      {"tp=4", "pp=2,tp=2,layers=3+2", "sp=2,tp=2"},
+      {"tp=2", "dp=2", "pp=2,layers=2+3"},
+      {"tp=8", "dp=2,tp=4", "dp=8,weights=full"},
+  };
+  for (const auto& set : sets)
+    for (const std::string policy : {"cycle:1", "cycle:3", "cycle:7"}) {
+      std::string label = policy;
+      for (const std::string& p : set) label += " " + p;
+      SCOPED_TRACE(label);
+      const SetRun r = run_set(set, policy, model_, greedy_requests(prompts_, n), 16, int64_t(8) << 20);
+      expect_tokens(label, model_, prompts_, want, r.out);
+      expect_switched(label, r);
+    }
+}
+
+// A cache so small that sequences are preempted (and recomputed) while the plans switch, including
+// at a switch into a plan whose pools hold less.
+TEST_F(DistStories, PlanSetsWithPreemption) {
+  const int n = 24;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
+  // stories260K: a page (16 tokens of one KV head, K and V, head_dim 8) is 1 KiB; 100 pages per
+  // rank hold 20 blocks of 16 tokens under tp=4 (1 head x 5 layers a block) and 5 per replica
+  // under dp=4 (4 heads x 5 layers): 9 sequences of up to 64 tokens do not fit either.
+  const SetRun r = run_set({"tp=4", "dp=4"}, "cycle:2", model_, greedy_requests(prompts_, n), 32, 100 * 1024);
+  expect_tokens("preemption", model_, prompts_, want, r.out);
+  expect_switched("preemption", r);
+  EXPECT_GT(r.preemptions, 0);
+}
+
+// weights=full: the same tokens as resident shards, and no rank copies a byte of weights.
+TEST_F(DistStories, WeightsFullCopiesNothing) {
+  const int n = 8;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
+  const SetRun r = run_set({"tp=4,weights=full", "dp=2,tp=2,weights=full"}, "cycle:2", model_,
+                           greedy_requests(prompts_, n), 16, int64_t(8) << 20);
+  expect_tokens("weights=full", model_, prompts_, want, r.out);
+  for (size_t i = 0; i < r.owned.size(); ++i) EXPECT_EQ(r.owned[i], 0) << "rank " << i;
+  const SetRun res = run_set({"tp=4", "dp=2,tp=2"}, "cycle:2", model_, greedy_requests(prompts_, n), 16,
+                             int64_t(8) << 20);
+  for (size_t i = 0; i < res.owned.size(); ++i) EXPECT_GT(res.owned[i], 0) << "rank " << i;
+}
+
+TEST_F(DistSynthGqa, PlanSetsUnderCycleMatchSingleRank) {
+  std::shared_ptr<Model> model = load_model(path_);
+  const auto prompts = random_prompts(8, 40, model->config.vocab_size, 29);
+  const int n = 8;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(model, p, n));
+  // tp=4 over 6 KV heads holds some heads on two ranks (duplicates dropped or sent by one holder).
+  const std::vector<std::vector<std::string>> sets = {
+      {"tp=4", "dp=2,tp=2", "dp=4"},
+      {"sp=2,tp=3", "tp=6", "dp=2,tp=3", "pp=2,tp=3"},
+      {"sp=3,tp=2", "shift:sp=3,tp=2", "dp=3,tp=2"},
+  };
+  for (const auto& set : sets)
+    for (const std::string policy : {"cycle:1", "cycle:4"}) {
+      std::string label = policy;
+      for (const std::string& p : set) label += " " + p;
+      SCOPED_TRACE(label);
+      const SetRun r = run_set(set, policy, model, greedy_requests(prompts, n), 16, int64_t(8) << 20);
+      expect_tokens(label, model, prompts, want, r.out);
+      int64_t switches = 0;
+      for (const PlanStats& p : r.stats) switches += p.switches;
+      EXPECT_GT(switches, 1) << label;
+    }
 }
 
 // ---- errors and faults ----

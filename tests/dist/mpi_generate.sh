@@ -6,6 +6,8 @@
 # Parallelism with --shift-threshold 8 (prefill chunks run the sp x tp base, small decode steps
 # the shift config, Algorithm 2, on the same sequences), and the run must then have used both
 # configs and switched without moving KV (the engine's per-plan stderr lines).
+# POLICY cycle:N runs a plan set (PLAN lists its plans separated by '/', e.g. tp=4/dp=2,tp=2/dp=4):
+# the run must have switched and migrated KV between placements.
 # Usage: mpi_generate.sh LOOM MODEL NP PLAN N POLICY MPIRUN [MPIRUN ARGS...]
 # Exit 77 (ctest skip) when the model file is missing (../shared not beside the checkout).
 set -u
@@ -20,13 +22,18 @@ trap 'rm -rf "$tmp"' EXIT
 # Prompts of different lengths: with --prefill-chunk 16 the long ones are prefilled in chunks
 # while the short ones already decode.
 what="plan $plan"
-if [ "$policy" != fixed ]; then
-  set -- "$@" -np "$np" "$loom" generate --policy "$policy" --shift-threshold 8
-  what="plan $plan --policy $policy"
-else
-  set -- "$@" -np "$np" "$loom" generate
-fi
-set -- "$@" -m "$model" -n "$n" --plan "$plan" --comm mpi --print-ids \
+case "$policy" in
+  fixed) set -- "$@" -np "$np" "$loom" generate ;;
+  cycle:*) set -- "$@" -np "$np" "$loom" generate --policy "$policy"; what="plans $plan --policy $policy" ;;
+  *) set -- "$@" -np "$np" "$loom" generate --policy "$policy" --shift-threshold 8; what="plan $plan --policy $policy" ;;
+esac
+rest=$plan
+while [ -n "$rest" ]; do
+  one=${rest%%/*}
+  set -- "$@" --plan "$one"
+  [ "$one" = "$rest" ] && rest="" || rest=${rest#*/}
+done
+set -- "$@" -m "$model" -n "$n" --comm mpi --print-ids \
   --prefill-chunk 16 \
   -p "Once upon a time" \
   -p "Lily and Ben went to the park to play with a big red ball and a little blue kite" \
@@ -54,7 +61,13 @@ if ! cmp -s "$tmp/want.txt" "$tmp/got.txt"; then
   diff "$tmp/want.txt" "$tmp/got.txt"
   exit 1
 fi
-if [ "$policy" != fixed ]; then
+if [ "${policy%%:*}" = cycle ]; then
+  # Switches between placements: some plan's switches moved KV bytes.
+  if ! grep -Eq '^\[policy .*: [1-9][0-9]* switches\]' "$tmp/got.err" ||
+     ! grep -Eq '^\[plan [^ ]+: .* [1-9][0-9]* KV bytes moved' "$tmp/got.err"; then
+    echo "expected the plan set to switch and migrate KV"; exit 1
+  fi
+elif [ "$policy" != fixed ]; then
   # The per-plan lines of the engine's summary: both configs ran steps, the policy switched, and
   # no switch moved KV (the base and its shift config share one placement).
   ran=$(grep -Ec '^\[plan [^ ]+: [1-9][0-9]* steps, [0-9]+ tokens, [0-9]+ switches in, 0 KV bytes moved' "$tmp/got.err")

@@ -89,8 +89,9 @@ TEST_F(BatchedStories, PreemptionUnderATinyCacheGivesTheSameTokens) {
   c.max_tokens_per_step = 64;
   c.block_size = 4;
   // Room for about 3 sequences of ~60 tokens: the scheduler must preempt and recompute.
-  KvLayout lay{model_->config.n_layers, model_->config.n_kv_heads, model_->config.head_dim, 4, 0};
-  c.kv_cache_bytes = kv_bytes_per_block(lay, DType::F32) * 48;
+  // One block of 4 tokens costs a page (K and V of 4 x head_dim f32) per layer and KV head.
+  const ModelConfig& mc = model_->config;
+  c.kv_cache_bytes = int64_t(48) * mc.n_layers * mc.n_kv_heads * 2 * 4 * mc.head_dim * int64_t(sizeof(float));
   Engine e(model_, c);
   const int n = 48;
   std::vector<Sequence> done = e.run(greedy_requests(prompts_, n));

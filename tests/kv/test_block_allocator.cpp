@@ -1,4 +1,4 @@
-// BlockAllocator / BlockTable / KvLayout invariants, checked against naive models kept here.
+// BlockAllocator / BlockTable invariants, checked against naive models kept here.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "kv/block_allocator.h"
-#include "kv/kv_layout.h"
 
 namespace loom {
 namespace {
@@ -135,46 +134,6 @@ TEST(BlockTable, ForkSharesAndReleasesIndependently) {
   for (BlockId b : f.blocks()) EXPECT_EQ(a.ref_count(b), 1);
   f.release(a);
   EXPECT_EQ(a.num_free(), 7);
-}
-
-// Offsets against a naive counter walking the arena in its documented order
-// [layer][block][head][pos][dim].
-TEST(KvLayout, OffsetsMatchNaiveWalk) {
-  KvLayout l{3, 2, 5, 7, 4};  // n_layers, n_kv_heads, head_dim, block_size, num_blocks
-  int64_t counter = 0;
-  for (int layer = 0; layer < l.n_layers; ++layer)
-    for (int64_t b = 0; b < l.num_blocks; ++b)
-      for (int h = 0; h < l.n_kv_heads; ++h)
-        for (int p = 0; p < l.block_size; ++p) {
-          ASSERT_EQ(l.offset(layer, b, h, p), counter);
-          ASSERT_EQ(l.offset_in_layer(b, h, p), counter - layer * l.floats_per_layer());
-          counter += l.head_dim;
-        }
-  EXPECT_EQ(counter, l.floats_per_arena());
-  EXPECT_EQ(l.floats_per_block(), 2 * 7 * 5);
-  EXPECT_THROW((KvLayout{0, 1, 1, 1, 1}.validate()), Error);
-}
-
-TEST(KvBudget, BytesPerBlockAndBlockCount) {
-  // Llama-2-7B by hand: 2 (K,V) * 32 layers * 32 kv heads * 16 tokens * 128 dims * 2 bytes = 8 MiB.
-  KvLayout l7b{32, 32, 128, 16, 0};
-  EXPECT_EQ(kv_bytes_per_block(l7b, DType::F16), 8388608);
-  EXPECT_EQ(kv_bytes_per_block(l7b, DType::F32), 16777216);
-  // Q8_0: 128 dims = 4 blocks of 34 bytes = 136 bytes per head row.
-  EXPECT_EQ(kv_bytes_per_block(l7b, DType::Q8_0), int64_t(2) * 32 * 32 * 16 * 136);
-  KvLayout odd{1, 1, 17, 16, 0};
-  EXPECT_THROW(kv_bytes_per_block(odd, DType::Q8_0), Error);
-
-  EXPECT_EQ(kv_cache_num_blocks(8388608, int64_t(80) << 30), 10240);  // 80 GiB / 8 MiB
-  EXPECT_EQ(kv_cache_num_blocks(1000, 2999), 2);
-  EXPECT_THROW(kv_cache_num_blocks(1000, 999), Error);
-  EXPECT_THROW(kv_cache_num_blocks(1000, 0), Error);
-  EXPECT_THROW(kv_cache_num_blocks(1000, std::nullopt, 1.5), Error);
-  const int64_t avail = mem_available_bytes();
-  EXPECT_GT(avail, 0);
-  const int64_t n = kv_cache_num_blocks(4096, std::nullopt, 0.5);
-  // MemAvailable moves between the two reads: allow 10% drift.
-  EXPECT_NEAR(double(n), double(avail) * 0.5 / 4096, double(avail) * 0.1 / 4096);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "model/loader.h"
 #include "model/synth.h"
 #include "parallel/sharding.h"
+#include "kv_cells.h"
 #include "single_rank.h"
 #include "test_util.h"
 
@@ -77,25 +78,8 @@ std::vector<SeqExtent> extents_before(size_t step) {
   return out;
 }
 
-// K/V of one (sequence, layer, kv head, position) as a rank stores it.
-using Cell = std::tuple<int64_t, int, int, int64_t>;
-using Cells = std::map<Cell, std::pair<std::vector<float>, std::vector<float>>>;
-
-Cells cells_of(const KvStore& kv, const std::vector<SeqExtent>& seqs) {
-  Cells out;
-  const int dh = kv.head_dim(), B = kv.block_size();
-  for (const SeqExtent& s : seqs)
-    for (int l = 0; l < kv.n_layers(); ++l)
-      for (int h = 0; h < kv.n_kv_heads(); ++h)
-        for (int64_t p = 0; p < s.n_tokens; ++p) {
-          const int32_t page = kv.page(s.id, l, h, p / B);
-          if (page == kNoPage) continue;
-          const float* k = kv.k(page) + (p % B) * dh;
-          const float* v = kv.v(page) + (p % B) * dh;
-          out[{s.id, l, h, p}] = {std::vector<float>(k, k + dh), std::vector<float>(v, v + dh)};
-        }
-  return out;
-}
+using test::Cells;
+using test::cells_of;
 
 struct Reference {
   std::vector<std::vector<float>> logits;  // per step
@@ -196,8 +180,7 @@ void expect_matches(const std::shared_ptr<const Model>& m, const Reference& ref,
     for (const auto& [cell, kv] : rr.kv) {
       const auto it = ref.kv.find(cell);
       ASSERT_NE(it, ref.kv.end()) << label;
-      for (size_t e = 0; e < kv.first.size(); ++e)
-        bad += !close(kv.first[e], it->second.first[e]) + !close(kv.second[e], it->second.second[e]);
+      for (size_t e = 0; e < kv.size(); ++e) bad += !close(kv[e], it->second[e]);
     }
     EXPECT_EQ(bad, 0) << label << " rank " << r << ": cells differing from the single-rank cache";
   }

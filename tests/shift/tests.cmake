@@ -10,7 +10,9 @@ if(LOOM_MPI)
   set(loom_shift_stories ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin)
   # name, ranks, plan, policy
   set(loom_shift_stories_runs "sp2tp2_shift 4 sp=2,tp=2 shift" "sp2tp2_random 4 sp=2,tp=2 random:3"
-                              "sp4tp1_alternate 4 sp=4,tp=1 alternate")
+                              "sp4tp1_alternate 4 sp=4,tp=1 alternate"
+                              "set_tp4_dp2tp2_dp4_cycle2 4 tp=4/dp=2,tp=2/dp=4 cycle:2"
+                              "set_tp2_pp2_cycle1 2 tp=2/pp=2,layers=3+2 cycle:1")
   foreach(entry ${loom_shift_stories_runs})
     separate_arguments(parts UNIX_COMMAND "${entry}")
     list(GET parts 0 name)
@@ -23,7 +25,8 @@ if(LOOM_MPI)
     set_tests_properties(shift_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
                          ENVIRONMENT "${loom_mpi_env}")
   endforeach()
-  set(loom_shift_gqa_runs "sp2tp1_shift 2 sp=2,tp=1 shift" "sp3tp2_random 6 sp=3,tp=2 random:5")
+  set(loom_shift_gqa_runs "sp2tp1_shift 2 sp=2,tp=1 shift" "sp3tp2_random 6 sp=3,tp=2 random:5"
+                          "set_tp4_dp4_cycle3 4 tp=4/dp=4/dp=2,tp=2 cycle:3")
   foreach(entry ${loom_shift_gqa_runs})
     separate_arguments(parts UNIX_COMMAND "${entry}")
     list(GET parts 0 name)
