@@ -20,6 +20,11 @@ echo "   (full TP over the same ranks, same KV placement) for small ones; 'plans
 "$loom" bench offline --model "$model" --synthetic bursty:40:0.5:1.5 -n 24 --prompt-len 16:400 --output-len 8:24 \
   --use-arrivals --ranks 2 --plan sp=2 --policy shift --threads 1 --seed 1
 echo
+echo "== A plan set: the same 2 ranks switch between tp=2 and two DP replicas every 4 steps; each switch"
+echo "   migrates the KV cache between the placements (per-plan steps, switches and KV bytes on stderr)"
+"$loom" generate --model "$model" --prompt "Once upon a time" --prompt "The robot" -n 24 --temperature 0 \
+  --plan tp=2 --plan dp=2 --policy cycle:4 --threads 1 > /dev/null
+echo
 echo "To run a real checkpoint, point --model at it, for example:"
 echo "  $loom generate --model ../shared/models/stories260K/stories260K.bin --tokenizer ../shared/models/stories260K/tok512.bin --prompt 'Once upon a time' -n 200"
 echo "  (GGUF files, and HF safetensors directories with config.json and tokenizer.json, load the same way.)"
