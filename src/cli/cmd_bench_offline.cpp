@@ -204,7 +204,7 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
                      std::vector<Request> requests) {
   if (a.comm != "local" && a.comm != "mpi") fail("unknown --comm '", a.comm, "' (local, mpi)");
   if (a.ranks < 0) fail("--ranks must be >= 1, got ", a.ranks);
-  int ranks = layout_ranks(a.layout, a.ranks);
+  int ranks = layout_ranks(a.layout, a.ranks, a.block_size);
   // Under mpi without --ranks: as many as mpirun started (the plan's size is checked against them).
   if (a.comm == "mpi" && a.ranks == 0) ranks = 0;
   EngineRun run;
@@ -267,7 +267,7 @@ void print_dist(const char* name, const Distribution& d) {
 
 void run_bench_offline(const BenchOfflineArgs& a) {
   if (a.threads < 0) fail("--threads must be >= 0, got ", a.threads);
-  layout_ranks(a.layout, a.ranks);  // the plans and the policy, before any weight loads
+  layout_ranks(a.layout, a.ranks, a.block_size);  // the plans and the policy, before any weight loads
   std::shared_ptr<const Model> model = load_model(a.model);
   const ModelConfig& mc = model->config;
 

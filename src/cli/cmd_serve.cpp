@@ -68,7 +68,7 @@ void run_serve(const ServeArgs& a) {
   if (a.kv_cache_bytes > 0) spec.config.kv_cache_bytes = a.kv_cache_bytes;
   spec.config.kv_cache_fraction = a.kv_cache_fraction;
   spec.config.block_size = a.block_size;
-  spec.ranks = layout_ranks(a.layout, a.ranks == 1 && !a.layout.plans.empty() ? 0 : a.ranks);
+  spec.ranks = layout_ranks(a.layout, a.ranks == 1 && !a.layout.plans.empty() ? 0 : a.ranks, a.block_size);
   if (spec.ranks == 0 && a.comm != "mpi") spec.ranks = 1;
   if (spec.ranks == 0 && a.layout.plans.empty()) fail("--comm mpi with --ranks 0 needs a --plan (e.g. --plan tp=4)");
   spec.layout_options = a.layout.given();

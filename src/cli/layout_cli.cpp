@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "engine/policy.h"
+#include "engine/rank_engine.h"
 #include "kernels/roofline.h"
 #include "model/weights.h"
 #include "parallel/plan_set.h"
@@ -30,12 +31,13 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
       ->capture_default_str();
 }
 
-int layout_ranks(const LayoutArgs& a, int ranks) {
+int layout_ranks(const LayoutArgs& a, int ranks, int block_size) {
   check_policy_name(a.policy);
   parse_shift_weights(a.weights);
   if (a.threshold < -1) fail("--shift-threshold must be >= 0 tokens, got ", a.threshold);
   if (a.plans.empty()) return ranks;
   const std::vector<Plan> plans = policy_plans(a.policy, PlanSet::parse(a.plans));
+  check_block_sizes(plans, block_size);
   if (ranks > 0 && plans[0].size() != ranks)
     fail("plan ", plans[0].to_string(), " needs ", plans[0].size(), " ranks, --ranks is ", ranks);
   return plans[0].size();

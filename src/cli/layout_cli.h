@@ -35,8 +35,9 @@ struct LayoutArgs {
 void add_layout_options(CLI::App* sub, LayoutArgs& a);
 // The plan set's rank count (its first plan's size), or `ranks` when no plan is given. Checks the
 // plans and the policy first (one line naming the value: different rank counts, an unknown policy,
-// cycle:0, a key that is not executed yet): call it before loading anything.
-int layout_ranks(const LayoutArgs& a, int ranks);
+// cycle:0, a key that is not executed yet, a Helix block that is not whole KV blocks of
+// `block_size` tokens): call it before loading anything.
+int layout_ranks(const LayoutArgs& a, int ranks, int block_size = kDefaultKvBlockSize);
 // Copies the flags into `o` (plans default: tp=<ranks>) and installs the cost-model default
 // threshold (computed on world rank 0 when needed; it prints one line on stderr saying where the
 // number comes from).

@@ -109,6 +109,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
          world.size(), " (give --ranks ", plans[0].size(), " or mpirun -np ", plans[0].size(), ")");
   parse_shift_weights(o.shift_weights);
   agree_on_text(world, "the layout policy", cat(o.policy, " weights=", o.shift_weights));
+  check_block_sizes(plans, o.engine.block_size);
 
   // 2. the model (memory-mapped), the plans against its sizes, agreement on everything
   st.model = o.load_model ? o.load_model(world.rank()) : std::shared_ptr<const Model>(load_model(o.model_path));

@@ -31,6 +31,13 @@ void to_forward_batch(const StepBatch& batch, ForwardBatch& fb) {
   }
 }
 
+void check_block_sizes(const std::vector<Plan>& plans, int block_size) {
+  for (const Plan& p : plans)
+    if (p.kvp > 1 && p.kv_block % block_size != 0)
+      fail("plan ", p.to_string(), ": the Helix block of ", p.kv_block, " tokens is not a multiple of the KV block of ",
+           block_size, " tokens (--block-size); give block=", block_size, " or a multiple");
+}
+
 RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans, Communicator& world, ThreadPool* pool,
                        const RankEngineOptions& options)
     : model_(std::move(model)),
@@ -43,6 +50,7 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
   const ModelConfig& c = model_->config;
   if (world.size() != plans_.n_ranks())
     fail("plan ", plans_.name(0), " needs ", plans_.n_ranks(), " ranks, the world has ", world.size());
+  check_block_sizes(plans_.plans(), options.block_size);
   kv_ = std::make_unique<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages);
   // Every rank's page budget, for the pool shapes (equal on every rank).
   std::vector<int64_t> pages(size_t(world.size()));
@@ -82,7 +90,7 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
       per_pool = std::min(per_pool, pages[size_t(r)] / std::max<int64_t>(cost, 1));
       if (is_sampler(lr, plan)) in->sampler_replica[size_t(r)] = lr.dp;
     }
-    pools_.push_back(KvPoolShape{plan.dp, plan.kvp, int(per_pool)});
+    pools_.push_back(KvPoolShape{plan.dp, plan.kvp, int(per_pool), plan.kvp > 1 ? plan.kv_block / options.block_size : 1});
     instances_.push_back(std::move(in));
   }
 }

@@ -110,6 +110,10 @@ class RankEngine {
   KvTransferScratch transfer_scratch_;  // migration buffers, kept warm between switches
 };
 
+// Throws loom::Error when a Helix plan's block (block=) is not a whole number of KV pages of
+// `block_size` tokens (a page is stored on one KVP rank).
+void check_block_sizes(const std::vector<Plan>& plans, int block_size);
+
 // The token chosen from `logits[vocab]` for the sample at `position` of a request.
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position);
 

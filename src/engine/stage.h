@@ -17,9 +17,10 @@
 //   Ulysses       SP x TP (Shift Algorithm 1): the rank projects its token slice with its TP shard,
 //                 one fused all-to-all over "sp" trades tokens for heads, attention, a second
 //                 all-to-all returns to the token slice, Wo, all-reduce over "ffn-tp".
-//   (Helix KVP x TPA, issue 12: KV-parallel attention returning partial output + LSE, one
-//   all-to-all over "kvp", the exact merge, then Wo by out_heads over "ffn-tp" — one more class
-//   here and one more case in the factory.)
+//   Helix        KVP x TPA (Helix 2.1, stage_helix.cpp): every KVP rank projects all rows for its
+//                TPA heads, attends over its round-robin KV blocks (partial output + LSE), one
+//                all-to-all over "kvp" per chunk of sequences (HOP-B overlaps it with the next
+//                chunk's attention), the exact LSE merge, Wo by out_heads, all-reduce over "ffn-tp".
 // FFN stages (make_ffn_stage):
 //   TensorParallel  W_gate / W_up row block, W_down column block of the rank's FFN units, partial
 //                   sums all-reduced over "ffn-tp" (a group of one on a single rank: local).
@@ -94,9 +95,24 @@ class FfnStage {
 std::unique_ptr<AttentionStage> make_attention_stage(const StageContext& ctx);
 std::unique_ptr<FfnStage> make_ffn_stage(const StageContext& ctx);
 
+// Helix (H10, round-robin blocks): how many of positions [0, end) KVP rank kvp_index stores when
+// position p lives on rank (p / block) mod kvp. The Helix stage presents a rank's keys to the
+// attention kernel as one compact sequence and gives a query at position p the position
+// helix_keys_held(p + 1, ...) - 1 in it (-1: it sees no key here, lse = -inf).
+int64_t helix_keys_held(int64_t end, int64_t block, int64_t kvp, int64_t kvp_index);
+
 // RoPE parameters of the model (both conventions, Llama-3 scaling, GGUF per-frequency factors;
 // the factors point into `c`, which must outlive the result).
 kernels::RopeParams rope_params(const ModelConfig& c);
+
+// q = xn Wq^T (+bq), k, v likewise, then RoPE on q and k at positions pos: the projection every
+// attention stage starts with.  // q [m, hq*dh], k, v [m, hk*dh]
+void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk, int64_t dh,
+                 const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool);
+
+// The attention kernel's view of one KV head's pages (kv_store.h) listed in `pages` (one page per
+// block of the sequence, in order).
+kernels::KvView page_view(const KvStore& kv, const int32_t* pages);
 
 // Writes the K/V of rows [0, rows.n) for KV heads kv_heads (global ids, ascending; k/v rows hold
 // them in that order, ld floats apart) of `layer` into the store's pages, then runs causal

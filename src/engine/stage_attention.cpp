@@ -104,14 +104,7 @@ void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std
     const ForwardSeq& s = rows.seqs[jb.seq];
     const int64_t r0 = rows.seq_row[jb.seq];
     const std::span<const int32_t> table = kv.table(s.seq_id, layer, kv_heads[size_t(jb.run.kv_local)]);
-    kernels::KvView view;
-    view.k = kv.k_base();
-    view.v = kv.v_base();
-    view.block_table = table.data();
-    view.block_size = int(B);
-    view.block_stride = kv.page_floats();
-    view.head_stride = 0;
-    view.pos_stride = dh;
+    const kernels::KvView view = page_view(kv, table.data());
     const kernels::AttentionShape shape{jb.run.n_q, 1, int(dh), scale};
     kernels::attention(q + r0 * ldq + int64_t(jb.run.q_begin) * dh, s.n_tokens, ldq, rows.pos.data() + r0, view, 0,
                        s.start_pos + s.n_tokens, shape, out + r0 * ldo + int64_t(jb.run.q_begin) * dh, ldo, nullptr,
@@ -133,8 +126,6 @@ void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std
   });
 }
 
-namespace {
-
 // q = xn Wq^T (+bq), k, v likewise, then RoPE on q and k at positions pos.  // [m, hq*dh], [m, hk*dh]
 void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk, int64_t dh,
                  const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool) {
@@ -150,6 +141,20 @@ void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t
   kernels::rope(q, m, q_dim, hq, pos, rope);
   kernels::rope(k, m, kv_dim, hk, pos, rope);
 }
+
+kernels::KvView page_view(const KvStore& kv, const int32_t* pages) {
+  kernels::KvView view;
+  view.k = kv.k_base();
+  view.v = kv.v_base();
+  view.block_table = pages;
+  view.block_size = kv.block_size();
+  view.block_stride = kv.page_floats();
+  view.head_stride = 0;
+  view.pos_stride = kv.head_dim();
+  return view;
+}
+
+namespace {
 
 void all_reduce(Communicator& g, float* data, int64_t n) {
   if (g.size() > 1) g.all_reduce_sum(data, size_t(n));
@@ -310,9 +315,11 @@ class UlyssesAttention final : public AttentionStage {
 
 }  // namespace
 
+std::unique_ptr<AttentionStage> make_helix_attention(const StageContext& c);  // stage_helix.cpp
+
 std::unique_ptr<AttentionStage> make_attention_stage(const StageContext& c) {
   const RankLayout& L = c.layout;
-  if (L.kv_shards > 1) fail("plan ", c.plan.to_string(), ": no KV-parallel (Helix) attention stage yet (issue 12)");
+  if (L.kv_shards > 1) return make_helix_attention(c);
   if (L.tokens.sp_degree > 1) return std::make_unique<UlyssesAttention>(c);
   return std::make_unique<HeadParallelAttention>(c);
 }

@@ -68,12 +68,12 @@ bool BlockTable::append_slots(int n_more, BlockAllocator& alloc) {
 }
 
 std::string KvPoolShape::to_string() const {
-  return cat(n_pools(), " pool", n_pools() == 1 ? "" : "s", " (dp ", dp, " x kvp ", kvp, ") of ", blocks_per_pool,
-             " blocks");
+  return cat(n_pools(), " pool", n_pools() == 1 ? "" : "s", " (dp ", dp, " x kvp ", kvp,
+             stripe > 1 ? cat(", stripes of ", stripe, " blocks") : std::string(), ") of ", blocks_per_pool, " blocks");
 }
 
 KvBlockPools::KvBlockPools(const KvPoolShape& shape) : shape_(shape) {
-  if (shape.dp < 1 || shape.kvp < 1 || shape.blocks_per_pool < 0)
+  if (shape.dp < 1 || shape.kvp < 1 || shape.stripe < 1 || shape.blocks_per_pool < 0)
     fail("KV pools need dp, kvp >= 1 and blocks_per_pool >= 0, got ", shape.to_string());
   if (shape.total_blocks() > int64_t(INT32_MAX)) fail("KV pools: ", shape.to_string(), " exceed 2^31 block ids");
   for (int p = 0; p < shape.n_pools(); ++p) pools_.emplace_back(shape.blocks_per_pool);

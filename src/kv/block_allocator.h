@@ -6,6 +6,7 @@
 // Not thread-safe: owned by the scheduler on rank 0, which is single-threaded.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -62,14 +63,19 @@ class BlockAllocator {
 struct KvPoolShape {
   int dp = 1, kvp = 1;
   int blocks_per_pool = 0;
+  int stripe = 1;  // scheduler blocks per Helix KVP block (the plan's block= over the KV block size)
 
   int n_pools() const { return dp * kvp; }
   int64_t total_blocks() const { return int64_t(n_pools()) * blocks_per_pool; }
   int pool_of(int64_t seq, int64_t block) const {
-    return int(((seq % dp) + dp) % dp) * kvp + int(block % kvp);
+    return int(((seq % dp) + dp) % dp) * kvp + int((block / stripe) % kvp);
   }
-  // Blocks a sequence of n_blocks logical blocks takes from its most loaded pool.
-  int64_t max_pool_blocks(int64_t n_blocks) const { return (n_blocks + kvp - 1) / kvp; }
+  // Blocks a sequence of n_blocks logical blocks takes from its most loaded pool (the stripe of
+  // KVP rank 0, which the round-robin fills first).
+  int64_t max_pool_blocks(int64_t n_blocks) const {
+    const int64_t cycle = int64_t(stripe) * kvp;
+    return n_blocks / cycle * stripe + std::min<int64_t>(n_blocks % cycle, stripe);
+  }
   std::string to_string() const;
   bool operator==(const KvPoolShape&) const = default;
 };

@@ -58,7 +58,7 @@ Plan Plan::parse(std::string_view text) {
     p.shift = true;
     s.remove_prefix(6);
   }
-  bool seen_tp = false, seen_tpa = false, seen[8] = {};
+  bool seen_tp = false, seen_tpa = false, seen[9] = {};
   auto once = [&](int slot, std::string_view key) {
     if (seen[slot]) fail("plan '", text, "' sets ", key, " twice");
     seen[slot] = true;
@@ -69,7 +69,7 @@ Plan Plan::parse(std::string_view text) {
     s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
     size_t eq = item.find('=');
     if (eq == std::string_view::npos)
-      fail("plan '", text, "': item '", item, "' is not key=value (keys: tp, tpa, sp, kvp, dp, pp, layers, block, weights)");
+      fail("plan '", text, "': item '", item, "' is not key=value (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights)");
     std::string_view key = trim(item.substr(0, eq)), val = trim(item.substr(eq + 1));
     if (key == "tp") {
       once(0, key), seen_tp = true, p.tp = parse_int(key, val);
@@ -94,6 +94,11 @@ Plan Plan::parse(std::string_view text) {
       }
     } else if (key == "block") {
       once(6, key), p.kv_block = parse_int(key, val);
+    } else if (key == "hopb") {
+      once(8, key);
+      if (val == "on" || val == "1") p.hopb = true;
+      else if (val == "off" || val == "0") p.hopb = false;
+      else fail("plan key hopb=", val, " is not on or off (Helix HOP-B overlap)");
     } else if (key == "weights") {
       once(7, key);
       if (val == "resident") p.weights = WeightSource::Resident;
@@ -101,7 +106,7 @@ Plan Plan::parse(std::string_view text) {
       else if (val == "owner") p.weights = WeightSource::FetchFromOwner;
       else fail("plan key weights=", val, " is not one of resident, full, owner");
     } else {
-      fail("plan '", text, "': unknown key '", key, "' (keys: tp, tpa, sp, kvp, dp, pp, layers, block, weights)");
+      fail("plan '", text, "': unknown key '", key, "' (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights)");
     }
   }
   if (p.kvp > 1 && seen_tp)
@@ -117,7 +122,7 @@ Plan Plan::parse(std::string_view text) {
 Plan Plan::normalized() const {
   Plan p = *this;
   if (p.sp == 1) p.shift = false;
-  if (p.kvp == 1) p.kv_block = 16;
+  if (p.kvp == 1) p.kv_block = 16, p.hopb = true;
   if (p.pp == 1) p.stage_layers.clear();
   return p;
 }
@@ -125,7 +130,7 @@ Plan Plan::normalized() const {
 bool Plan::operator==(const Plan& o) const {
   Plan a = normalized(), b = o.normalized();
   return a.dp == b.dp && a.pp == b.pp && a.sp == b.sp && a.kvp == b.kvp && a.tp == b.tp &&
-         a.shift == b.shift && a.stage_layers == b.stage_layers && a.kv_block == b.kv_block &&
+         a.shift == b.shift && a.stage_layers == b.stage_layers && a.kv_block == b.kv_block && a.hopb == b.hopb &&
          a.weights == b.weights;
 }
 
@@ -146,6 +151,7 @@ std::string Plan::to_string() const {
     for (size_t i = 0; i < p.stage_layers.size(); ++i) s += cat(i ? "+" : "", p.stage_layers[i]);
   }
   if (p.kvp > 1 && p.kv_block != 16) s += cat(",block=", p.kv_block);
+  if (p.kvp > 1 && !p.hopb) s += ",hopb=off";
   if (p.weights != WeightSource::Resident) s += cat(",weights=", weight_source_name(p.weights));
   return p.shift ? "shift:" + s : s;
 }

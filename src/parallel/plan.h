@@ -16,9 +16,9 @@
 // String form (parse / to_string), comma-separated key=value, optional "shift:" prefix:
 //   "tp=4", "dp=2", "tp=2,dp=2", "sp=3,tp=2", "shift:sp=3,tp=2", "pp=2", "tp=2,pp=2",
 //   "pp=2,layers=3+5" (uneven stages), "kvp=2,tpa=2" (Helix; "block=16" sets the KVP block size
-//   in tokens), "weights=resident|full|owner" (WeightSource).
+//   in tokens, "hopb=off" turns HOP-B off), "weights=resident|full|owner" (WeightSource).
 // to_string prints a canonical form (keys in the order shift, dp, pp, sp, kvp, tp/tpa, layers,
-// block, weights; degree-1 keys omitted; a single rank prints "tp=1").
+// block, hopb, weights; degree-1 keys and defaults omitted; a single rank prints "tp=1").
 #pragma once
 
 #include <cstdint>
@@ -98,6 +98,7 @@ struct Plan {
   bool shift = false;  // shift config of the sp x tp base (only with sp > 1, kvp == 1)
   std::vector<int> stage_layers;  // layers per stage (size pp), empty = even split
   int kv_block = 16;              // Helix: tokens per KVP block (block b on KVP rank b % kvp)
+  bool hopb = true;               // Helix 2.1.3 HOP-B: overlap a chunk's all-to-all with the next's attention
   WeightSource weights = WeightSource::Resident;
 
   // Parses the string form above; throws loom::Error naming the bad key or value.

@@ -7,9 +7,6 @@
 namespace loom {
 
 void check_executable(const Plan& p) {
-  if (p.kvp > 1)
-    fail("plan ", p.to_string(), ": Helix KV parallelism (kvp=", p.kvp,
-         ") is priced by the simulator but not executed yet (Helix attention stage: issue 12)");
   if (p.weights == WeightSource::FetchFromOwner)
     fail("plan ", p.to_string(), ": weights=owner is SiDP's layer-owned FFN, not executed yet (issue 14); use ",
          "weights=resident or weights=full");

@@ -48,7 +48,7 @@ class PlanSet {
 };
 
 // Throws loom::Error for a plan the engine parses but does not execute yet, naming the key and the
-// issue that adds it (Helix kvp > 1, SiDP weights=owner). Everything else it executes.
+// issue that adds it (SiDP weights=owner). Everything else it executes.
 void check_executable(const Plan& plan);
 
 }  // namespace loom

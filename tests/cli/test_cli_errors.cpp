@@ -80,7 +80,7 @@ TEST(CliErrors, PlanSetAndPolicyRejectedBeforeTheModelLoads) {
       {"--plan tp=2 --policy sometimes", {"unknown --policy 'sometimes'"}},
       {"--plan tp=2 --plan dp=2 --policy cycle:0", {"cycle:0", ">= 1"}},
       {"--plan dp=2,weights=owner", {"weights=owner", "SiDP"}},
-      {"--plan kvp=2,tpa=2", {"kvp=2", "Helix"}},
+      {"--plan kvp=2,tpa=1,block=8", {"block of 8 tokens", "KV block of 16"}},
       {"--plan tp=2 --plan tp=2", {"tp=2", "twice"}},
       {"--plan tp=4 --policy shift", {"shift policy", "sp x tp", "tp=4"}},
   };
@@ -89,6 +89,28 @@ TEST(CliErrors, PlanSetAndPolicyRejectedBeforeTheModelLoads) {
     expect_one_line_error(run_loom_stderr("generate -m " + missing + " -n 4 " + flags), words);
     expect_one_line_error(run_loom_stderr("bench offline -m " + missing + " --synthetic batch -n 2 " + flags), words);
     expect_one_line_error(run_loom_stderr("serve -m " + missing + " --port 0 " + flags), words);
+  }
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Helix plans that cannot run on the model: one line naming the sizes (the tiny model: 4 query
+// heads, 2 KV heads).
+TEST(CliErrors, HelixLayoutsThatDoNotFit) {
+  const std::string model = test::synth_model(test::temp_dir(), "tiny-helix.gguf", "--shape tiny");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"--plan kvp=2,tpa=4", {"tpa=4", "num_key_value_heads=2"}},
+      {"--plan kvp=3,tpa=1", {"kvp*tpa=3", "num_attention_heads=4"}},
+      {"--plan kvp=2,tpa=1,block=0", {"block=0", ">= 1"}},
+      {"--plan kvp=2,tpa=1,block=8", {"block of 8 tokens", "KV block of 16"}},
+  };
+  for (const auto& [flags, words] : cases) {
+    SCOPED_TRACE(flags);
+    expect_one_line_error(run_loom_stderr("generate -m " + model + " -n 4 " + flags), words);
   }
 }
 

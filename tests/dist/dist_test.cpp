@@ -28,8 +28,13 @@ namespace loom {
 namespace {
 
 const std::vector<std::string> kPlans = {"tp=1", "tp=2", "tp=4", "tp=8", "dp=2", "dp=2,tp=2", "tp=4,weights=full"};
-// Pipeline plans of stories260K's 5 layers (uneven stages) and of the GQA model's.
+// Pipeline plans of stories260K's 5 layers (uneven stages), and Helix plans (KVP x TPA; 8 query
+// heads, 4 KV heads; prompts shorter than a block leave some KVP ranks without a key).
 const std::vector<std::string> kStoriesPp = {"pp=2,layers=3+2", "pp=5", "dp=2,pp=2,layers=1+4", "tp=2,pp=2,layers=2+3"};
+const std::vector<std::string> kStoriesHelix = {"kvp=2,tpa=2", "kvp=4,tpa=1", "kvp=2,tpa=4", "kvp=2,tpa=2,hopb=off",
+                                                "dp=2,kvp=2,tpa=1", "kvp=2,tpa=1,block=32"};
+// The GQA model: 24 query heads, 6 KV heads.
+const std::vector<std::string> kGqaHelix = {"kvp=2,tpa=3", "kvp=3,tpa=2", "kvp=4,tpa=1", "kvp=2,tpa=6"};
 
 using test::alone;
 using test::greedy_requests;
@@ -159,6 +164,7 @@ TEST_F(DistStories, EveryPlanMatchesSingleRankGreedy) {
   for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
   std::vector<std::string> plans = kPlans;
   plans.insert(plans.end(), kStoriesPp.begin(), kStoriesPp.end());
+  plans.insert(plans.end(), kStoriesHelix.begin(), kStoriesHelix.end());
   for (const std::string& plan : plans) {
     SCOPED_TRACE(plan);
     expect_tokens(cat("plan ", plan), model_, prompts_, want,
@@ -190,7 +196,9 @@ TEST_F(DistStories, ReferenceGreedyUnderEveryPlan) {
     prompts.push_back(r.prompt_tokens);
     max_tokens.push_back(r.steps - int(r.prompt_tokens.size()) + 1);
   }
-  for (const std::string& plan : kPlans) {
+  std::vector<std::string> plans = kPlans;
+  plans.insert(plans.end(), kStoriesHelix.begin(), kStoriesHelix.end());
+  for (const std::string& plan : plans) {
     SCOPED_TRACE(plan);
     const auto got = run_plan(plan, model_, greedy_requests(prompts, max_tokens, {1}), 64);
     ASSERT_EQ(got.size(), refs.size());
@@ -223,7 +231,9 @@ TEST_F(DistSynthGqa, EveryPlanMatchesSingleRankGreedy) {
   const int n = 8;
   std::vector<std::vector<int32_t>> want;
   for (const auto& p : prompts) want.push_back(alone(model, p, n));
-  for (const std::string& plan : kPlans) {
+  std::vector<std::string> plans = kPlans;
+  plans.insert(plans.end(), kGqaHelix.begin(), kGqaHelix.end());
+  for (const std::string& plan : plans) {
     SCOPED_TRACE(plan);
     expect_tokens(cat("plan ", plan), model, prompts, want,
                   run_plan(plan, model, greedy_requests(prompts, n)));
@@ -302,6 +312,7 @@ TEST_F(DistStories, PlanSetsUnderCycleMatchSingleRank) {
       {"tp=4", "pp=2,tp=2,layers=3+2", "sp=2,tp=2"},
       {"tp=2", "dp=2", "pp=2,layers=2+3"},
       {"tp=8", "dp=2,tp=4", "dp=8,weights=full"},
+      {"tp=4", "kvp=2,tpa=2", "dp=4", "kvp=4,tpa=1"},  // Helix <-> TP / DP (issue 12)
   };
   for (const auto& set : sets)
     for (const std::string policy : {"cycle:1", "cycle:3", "cycle:7"}) {
@@ -354,6 +365,7 @@ TEST_F(DistSynthGqa, PlanSetsUnderCycleMatchSingleRank) {
       {"tp=4", "dp=2,tp=2", "dp=4"},
       {"sp=2,tp=3", "tp=6", "dp=2,tp=3", "pp=2,tp=3"},
       {"sp=3,tp=2", "shift:sp=3,tp=2", "dp=3,tp=2"},
+      {"tp=6", "kvp=2,tpa=3", "kvp=3,tpa=2", "dp=2,tp=3"},
   };
   for (const auto& set : sets)
     for (const std::string policy : {"cycle:1", "cycle:4"}) {
@@ -366,6 +378,83 @@ TEST_F(DistSynthGqa, PlanSetsUnderCycleMatchSingleRank) {
       for (const PlanStats& p : r.stats) switches += p.switches;
       EXPECT_GT(switches, 1) << label;
     }
+}
+
+// ---- Helix at a long context (issue 12): thousands of tokens over many blocks, wrapping the
+// round-robin many times ----
+
+TEST(DistHelix, LongContextKvSplitAndTokens) {
+  // A synthetic model with an 8K context and 4 KV heads (16 query heads).
+  SynthOptions so;
+  so.shape = parse_synth_dims("d=64,layers=2,heads=16,kv_heads=4,head_dim=8,ffn=128,vocab=512,ctx=8192");
+  so.dtype = DType::F32;
+  so.seed = 5;
+  so.threads = 1;
+  const std::string path = test::temp_dir() + "/long-ctx.gguf";
+  write_synth_model(so, path);
+  std::shared_ptr<Model> model = load_model(path);
+  Rng rng(41);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int len : {2500, 700, 9}) {
+    std::vector<int32_t> p = {1};
+    for (int i = 1; i < len; ++i) p.push_back(3 + int32_t(rng.below(509)));
+    prompts.push_back(p);
+  }
+  const int n = 6;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(model, p, n));
+  for (const std::string plan : {"kvp=4,tpa=1", "kvp=2,tpa=2", "kvp=2,tpa=4"}) {
+    SCOPED_TRACE(plan);
+    const Plan pl = Plan::parse(plan);
+    DistOptions o;
+    o.comm = "local";
+    o.plan = plan;
+    o.ranks = pl.size();
+    o.engine.max_tokens_per_step = 512;
+    o.engine.kv_cache_bytes = int64_t(64) << 20;
+    o.comm_options.timeout_s = 60;
+    o.load_model = [model](int) { return model; };
+    test::HoldingsCheck holdings;
+    holdings.install(o, o.ranks);
+    // After every step: each rank's pages (from its store) against the cache's cells at that step.
+    std::mutex mu;
+    std::vector<std::map<int64_t, int64_t>> lens(size_t(o.ranks));   // per rank: sequence -> length
+    std::map<int64_t, std::vector<int64_t>> pages;                    // step -> pages per rank
+    std::map<int64_t, int64_t> cells;                                 // step -> blocks x layers x KV heads
+    const ModelConfig& c = model->config;
+    auto check = o.after_step;
+    o.after_step = [&](int r, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+      check(r, e, b, rel);
+      auto& len = lens[size_t(r)];
+      for (RequestId id : rel) len.erase(id);
+      for (const ScheduledSeq& q : b.seqs) len[q.seq_id] = q.start + q.num_tokens;
+      int64_t blocks = 0;
+      for (const auto& [id, l] : len) blocks += (l + 15) / 16;
+      std::lock_guard<std::mutex> lock(mu);
+      auto& v = pages[b.step_index];
+      v.resize(size_t(o.ranks), -1);
+      v[size_t(r)] = e.kv().used_pages();
+      cells[b.step_index] = blocks * c.n_layers * c.n_kv_heads;
+    };
+    std::map<int64_t, std::vector<int32_t>> got;
+    run_distributed(o, [&](DistEngine& e) {
+      for (const Sequence& s : e.run(test::greedy_requests(prompts, n))) got[s.id()] = s.output;
+    });
+    holdings.expect_clean(plan);
+    expect_tokens(plan, model, prompts, want, got);
+    // Every KV cell once: at every step the ranks' pages add up to one copy of the cache, and each
+    // rank holds its 1/KVP share within one Helix block per sequence (3 sequences).
+    const int64_t per_block = int64_t(c.n_layers) * (c.n_kv_heads / pl.tp);
+    ASSERT_FALSE(pages.empty());
+    for (const auto& [step, v] : pages) {
+      int64_t sum = 0;
+      for (int64_t x : v) sum += x;
+      EXPECT_EQ(sum, cells.at(step)) << "step " << step << ": a KV cell held twice or not at all";
+      for (size_t r = 0; r < v.size(); ++r)
+        EXPECT_LE(std::abs(double(v[r]) - double(cells.at(step)) / pl.size()), double(3 * per_block))
+            << "step " << step << " rank " << r << ": " << v[r] << " pages";
+    }
+  }
 }
 
 // ---- errors and faults ----
@@ -401,9 +490,10 @@ TEST(DistErrors, LayoutAndRankCountRejectedUpFront) {
   EXPECT_NE(error_of([&] { run_distributed(stories_options("tp=4", 2), never); })
                 .find("plan tp=4 needs 4 ranks, but the local world has 2"),
             std::string::npos);
-  // Parsed but not executed yet: one line naming the key, before any weight loads.
-  EXPECT_NE(error_of([&] { run_distributed(stories_options("kvp=2,tpa=2", 4), never); }).find("issue 12"),
+  EXPECT_NE(error_of([&] { run_distributed(stories_options("kvp=2,tpa=8", 16), never); })
+                .find("tpa=8 exceeds num_key_value_heads=4"),
             std::string::npos);
+  // Parsed but not executed yet: one line naming the key, before any weight loads.
   EXPECT_NE(error_of([&] { run_distributed(stories_options("dp=2,weights=owner", 2), never); }).find("weights=owner"),
             std::string::npos);
   EXPECT_FALSE(driver_ran);

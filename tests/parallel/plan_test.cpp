@@ -412,5 +412,30 @@ TEST(Plan, HelixLayout) {
   EXPECT_FALSE(describe(p, kStories).empty());
 }
 
+// The TP(N) rank order after the Helix merge is the Wo shard order (TRT-LLM #10350 broke it): for
+// every (kvp, tpa) of a 24-head, 6-KV-head model, the heads a rank holds after the all-to-all
+// (chunk kvp of its TPA heads) are exactly FFN/Wo shard ffn_index's H/N heads, the rank sits at
+// position ffn_index of its FFN group, and that group lists every shard's owner in shard order.
+TEST(Plan, HelixMergeOrderIsTheWoShardOrder) {
+  const ModelShape m{24, 6, 8, 96, 2, 192};
+  for (auto [k, a] : std::vector<std::pair<int, int>>{{2, 1}, {2, 3}, {3, 2}, {4, 1}, {2, 6}, {4, 3}, {3, 1}}) {
+    const Plan p = Plan::make_helix(k, a);
+    const int N = k * a, per = 24 / N;
+    for (int r = 0; r < p.size(); ++r) {
+      const RankLayout L = rank_layout(p, m, r);
+      ASSERT_EQ(int(L.out_heads.size()), per) << p.to_string();
+      EXPECT_EQ(L.out_heads, range_list(L.ffn_index * per, (L.ffn_index + 1) * per)) << p.to_string() << " rank " << r;
+      EXPECT_EQ(L.ffn_index, L.tp * k + L.kvp) << p.to_string();
+      EXPECT_EQ(L.ffn_group.at(size_t(L.ffn_index)), r) << p.to_string();
+      // The merged chunk is chunk kvp of the rank's own TPA heads.
+      EXPECT_EQ(L.out_heads.front(), L.q_heads.at(size_t(L.kvp * per))) << p.to_string();
+    }
+  }
+  EXPECT_EQ(Plan::parse("kvp=2,tpa=2,hopb=off").to_string(), "kvp=2,tpa=2,hopb=off");
+  EXPECT_FALSE(Plan::parse("kvp=2,tpa=2,hopb=off") == Plan::parse("kvp=2,tpa=2"));
+  EXPECT_EQ(Plan::parse("tp=2,hopb=off"), Plan::parse("tp=2"));  // HOP-B is Helix's only
+  EXPECT_THROW(Plan::parse("kvp=2,tpa=1,hopb=maybe"), Error);
+}
+
 }  // namespace
 }  // namespace loom

@@ -1,4 +1,5 @@
-# MPI runs of Shift Parallelism (engine/policy.h, the plan set {sp x tp, its shift config}): `loom generate --plan sp=S,tp=T
+# MPI runs of the layout policies: Shift Parallelism (the plan set {sp x tp, its shift config}),
+# plan sets switching placements (cycle:N, KV migrated), and Helix plans (HOP-B on and off): `loom generate --plan sp=S,tp=T
 # --policy shift|alternate|random:SEED --comm mpi` under mpirun against single-rank generation,
 # on stories260K and on the synthetic GQA model (24 query heads, 6 KV heads) written by
 # `loom synth`, checked by tests/dist/mpi_generate.sh (mpirun flags: tests/CMakeLists.txt).
@@ -12,7 +13,9 @@ if(LOOM_MPI)
   set(loom_shift_stories_runs "sp2tp2_shift 4 sp=2,tp=2 shift" "sp2tp2_random 4 sp=2,tp=2 random:3"
                               "sp4tp1_alternate 4 sp=4,tp=1 alternate"
                               "set_tp4_dp2tp2_dp4_cycle2 4 tp=4/dp=2,tp=2/dp=4 cycle:2"
-                              "set_tp2_pp2_cycle1 2 tp=2/pp=2,layers=3+2 cycle:1")
+                              "set_tp2_pp2_cycle1 2 tp=2/pp=2,layers=3+2 cycle:1"
+                              "helix_kvp2tpa2 4 kvp=2,tpa=2 fixed" "helix_kvp4_hopb_off 4 kvp=4,tpa=1,hopb=off fixed"
+                              "set_tp4_helix_cycle2 4 tp=4/kvp=2,tpa=2 cycle:2")
   foreach(entry ${loom_shift_stories_runs})
     separate_arguments(parts UNIX_COMMAND "${entry}")
     list(GET parts 0 name)
@@ -26,7 +29,8 @@ if(LOOM_MPI)
                          ENVIRONMENT "${loom_mpi_env}")
   endforeach()
   set(loom_shift_gqa_runs "sp2tp1_shift 2 sp=2,tp=1 shift" "sp3tp2_random 6 sp=3,tp=2 random:5"
-                          "set_tp4_dp4_cycle3 4 tp=4/dp=4/dp=2,tp=2 cycle:3")
+                          "set_tp4_dp4_cycle3 4 tp=4/dp=4/dp=2,tp=2 cycle:3"
+                          "helix_kvp2tpa3 6 kvp=2,tpa=3 fixed")
   foreach(entry ${loom_shift_gqa_runs})
     separate_arguments(parts UNIX_COMMAND "${entry}")
     list(GET parts 0 name)
