@@ -81,6 +81,9 @@ class AttentionStage {
   // Wo and its reduction), to be added to the residual. Writes the step's K/V into the KV store.
   virtual void forward(int layer, const StepRows& rows, const float* xn, float* out) = 0;
   virtual const char* name() const = 0;
+  // Seconds this stage waited for a non-blocking exchange it had started (the communication the
+  // overlap did not hide; Helix HOP-B), summed over its life.
+  virtual double exposed_comm_s() const { return 0.0; }
 };
 
 class FfnStage {

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/stage.h"
 
@@ -53,6 +54,7 @@ class HelixAttention final : public AttentionStage {
                " tokens over KV pages of ", c_.kv->block_size());
   }
   const char* name() const override { return "helix"; }
+  double exposed_comm_s() const override { return exposed_s_; }
 
   void forward(int layer, const StepRows& rows, const float* xn, float* out) override {
     const ModelConfig& cfg = c_.model->config;
@@ -196,7 +198,9 @@ class HelixAttention final : public AttentionStage {
   // Waits for the chunk's all-to-all and merges the k partials of each (row, my head).
   void finish(Chunk& C, int hc, int64_t dh, int64_t elems_per_row) {
     if (C.done) return;
+    const double t0 = now_seconds();
     C.req->wait();
+    exposed_s_ += now_seconds() - t0;
     C.req.reset();
     C.done = true;
     const int64_t rows = C.row_end - C.row_begin;
@@ -229,6 +233,7 @@ class HelixAttention final : public AttentionStage {
   Communicator& kvp_;
   Communicator& reduce_;
   int k_deg_ = 1, pages_per_block_ = 1;
+  double exposed_s_ = 0;
   int64_t rows_ = 0;
   AlignedBuffer<float> q_, k_, v_, part_, merged_;
   std::vector<float> lse_, lse_tmp_, send_, recv_;
