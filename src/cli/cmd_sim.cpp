@@ -5,7 +5,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "engine/policy.h"
 #include "engine/trace.h"
+#include "parallel/plan.h"
 #include "sim/experiments.h"
 #include "sim/model_catalog.h"
 #include "sim/simulator.h"
@@ -123,16 +125,22 @@ std::vector<TraceRequest> load_trace(const RunArgs& a) {
                           LengthDist::fixed(a.output_len), a.seed + 2);
 }
 
-sim::SimPlan plan_with_policy(const RunArgs& a) {
-  sim::SimPlan p = sim::SimPlan::parse(a.plan);
-  if (a.policy == "shift") {
-    if (p.base.sp == 1) fail("--policy shift needs an sp x tp plan (e.g. --plan sp=8), found ", a.plan);
-    p.shift = true;
-  } else if (a.policy != "fixed") {
-    fail("unknown --policy '", a.policy, "' (fixed, shift)");
-  }
-  if (p.shift) p.shift_threshold = a.threshold;
-  return p;
+// The plan in loom::Plan's string form (the engine's); the Shift threshold is an option of the
+// policy, not a plan key.
+Plan parse_sim_plan(const std::string& text) {
+  if (text.find("threshold=") != std::string::npos)
+    fail("plan '", text, "': the Shift threshold is not a plan key; give --policy shift --threshold N");
+  return Plan::parse(text);
+}
+
+void set_plan_and_policy(const RunArgs& a, sim::SimConfig& cfg) {
+  cfg.plan = parse_sim_plan(a.plan);
+  cfg.policy = a.policy;
+  if (a.threshold < 0) fail("--threshold must be >= 0 tokens, got ", a.threshold);
+  cfg.shift_threshold = a.threshold;
+  Plan replica = cfg.plan;
+  replica.dp = 1;
+  make_layout_policy(a.policy, replica, a.threshold);  // names the bad policy or plan up front
 }
 
 void run_sim(const RunArgs& a) {
@@ -140,7 +148,7 @@ void run_sim(const RunArgs& a) {
   opt.weight_dtype = sim::parse_sim_dtype(a.dtype);
   const sim::CostModel cm(sim::find_model(a.model), sim::parse_node(a.hardware), opt);
   sim::SimConfig cfg;
-  cfg.plan = plan_with_policy(a);
+  set_plan_and_policy(a, cfg);
   cfg.max_tokens_per_step = a.max_tokens_per_step;
   cfg.max_num_seqs = a.max_num_seqs;
   const auto trace = load_trace(a);
@@ -172,7 +180,7 @@ void run_sim(const RunArgs& a) {
   }
   const auto& s = r.summary;
   std::printf("%s on %s (%s), plan %s: %lld requests, %lld completed, %lld rejected\n", a.model.c_str(),
-              cm.node().name().c_str(), a.dtype.c_str(), cfg.plan.name().c_str(), (long long)s.num_requests,
+              cm.node().name().c_str(), a.dtype.c_str(), cfg.describe().c_str(), (long long)s.num_requests,
               (long long)s.num_completed, (long long)s.num_rejected);
   std::printf("  TTFT ms  p50 %.1f  p90 %.1f  p99 %.1f\n", s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99);
   std::printf("  TPOT ms  p50 %.2f  p90 %.2f  p99 %.2f\n", s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99);
@@ -180,8 +188,13 @@ void run_sim(const RunArgs& a) {
               s.output_tokens_per_s, r.total_tokens_per_s, (long long)s.num_steps, (long long)s.num_preemptions);
   std::printf("  memory: %.1f GB weights per GPU, KV for %lld tokens per replica x %d replicas\n",
               r.memory.weight_bytes_per_gpu / 1e9, (long long)r.memory.kv_capacity_tokens, r.num_replicas);
-  for (const auto& u : r.plan_use)
-    std::printf("  config %-12s %lld steps, %.1f s busy\n", u.config.c_str(), (long long)u.steps, u.busy_s);
+  for (const auto& u : r.plan_use) {
+    std::printf("  plan %-18s %lld steps, %.1f s busy", u.config.c_str(), (long long)u.steps, u.busy_s);
+    if (u.switches_to > 0)
+      std::printf(", %lld switches into it moving %lld KV bytes in %.3f s", (long long)u.switches_to,
+                  (long long)u.kv_bytes_moved, u.switch_s);
+    std::printf("\n");
+  }
   std::printf("  simulated %.0f requests per second (%.2f s host time)\n", r.sim_requests_per_s, r.wall_s);
 }
 
@@ -210,20 +223,27 @@ struct PlanArgs {
   bool json = false;
 };
 
-// Every plan shape for n GPUs: dp x (tp, sp x tp, pp, tp x pp), and Shift over each sp x tp.
-std::vector<std::string> candidate_plans(int n) {
-  std::vector<std::string> out;
+struct Candidate {
+  std::string plan;    // loom::Plan string form
+  std::string policy;  // fixed | shift
+  std::string label() const { return policy == "fixed" ? plan : plan + " +shift"; }
+};
+
+// Every plan shape for n GPUs: dp x (tp, sp x tp, pp, tp x pp), and the Shift policy over each
+// sp x tp.
+std::vector<Candidate> candidate_plans(int n) {
+  std::vector<Candidate> out;
   for (int dp = 1; dp <= n; dp *= 2) {
     const int g = n / dp;
     if (dp * g != n) continue;
     const std::string pre = dp > 1 ? cat("dp=", dp, ",") : "";
     for (int tp = 1; tp <= g; tp *= 2) {
       const int rest = g / tp;
-      if (rest == 1) out.push_back(pre + cat("tp=", tp));
+      if (rest == 1) out.push_back({pre + cat("tp=", tp), "fixed"});
       else {
-        out.push_back(pre + cat("sp=", rest, ",tp=", tp));
-        out.push_back(cat("shift:", pre, "sp=", rest, ",tp=", tp));
-        out.push_back(pre + cat("tp=", tp, ",pp=", rest));
+        out.push_back({pre + cat("sp=", rest, ",tp=", tp), "fixed"});
+        out.push_back({pre + cat("sp=", rest, ",tp=", tp), "shift"});
+        out.push_back({pre + cat("tp=", tp, ",pp=", rest), "fixed"});
       }
     }
   }
@@ -233,7 +253,7 @@ std::vector<std::string> candidate_plans(int n) {
 void run_plan(const PlanArgs& a) {
   const sim::NodeSpec node = sim::parse_node(a.hardware);
   struct Point {
-    std::string plan;
+    Candidate c;
     sim::LatencyThroughput v;
   };
   std::vector<Point> pts;
@@ -241,9 +261,10 @@ void run_plan(const PlanArgs& a) {
   int done = 0;
   for (const auto& p : cands) {
     ++done;
-    std::fprintf(stderr, "\r[%d/%zu] %-24s", done, cands.size(), p.c_str());
+    std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
     try {
-      pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p, a.input_tokens, a.output_tokens, a.num_requests)});
+      pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p.plan, p.policy, a.input_tokens,
+                                          a.output_tokens, a.num_requests)});
     } catch (const Error& e) {
       // A plan that does not divide the model or whose weights do not fit is not a candidate.
     }
@@ -270,8 +291,8 @@ void run_plan(const PlanArgs& a) {
     nlohmann::json j;
     j["pareto"] = nlohmann::json::array();
     for (const auto& p : pareto)
-      j["pareto"].push_back({{"plan", p.plan}, {"ttft_ms", p.v.ttft_ms}, {"tpot_ms", p.v.tpot_ms}, {"throughput_tok_s", p.v.throughput_tok_s}});
-    j["best"] = best ? nlohmann::json(best->plan) : nlohmann::json(nullptr);
+      j["pareto"].push_back({{"plan", p.c.plan}, {"policy", p.c.policy}, {"ttft_ms", p.v.ttft_ms}, {"tpot_ms", p.v.tpot_ms}, {"throughput_tok_s", p.v.throughput_tok_s}});
+    j["best"] = best ? nlohmann::json{{"plan", best->c.plan}, {"policy", best->c.policy}} : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -279,8 +300,8 @@ void run_plan(const PlanArgs& a) {
               a.model.c_str(), node.name().c_str(), a.dtype.c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
   std::printf("  %-26s %10s %10s %14s\n", "plan", "TTFT ms", "TPOT ms", "tok/s");
   for (const auto& p : pareto)
-    std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.plan.c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
-  if (best) std::printf("best for SLO (TTFT <= %g ms, TPOT <= %g ms; 0 = none): %s\n", a.slo_ttft_ms, a.slo_tpot_ms, best->plan.c_str());
+    std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.c.label().c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
+  if (best) std::printf("best for SLO (TTFT <= %g ms, TPOT <= %g ms; 0 = none): %s\n", a.slo_ttft_ms, a.slo_tpot_ms, best->c.label().c_str());
   else std::printf("no plan meets the SLO (TTFT <= %g ms, TPOT <= %g ms)\n", a.slo_ttft_ms, a.slo_tpot_ms);
 }
 
@@ -308,8 +329,13 @@ void register_sim(CLI::App& app) {
   run->add_option("--model", ra->model, "Catalog name or path to an HF config.json")->capture_default_str();
   run->add_option("--hardware", ra->hardware, "Node: GPU x count (h200x8, a100x4:pairwise, l4x2)")->capture_default_str();
   run->add_option("--dtype", ra->dtype, "Weights: bf16, fp8, fp4")->capture_default_str();
-  run->add_option("--plan", ra->plan, "Layout: tp=8, dp=8, sp=8, sp=4,tp=2, pp=2, tp=2,pp=2, shift:sp=8")->capture_default_str();
-  run->add_option("--policy", ra->policy, "fixed, or shift (Shift over an sp x tp plan)")->capture_default_str();
+  run->add_option("--plan", ra->plan,
+                  "Layout, as the engine's --plan: tp=8, dp=8, sp=8, sp=4,tp=2, pp=2, tp=2,pp=2, "
+                  "shift:sp=8 (the shift config alone)")
+      ->capture_default_str();
+  run->add_option("--policy", ra->policy,
+                  "fixed, or shift (Shift Algorithm 2 over an sp x tp plan), or alternate | random:SEED")
+      ->capture_default_str();
   run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
   run->add_option("--trace", ra->trace, "Azure CSV, Mooncake JSONL or lengths CSV");
   run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");

@@ -121,6 +121,10 @@ struct Calibration {
   // Per-step time outside the forward pass: scheduling, input preparation, sampling, detokenise
   // (a vLLM-class engine with CUDA graphs).
   double step_overhead_s = 2.0e-3;
+  // Per sequence and per token of the step on top of it (0 for the GPU engines; measured for
+  // loom's CPU engine by `loom profile`: scheduling, step descriptor, sampling).
+  double step_overhead_per_seq_s = 0;
+  double step_overhead_per_token_s = 0;
   // FP8/FP4 GEMMs reach a lower fraction of their (doubled) peak than BF16 ones; multiplies
   // eff_max for those precisions.
   double low_precision_gemm_factor = 0.85;

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "engine/dist_engine.h"
 #include "engine/policy.h"
 #include "engine/scheduler.h"
 #include "engine/step.h"
@@ -18,16 +19,18 @@ namespace loom::sim {
 
 namespace {
 
-// The simulator's StepExecutor: prices the batch with the cost model under the plan's choice
-// for this step and samples token 0 for every sampling sequence (requests run with ignore_eos,
-// so lengths come from the trace).
-//
-// Shift plans: the step's config is chosen by the engine's Shift rule (engine/policy.h
-// shift_runs_base, Shift Algorithm 2), the rule `loom generate --policy shift` runs, on the same
-// StepBatch.
+// The simulator's StepExecutor: asks the layout policy for the step's plan (the engine's
+// policy object, on the same StepBatch), prices the batch under it with the cost model (plus
+// the KV migration when the plan changes and the placements differ) and samples token 0 for
+// every sampling sequence (requests run with ignore_eos, so lengths come from the trace).
 class CostModelExecutor : public StepExecutor {
  public:
-  CostModelExecutor(const CostModel& model, const SimPlan& plan) : model_(model), plan_(plan) {}
+  CostModelExecutor(const CostModel& model, const SimConfig& config, std::unique_ptr<LayoutPolicy> policy)
+      : model_(model), policy_(std::move(policy)) {
+    Plan replica = config.plan;
+    replica.dp = 1;
+    initial_ = plan_id(replica.to_string());
+  }
   StepResult execute(const StepBatch& batch) override {
     work_.clear();
     StepResult res;
@@ -35,19 +38,59 @@ class CostModelExecutor : public StepExecutor {
       work_.push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
       if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
     }
-    if (plan_.shift) {
-      const bool base = shift_runs_base(batch.num_tokens, plan_.shift_threshold);
-      last_ = model_.price(base ? plan_.base : plan_.shift_config(), work_);
-    } else {
-      last_ = model_.price_step(plan_, work_);
+    const std::string name = policy_->choose(batch);
+    const int id = name.empty() ? initial_ : plan_id(name);
+    last_ = model_.price(plans_[size_t(id)], work_);
+    if (prev_ >= 0 && id != prev_) {
+      if (!same_placement(prev_, id)) {
+        // Stop-and-migrate before the step: the KV of every live sequence as it is now.
+        extents_.clear();
+        for (const auto& [seq, tokens] : kv_tokens_) extents_.push_back(SeqExtent{seq, tokens});
+        last_.switch_s = model_.switch_s(plans_[size_t(prev_)], plans_[size_t(id)], extents_, batch.block_size,
+                                         &last_.kv_bytes_moved);
+        last_.total_s += last_.switch_s;
+      }
     }
+    last_switched_ = prev_ >= 0 && id != prev_;
+    prev_ = id;
+    // The KV each scheduled sequence holds once the step has run.
+    for (const auto& s : batch.seqs) kv_tokens_[s.seq_id] = s.context_len();
     return res;
   }
+  void release(RequestId seq_id) override { kv_tokens_.erase(seq_id); }
   const StepCost& last() const { return last_; }
+  bool last_switched() const { return last_switched_; }
 
  private:
+  // Plans are prepared once (validate + rank_layout) and named on the step path by an index.
+  int plan_id(const std::string& name) {
+    auto it = ids_.find(name);
+    if (it != ids_.end()) return it->second;
+    PricedPlan p = model_.prepare(Plan::parse(name));
+    if (!plans_.empty() && p.ranks != plans_.front().ranks)
+      fail("policy chose plan ", name, " of ", p.ranks, " ranks; the replica has ", plans_.front().ranks);
+    plans_.push_back(std::move(p));
+    const int id = int(plans_.size()) - 1;
+    ids_[name] = id;
+    ids_[plans_.back().name] = id;
+    return id;
+  }
+  bool same_placement(int a, int b) {
+    const auto key = std::minmax(a, b);
+    auto it = same_.find(key);
+    if (it == same_.end()) it = same_.emplace(key, model_.same_kv_placement(plans_[size_t(a)], plans_[size_t(b)])).first;
+    return it->second;
+  }
+
   const CostModel& model_;
-  const SimPlan& plan_;
+  std::unique_ptr<LayoutPolicy> policy_;
+  std::vector<PricedPlan> plans_;
+  std::map<std::string, int> ids_;
+  std::map<std::pair<int, int>, bool> same_;
+  int initial_ = 0, prev_ = -1;
+  bool last_switched_ = false;
+  std::map<RequestId, int64_t> kv_tokens_;
+  std::vector<SeqExtent> extents_;
   std::vector<SeqWork> work_;
   StepCost last_;
 };
@@ -76,16 +119,45 @@ struct Replica {
 
 }  // namespace
 
+std::vector<Plan> SimConfig::plan_set() const {
+  std::vector<Plan> out;
+  auto add = [&](Plan p) {
+    p = p.normalized();
+    p.dp = 1;
+    for (const Plan& q : out)
+      if (q == p) return;
+    out.push_back(p);
+  };
+  add(plan);
+  for (const Plan& p : more_plans) add(p);
+  if (!make_policy && policy_switches(policy)) {
+    add(plan.base());
+    add(plan.shift_config());
+  }
+  return out;
+}
+
+std::string SimConfig::describe() const {
+  std::string s = plan.to_string();
+  for (const Plan& p : more_plans) s += " | " + p.to_string();
+  if (make_policy) return s + ", custom policy";
+  Plan replica = plan;
+  replica.dp = 1;
+  return s + ", policy " + make_layout_policy(policy, replica, shift_threshold)->describe();
+}
+
 Simulator::Simulator(CostModel model, SimConfig config) : model_(std::move(model)), config_(std::move(config)) {}
 
 SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   const double wall0 = now_seconds();
-  const SimPlan& plan = config_.plan;
+  const Plan& plan = config_.plan;
+  const std::string plan_name = config_.describe();
   SimResult out;
-  out.memory = model_.memory(plan);
-  if (plan.gpus() > model_.node().gpus_per_node && plan.base.gpus() > model_.node().gpus_per_node)
-    fail("plan ", plan.name(), " needs ", plan.base.gpus(), " GPUs per replica; a ", model_.node().name(),
-         " node has ", model_.node().gpus_per_node);
+  std::vector<PricedPlan> resident;
+  for (const Plan& p : config_.plan_set()) resident.push_back(model_.prepare(p));
+  out.memory = model_.memory(resident);
+  Plan replica_plan = plan;
+  replica_plan.dp = 1;
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_tokens_per_step = config_.max_tokens_per_step;
@@ -94,16 +166,24 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   sc.max_model_len = config_.max_model_len > 0 ? config_.max_model_len : model_.model().max_seq_len;
   const int64_t blocks = out.memory.kv_capacity_tokens / config_.block_size;
   if (blocks < 1)
-    fail("plan ", plan.name(), ": no room for a single KV block after the weights (",
+    fail("plan ", plan_name, ": no room for a single KV block after the weights (",
          out.memory.free_bytes_per_gpu / 1e9, " GB free per GPU)");
-  sc.num_blocks = int(std::min<int64_t>(blocks, 1 << 30));
+  // As the engine sizes its cache (dist_engine.cpp): no more than max_num_seqs sequences of
+  // max_model_len tokens can use.
+  const int64_t useful = int64_t(sc.max_num_seqs) * ((sc.max_model_len + sc.block_size - 1) / sc.block_size);
+  sc.num_blocks = int(std::min<int64_t>({blocks, useful, int64_t(1) << 30}));
+  if (config_.num_blocks > 0) sc.num_blocks = int(std::min<int64_t>(config_.num_blocks, int64_t(1) << 30));
   out.num_blocks_per_replica = sc.num_blocks;
   out.num_replicas = plan.dp;
 
   std::vector<Replica> reps(size_t(plan.dp));
   for (auto& r : reps) {
     r.sched = std::make_unique<Scheduler>(sc);
-    r.exec = std::make_unique<CostModelExecutor>(model_, plan);
+    std::unique_ptr<LayoutPolicy> policy =
+        config_.make_policy ? config_.make_policy(replica_plan)
+                            : make_layout_policy(config_.policy, replica_plan, config_.shift_threshold);
+    LOOM_CHECK(policy != nullptr, "make_policy returned no policy");
+    r.exec = std::make_unique<CostModelExecutor>(model_, config_, std::move(policy));
   }
   std::map<std::string, PlanUse> use;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
@@ -111,11 +191,12 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   for (int64_t i = 0; i < int64_t(trace.size()); ++i) q.push(Event{trace[size_t(i)].arrival_s, 1, seq++, 0, i});
 
   Metrics& metrics = out.metrics;
-  int64_t finished = 0, next_replica = 0, steps = 0;
+  int64_t finished = 0, steps = 0;
   const int64_t total = int64_t(trace.size());
 
   auto collect = [&](Replica& r, double t) {
     for (const Sequence& s : r.sched->drain_finished()) {
+      r.exec->release(s.id());
       metrics.on_finish(s, t);
       ++finished;
     }
@@ -126,17 +207,25 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     if (r.busy || !r.sched->has_unfinished()) return;
     r.clock.set(t);
     r.batch = r.sched->schedule();
+    for (RequestId id : r.batch.preempted) r.exec->release(id);
     collect(r, t);  // rejections at admission
     if (r.batch.empty()) return;
     r.exec->execute(r.batch);  // result re-derived at completion (sampled = every sample seq)
     const StepCost& c = r.exec->last();
-    r.batch.plan = c.config.name();
+    r.batch.plan = c.plan;
     r.busy = true;
     r.step_start = t;
     auto& u = use[r.batch.plan];
     u.config = r.batch.plan;
     ++u.steps;
     u.busy_s += c.total_s;
+    if (r.exec->last_switched()) {
+      ++u.switches_to;
+      u.kv_bytes_moved += c.kv_bytes_moved;
+      u.switch_s += c.switch_s;
+      ++out.num_switches;
+      out.kv_bytes_moved += c.kv_bytes_moved;
+    }
     q.push(Event{t + c.total_s, 0, seq++, ri, 0});
   };
 
@@ -151,7 +240,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
       req.max_tokens = std::max(1, tr.output_len);
       req.stop.ignore_eos = true;
       req.arrival_s = tr.arrival_s;
-      const int ri = int(next_replica++ % plan.dp);
+      const int ri = replica_of(req.id, plan.dp);  // the engine's routing (dist_engine.h)
       metrics.on_arrival(req, e.t);
       Replica& r = reps[size_t(ri)];
       r.clock.set(std::max(r.clock.now(), e.t));
@@ -209,7 +298,8 @@ nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
   j["model"] = m.model().summary();
   j["hardware"] = m.node().name();
   j["dtype"] = sim_dtype_name(m.options().weight_dtype);
-  j["plan"] = sim.config().plan.name();
+  j["plan"] = sim.config().plan.to_string();
+  j["policy"] = sim.config().describe();
   j["calibration"] = m.calibration().fitted_on;
   j["summary"] = to_json(r.summary);
   j["makespan_s"] = r.makespan_s;
@@ -220,8 +310,12 @@ nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
                  {"kv_blocks_per_replica", r.num_blocks_per_replica},
                  {"replicas", r.num_replicas}};
   nlohmann::json use = nlohmann::json::array();
-  for (const auto& u : r.plan_use) use.push_back({{"config", u.config}, {"steps", u.steps}, {"busy_s", u.busy_s}});
+  for (const auto& u : r.plan_use)
+    use.push_back({{"config", u.config}, {"steps", u.steps}, {"busy_s", u.busy_s}, {"switches_to", u.switches_to},
+                   {"kv_bytes_moved", u.kv_bytes_moved}, {"switch_s", u.switch_s}});
   j["plan_use"] = use;
+  j["switches"] = r.num_switches;
+  j["kv_bytes_moved"] = r.kv_bytes_moved;
   j["wall_s"] = r.wall_s;
   j["simulated_requests_per_s"] = r.sim_requests_per_s;
   return j;

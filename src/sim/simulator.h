@@ -6,11 +6,20 @@
 // order, so a run is a pure function of its inputs. Every random source has its own seed (the
 // trace generators in engine/trace.h take theirs; DP routing is round-robin, not random).
 //
+// Plans are loom::Plan values priced through CostModel::prepare (the engine's validate() and
+// rank_layout()). The plan of each step is chosen by the engine's own layout policy
+// (engine/policy.h: fixed, shift, alternate, random:SEED, or SimConfig::make_policy), on the same
+// StepBatch the engine's loop hands it, and the step carries that plan's name
+// (StepMetrics::plan), as in the engine.
 // DP: `plan.dp` replicas, each its own Scheduler, KV cache (memory model: HBM * utilisation -
-// weights - activation reserve, in blocks) and clock; arrivals go to replicas round-robin.
+// weights - activation reserve, in blocks) and clock; request `id` runs on replica id % dp (the
+// engine's routing, dist_engine.h replica_of).
 // Shift: each step runs the base (SP x TP) config when it schedules more than the threshold's
-// tokens, the shift (full TP) config otherwise (Shift 3.3 Algorithm 2); both share one KV
-// placement, so switching is free (Shift 3.3.1) and the memory model holds both weight copies.
+// tokens, the shift config otherwise (Shift 3.3 Algorithm 2); both share one KV placement, so
+// switching is free (Shift 3.3.1) and the memory model holds both weight copies.
+// Any other switch between plans whose KV placements differ migrates the KV of every live
+// sequence before the step (stop-and-migrate, Nitsum 3.2.2), priced with the bytes of
+// kv_migration() (CostModel::switch_s).
 #pragma once
 
 #include <functional>
@@ -19,27 +28,48 @@
 #include <vector>
 
 #include "engine/metrics.h"
+#include "engine/policy.h"
 #include "engine/trace.h"
 #include "sim/cost_model.h"
 
 namespace loom::sim {
 
 struct SimConfig {
-  SimPlan plan;
+  Plan plan;  // the initial plan; plan.dp replicas, each priced as the plan with dp = 1
+  // The rest of the plan set a policy may switch to (same rank count). Their weights are
+  // resident on every rank (memory model), like those of a switching Shift policy's two configs.
+  std::vector<Plan> more_plans;
+  std::string policy = "fixed";    // engine/policy.h: fixed | shift | alternate | random:SEED
+  int64_t shift_threshold = 256;   // tokens per step above which "shift" runs the base
+  // Builds each replica's policy from its replica plan (dp = 1) instead of `policy` (tests, plan
+  // sets); the policy names plans in Plan::to_string form.
+  std::function<std::unique_ptr<LayoutPolicy>(const Plan& replica_plan)> make_policy;
   int max_num_seqs = 256;           // per replica (vLLM's default)
   int max_tokens_per_step = 8192;   // chunked-prefill token budget per step
   bool enable_chunked_prefill = true;
   int max_model_len = 0;            // 0: the model's context length
   int block_size = 16;
+  // KV blocks per replica; 0: from the memory model (MemoryPlan::kv_capacity_tokens, at most what
+  // max_num_seqs sequences of max_model_len can use). validate-engine gives the engine's count.
+  int64_t num_blocks = 0;
   // Called every `progress_every` steps with (simulated time, requests finished, total).
   std::function<void(double, int64_t, int64_t)> progress;
   int64_t progress_every = 20000;
+
+  // The plan set: `plan`, `more_plans`, and for a switching policy (engine/policy.h
+  // policy_switches) the base and shift config of `plan`; each with dp = 1, no repeats.
+  std::vector<Plan> plan_set() const;
+  // "sp=8, policy shift(threshold=256)" for reports.
+  std::string describe() const;
 };
 
 struct PlanUse {
-  std::string config;  // ParallelConfig::name()
+  std::string config;  // Plan::to_string() of the plan that ran the steps
   int64_t steps = 0;
   double busy_s = 0;
+  int64_t switches_to = 0;      // switches into this plan
+  int64_t kv_bytes_moved = 0;   // by those switches (KvMigration::total_bytes)
+  double switch_s = 0;          // time the migrations took
 };
 
 struct SimResult {
@@ -52,7 +82,9 @@ struct SimResult {
   double total_tokens_per_s = 0;  // (prompt + output tokens) / makespan
   double wall_s = 0;             // host time of the run
   double sim_requests_per_s = 0;  // requests simulated per host second
-  std::vector<PlanUse> plan_use;  // steps and busy time per config
+  std::vector<PlanUse> plan_use;  // steps, busy time and switches per plan
+  int64_t num_switches = 0;       // plan changes between consecutive steps of a replica
+  int64_t kv_bytes_moved = 0;     // by all of them
   std::vector<int> step_replica;  // replica of metrics.steps()[i]
 };
 
