@@ -26,17 +26,27 @@ namespace {
 struct ValidateArgs {
   std::string hardware = "a100-80gb";
   std::string dir;
+  std::string calibrate_on;        // transfer: fit on this folder, predict `dir` on `hardware`
+  std::string calibrate_hardware;  // what `calibrate_on` was measured on (default: measurement_hardware)
   bool json = false;
+  bool by_op = false;
 };
 
 void run_validate(const ValidateArgs& a) {
-  const auto rows = sim::validate_measurements(a.hardware, a.dir);
+  std::string from;
+  const auto rows = [&] {
+    if (a.calibrate_on.empty()) return sim::validate_measurements(a.hardware, a.dir);
+    from = a.calibrate_hardware.empty() ? sim::measurement_hardware(a.calibrate_on) : a.calibrate_hardware;
+    return sim::validate_transfer(from, a.calibrate_on, a.hardware, a.dir);
+  }();
   if (a.json) {
-    std::printf("[");
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::printf("%s{\"file\": \"%s\", \"median\": %.6f, \"p90\": %.6f, \"samples\": %d}", i ? ", " : "",
-                  rows[i].file.c_str(), rows[i].median, rows[i].p90, rows[i].samples);
-    std::printf("]\n");
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& r : rows) {
+      nlohmann::json x = {{"file", r.file}, {"median", r.median}, {"p90", r.p90}, {"samples", r.samples}};
+      if (r.analytic_median >= 0) x["analytic_median"] = r.analytic_median;
+      j.push_back(x);
+    }
+    std::printf("%s\n", j.dump().c_str());
     return;
   }
   std::printf("%-40s %8s %9s %9s %s\n", "file", "samples", "median", "p90", "analytic-median");
@@ -44,25 +54,43 @@ void run_validate(const ValidateArgs& a) {
     std::printf("%-40s %8d %8.1f%% %8.1f%%", r.file.c_str(), r.samples, r.median * 100, r.p90 * 100);
     if (r.analytic_median >= 0) std::printf(" %8.1f%%", r.analytic_median * 100);
     std::printf("\n");
+    if (a.by_op)
+      for (const auto& [op, x] : r.by_op)
+        std::printf("  %-38s %8d %8.1f%%\n", op.c_str(), x.first, x.second * 100);
   }
-  std::printf("(|predicted - measured| / measured, out of sample: mlp files leave-one-file-out, collectives 2-fold)\n");
+  if (a.calibrate_on.empty())
+    std::printf("(|predicted - measured| / measured, out of sample: mlp and attention files leave-one-file-out, "
+                "collectives 2-fold)\n");
+  else
+    std::printf("(|predicted - measured| / measured: efficiencies fitted on %s (%s), %s priced from its datasheet "
+                "entry alone; collectives by the analytical model)\n",
+                a.calibrate_on.c_str(), sim::find_gpu(from).name.c_str(), sim::find_gpu(a.hardware).name.c_str());
 }
 
-void run_calibrate(const ValidateArgs& a) {
-  const auto files = sim::read_measurements(a.dir);
-  std::vector<const sim::MeasurementFile*> all;
-  for (const auto& f : files) all.push_back(&f);
-  const auto c = sim::fit_calibration(all, sim::find_gpu(a.hardware), sim::default_calibration());
+void print_calibration(const sim::Calibration& c) {
   std::printf("gemm: eff_max %.4f m_half %.2f mem_eff %.4f latency_us %.2f\n", c.gemm.eff_max, c.gemm.m_half,
               c.gemm.mem_eff, c.gemm.latency_s * 1e6);
   auto e = [](const char* n, const sim::ElementwiseCalibration& x) {
     std::printf("%s: bw_eff %.4f latency_us %.2f\n", n, x.bw_eff, x.latency_s * 1e6);
   };
   e("norm", c.norm), e("add", c.add), e("act", c.act), e("rope", c.rope), e("emb", c.emb);
+  std::printf("attention: compute_eff %.4f mem_eff %.4f latency_us %.2f\n", c.attn_compute_eff, c.attn_mem_eff,
+              c.attn_latency_s * 1e6);
   auto k = [](const char* n, const sim::CollectiveCalibration& x) {
-    std::printf("%s: latency_us %.2f bw_eff %.4f\n", n, x.latency_s * 1e6, x.bw_eff);
+    std::printf("%s: latency_us %.2f hop_latency_us %.2f bw_eff %.4f\n", n, x.latency_s * 1e6, x.hop_latency_s * 1e6,
+                x.bw_eff);
   };
-  k("all_reduce", c.all_reduce), k("send_recv", c.send_recv), k("net", c.net);
+  k("all_reduce", c.all_reduce), k("all_gather", c.all_gather), k("all_to_all", c.all_to_all),
+      k("send_recv", c.send_recv), k("broadcast", c.broadcast), k("net", c.net);
+  std::printf("step overhead: %.2f us + %.3f us per sequence + %.4f us per token\n", c.step_overhead_s * 1e6,
+              c.step_overhead_per_seq_s * 1e6, c.step_overhead_per_token_s * 1e6);
+}
+
+void run_calibrate(const ValidateArgs& a) {
+  const auto files = sim::read_measurements(a.dir);
+  std::vector<const sim::MeasurementFile*> all;
+  for (const auto& f : files) all.push_back(&f);
+  print_calibration(sim::fit_calibration(all, sim::find_gpu(a.hardware), sim::default_calibration()));
 }
 
 struct RunArgs {
@@ -313,9 +341,20 @@ void register_sim(CLI::App& app) {
 
   auto* val = sim->add_subcommand("validate", "Cost model error against measured operator/collective times");
   auto va = std::make_shared<ValidateArgs>();
-  val->add_option("--hardware", va->hardware, "GPU the measurements were taken on")->capture_default_str();
-  val->add_option("--measurements", va->dir, "Folder of mlp_*.csv / all_reduce_*.csv / send_recv_*.csv")->required();
-  val->add_flag("--json", va->json, "One JSON object per file: file, median, p90");
+  val->add_option("--hardware", va->hardware,
+                  "GPU the measurements were taken on (catalog name, hardware entry JSON or loom profile folder); "
+                  "with --calibrate-on: the GPU to predict")
+      ->capture_default_str();
+  val->add_option("--measurements", va->dir,
+                  "Folder of mlp_*, attention_*, <collective>_* and step_overhead_* .csv files")
+      ->required();
+  val->add_option("--calibrate-on", va->calibrate_on,
+                  "Fit the efficiencies on this folder instead (another machine's measurements) and predict "
+                  "--measurements from --hardware's datasheet entry alone");
+  val->add_option("--calibrate-hardware", va->calibrate_hardware,
+                  "What --calibrate-on was measured on (default: its hardware.json, or its folder name)");
+  val->add_flag("--json", va->json, "One JSON object per file: file, median, p90, samples");
+  val->add_flag("--by-op", va->by_op, "Also the median error of each operation");
   set_action(val, [va] { run_validate(*va); });
 
   auto* calib = sim->add_subcommand("calibrate", "Fit the cost model's calibration to measurements and print it");

@@ -21,6 +21,7 @@ const char* collective_name(Collective c) {
     case Collective::AllToAll: return "all_to_all";
     case Collective::AllGather: return "all_gather";
     case Collective::SendRecv: return "send_recv";
+    case Collective::Broadcast: return "broadcast";
   }
   return "?";
 }
@@ -55,29 +56,37 @@ double CostModel::weight_bytes() const {
   return opt_.weight_bytes > 0 ? opt_.weight_bytes : sim_dtype_bytes(opt_.weight_dtype);
 }
 
-double CostModel::qkv_proj_s(double m, double d, double q_cols, double kv_cols) const {
+double CostModel::qkv_proj_s(double m, double d, double q_cols, double kv_cols, double ws) const {
   const SimDType dt = opt_.weight_dtype;
   const double wb = weight_bytes(), ab = opt_.act_bytes;
-  if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, q_cols + 2 * kv_cols, dt, wb, ab);
-  return gemm_s(m, d, q_cols, dt, wb, ab) + 2 * gemm_s(m, d, kv_cols, dt, wb, ab);
+  if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, q_cols + 2 * kv_cols, dt, wb, ab, ws);
+  // Measured as the three calls together: the working set is all three matrices.
+  if (ws <= 0) ws = d * (q_cols + 2 * kv_cols) * wb;
+  return gemm_s(m, d, q_cols, dt, wb, ab, ws) + 2 * gemm_s(m, d, kv_cols, dt, wb, ab, ws);
 }
 
-double CostModel::gate_up_s(double m, double d, double ffn) const {
+double CostModel::gate_up_s(double m, double d, double ffn, double ws) const {
   const SimDType dt = opt_.weight_dtype;
   const double wb = weight_bytes(), ab = opt_.act_bytes;
-  if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, 2 * ffn, dt, wb, ab);
-  return 2 * gemm_s(m, d, ffn, dt, wb, ab);
+  if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, 2 * ffn, dt, wb, ab, ws);
+  if (ws <= 0) ws = 2 * d * ffn * wb;
+  return 2 * gemm_s(m, d, ffn, dt, wb, ab, ws);
 }
 
-double CostModel::gemm_s(double m, double k, double n, SimDType compute, double weight_bytes,
-                         double act_bytes) const {
+double CostModel::gemm_s(double m, double k, double n, SimDType compute, double weight_bytes, double act_bytes,
+                         double working_set) const {
   if (m <= 0 || k <= 0 || n <= 0) return 0.0;
   const auto& g = cal_.gemm;
   double eff = g.eff_max * m / (m + g.m_half);
   if (compute != SimDType::BF16) eff *= cal_.low_precision_gemm_factor;
   const double compute_s = 2.0 * m * k * n / (node_.gpu.flops(compute) * eff);
   const double bytes = k * n * weight_bytes + m * k * act_bytes + m * n * act_bytes;
-  const double memory_s = bytes / (node_.gpu.hbm_bw * g.mem_eff);
+  double bw = node_.gpu.hbm_bw * g.mem_eff;
+  if (g.cache_gain > 0 && node_.gpu.cache_bytes > 0) {
+    const double c = node_.gpu.cache_bytes, w = working_set > 0 ? working_set : bytes;
+    bw *= 1.0 + g.cache_gain * c / (c + w);
+  }
+  const double memory_s = bytes / bw;
   return std::max(compute_s, memory_s) + g.latency_s;
 }
 
@@ -116,51 +125,61 @@ double CostModel::collective_s(Collective kind, double bytes, int group, int per
       case Collective::AllToAll: return double(n - 1) / n * bytes;
       case Collective::AllGather: return double(n - 1) / n * bytes;
       case Collective::SendRecv: return bytes;
+      case Collective::Broadcast: return bytes;  // pipelined ring / tree: the message once per link
     }
     return bytes;
   };
   const CollectiveCalibration& c = kind == Collective::AllReduce   ? cal_.all_reduce
                                    : kind == Collective::AllToAll  ? cal_.all_to_all
                                    : kind == Collective::AllGather ? cal_.all_gather
+                                   : kind == Collective::Broadcast ? cal_.broadcast
                                                                    : cal_.send_recv;
+  // Latency of a group of n: the fixed part plus one hop per rank beyond a pair.
+  auto latency = [&](const CollectiveCalibration& k, int n) { return k.latency_s + k.hop_latency_s * (n - 2); };
   if (per_node >= group) {
-    double latency = c.latency_s;
+    double lat = latency(c, group);
     if (kind == Collective::AllReduce && opt_.custom_all_reduce && node_.topology == Topology::NvSwitch &&
         node_.gpu.nvlink && bytes <= cal_.custom_all_reduce_max_bytes)
-      latency = cal_.custom_all_reduce_latency_s;
-    return latency + wire(group) / (link_bw(group) * c.bw_eff);
+      lat = cal_.custom_all_reduce_latency_s;
+    return lat + wire(group) / (link_bw(group) * c.bw_eff);
   }
   // Crosses nodes: the NICs bound the ring (one NIC per GPU); the intra-node part adds its own.
-  const double inter = cal_.net.latency_s + wire(group) / (node_.net_bw * cal_.net.bw_eff);
-  const double intra = per_node > 1 ? c.latency_s + wire(per_node) / (link_bw(per_node) * c.bw_eff) : 0.0;
+  const double inter = latency(cal_.net, group) + wire(group) / (node_.net_bw * cal_.net.bw_eff);
+  const double intra = per_node > 1 ? latency(c, per_node) + wire(per_node) / (link_bw(per_node) * c.bw_eff) : 0.0;
   return inter + intra;
 }
 
-double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads) const {
-  const double hd = model_.head_dim;
-  double pf_flops = 0, pf_bytes = 0, dec_flops = 0, dec_bytes = 0;
-  bool any_pf = false, any_dec = false;
+CostModel::AttentionWork CostModel::attention_work(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads,
+                                                   int head_dim) const {
+  const double hd = head_dim > 0 ? head_dim : model_.head_dim;
+  AttentionWork w;
   for (const auto& s : seqs) {
     const double q = s.new_tokens, c = s.context_len;
     // Causal (query, key) pairs: earlier context fully, the new block as a triangle.
     const double pairs = q * (c - q) + q * (q + 1) / 2;
     const double flops = 4.0 * hd * q_heads * pairs;
-    const double bytes = c * 2.0 * kv_heads * hd * opt_.kv_bytes + q * (2.0 * q_heads + 2.0 * kv_heads) * hd * 2.0;
+    // K and V of the context read; Q, the new K and V, and the output written / read.
+    const double bytes = c * 2.0 * kv_heads * hd * opt_.kv_bytes + q * (2.0 * q_heads + 2.0 * kv_heads) * hd * opt_.act_bytes;
     if (s.new_tokens > 1) {
-      pf_flops += flops;
-      pf_bytes += bytes;
-      any_pf = true;
+      w.prefill_flops += flops;
+      w.prefill_bytes += bytes;
+      w.prefill = true;
     } else {
-      dec_flops += flops;
-      dec_bytes += bytes;
-      any_dec = true;
+      w.decode_flops += flops;
+      w.decode_bytes += bytes;
+      w.decode = true;
     }
   }
+  return w;
+}
+
+double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim) const {
+  const AttentionWork w = attention_work(seqs, q_heads, kv_heads, head_dim);
   const double peak = node_.gpu.flops(SimDType::BF16) * cal_.attn_compute_eff;
   const double bw = node_.gpu.hbm_bw * cal_.attn_mem_eff;
   double t = 0;
-  if (any_pf) t += std::max(pf_flops / peak, pf_bytes / bw) + cal_.attn_latency_s;
-  if (any_dec) t += std::max(dec_flops / peak, dec_bytes / bw) + cal_.attn_latency_s;
+  if (w.prefill) t += std::max(w.prefill_flops / peak, w.prefill_bytes / bw) + cal_.attn_latency_s;
+  if (w.decode) t += std::max(w.decode_flops / peak, w.decode_bytes / bw) + cal_.attn_latency_s;
   return t;
 }
 
@@ -194,6 +213,11 @@ PricedPlan CostModel::prepare(const Plan& plan_in) const {
     p.out_heads = std::max(p.out_heads, int(l.out_heads.size()));
     p.ffn = std::max(p.ffn, l.ffn.size());
     p.max_layers = std::max(p.max_layers, int(l.layers.size()));
+    // Its layer shards and the embedding and classifier rows it reads (vocabulary-parallel on
+    // GPU engines, the whole classifier on loom's sampling rank).
+    const double classifier = double(model_.vocab_size) * model_.d_model /
+                              (opt_.kernels == StepKernels::FusedGpu ? p.tp_group : 1);
+    p.weight_bytes = std::max(p.weight_bytes, (double(weight_shards(plan, shape_, r).elems()) + classifier) * weight_bytes());
   }
   return p;
 }
@@ -246,11 +270,12 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
 
   // One layer on one GPU (the busiest rank's shard sizes, from rank_layout).
   const double q_cols = pl.proj_q_heads * hd, kv_cols = pl.proj_kv_heads * hd, F = double(pl.ffn);
+  const double ws = pl.weight_bytes;  // every weight of the rank comes back once per step
   double gemm = 0, elem = 0, comm = 0;
-  gemm += qkv_proj_s(m, d, q_cols, kv_cols);            // QKV projection
-  gemm += gemm_s(m, pl.out_heads * hd, d, dt, wb, ab);  // O projection
-  gemm += gate_up_s(m, d, F);                           // gate + up
-  gemm += gemm_s(m, F, d, dt, wb, ab);                  // down
+  gemm += qkv_proj_s(m, d, q_cols, kv_cols, ws);            // QKV projection
+  gemm += gemm_s(m, pl.out_heads * hd, d, dt, wb, ab, ws);  // O projection
+  gemm += gate_up_s(m, d, F, ws);                           // gate + up
+  gemm += gemm_s(m, F, d, dt, wb, ab, ws);                  // down
   elem += 2 * elementwise_s(Elementwise::Norm, m * d * ab * 2);
   elem += 2 * elementwise_s(Elementwise::Add, m * d * ab * 3);
   elem += elementwise_s(Elementwise::Act, m * F * ab * 3);
@@ -282,7 +307,7 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
                 (norm_rows > 0 ? elementwise_s(Elementwise::Norm, norm_rows * d * ab * 2) : 0.0);
   double ends_gemm = 0.0;
   if (sampled > 0)
-    ends_gemm = cpu ? gemm_s(sampled, d, V, dt, wb, ab) : gemm_s(sampled_rank, d, V / t, dt, wb, ab);
+    ends_gemm = cpu ? gemm_s(sampled, d, V, dt, wb, ab, ws) : gemm_s(sampled_rank, d, V / t, dt, wb, ab, ws);
   double ends_comm = s > 1 && sampled > 0 ? collective_s(Collective::AllGather, sampled * d * ab, s, s) : 0.0;
 
   // Pipeline: mb micro-batches through p stages, filled and drained within the step.
@@ -290,6 +315,16 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   const int stage_ranks = pl.ranks / p;
   const double pp_send =
       p > 1 ? (p - 1) * collective_s(Collective::SendRecv, m * d * ab, 2, per_node >= 2 * stage_ranks ? 2 : 1) : 0.0;
+  // loom's CPU engine: the replica's rank 0 broadcasts the step descriptor to the other ranks
+  // (engine/dist_executor.h: 4 KiB inline, the rest in a second message).
+  if (cpu && pl.ranks > 1) {
+    int64_t desc = 64;
+    for (const auto& w : seqs) desc += 48 + 4 * int64_t(w.new_tokens) + 4 * ((w.context_len + 15) / 16);
+    constexpr int64_t kInline = 4096;
+    ends_comm += collective_s(Collective::Broadcast, double(kInline), pl.ranks, std::min(pl.ranks, per_node));
+    if (desc > kInline)
+      ends_comm += collective_s(Collective::Broadcast, double(desc - kInline), pl.ranks, std::min(pl.ranks, per_node));
+  }
   cost.gemm_s = stage_gemm * slots + ends_gemm;
   cost.elementwise_s = stage_elem * slots + ends;
   cost.attention_s = stage_attn * slots;

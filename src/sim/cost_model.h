@@ -62,6 +62,7 @@ struct PricedPlan {
   int q_heads = 0, kv_heads = 0;            // heads attended (after the SP all-to-all); KV stored
   int out_heads = 0;                        // heads of its Wo input columns
   int64_t ffn = 0;                          // FFN columns (uneven shards: the larger one)
+  double weight_bytes = 0;  // weights the busiest rank reads every step (its working set)
 };
 
 struct StepCost {
@@ -76,7 +77,7 @@ struct StepCost {
   std::string plan;             // PricedPlan::name of the plan that ran the step
 };
 
-enum class Collective { AllReduce, AllToAll, AllGather, SendRecv };
+enum class Collective { AllReduce, AllToAll, AllGather, SendRecv, Broadcast };
 enum class Elementwise { Norm, Add, Act, Rope, Emb };
 const char* collective_name(Collective c);
 
@@ -141,19 +142,29 @@ class CostModel {
 
   // ---- primitives (one GPU) ----
   // [m, k] x [k, n] with weights of `weight_bytes` per element and activations of act_bytes.
-  double gemm_s(double m, double k, double n, SimDType compute, double weight_bytes, double act_bytes) const;
+  // `working_set`: the bytes the operands come back from (GemmCalibration's cache term); 0: the
+  // GEMM's own bytes (an operation repeated on its own, as measurements do).
+  double gemm_s(double m, double k, double n, SimDType compute, double weight_bytes, double act_bytes,
+                double working_set = 0) const;
   // The QKV projection of m tokens ([m, d] x [d, (q + 2 kv) * head_dim]) and the gate + up
   // projection ([m, d] x [d, 2 * ffn]) at the engine's granularity (fused or separate GEMMs),
   // in the model's weight dtype.
-  double qkv_proj_s(double m, double d, double q_cols, double kv_cols) const;
-  double gate_up_s(double m, double d, double ffn) const;
+  double qkv_proj_s(double m, double d, double q_cols, double kv_cols, double working_set = 0) const;
+  double gate_up_s(double m, double d, double ffn, double working_set = 0) const;
   double elementwise_s(Elementwise kind, double bytes) const;
   // `bytes`: all-reduce: the buffer; all-to-all: what one rank sends in total (all peers, its
-  // own chunk included); all-gather: the gathered output; send/recv: the message.
+  // own chunk included); all-gather: the gathered output; send/recv, broadcast: the message.
   // group: ranks; per_node: ranks of the group on one node (== group when inside a node).
   double collective_s(Collective kind, double bytes, int group, int per_node) const;
-  // One layer's attention on one GPU holding q_heads query heads and kv_heads KV heads.
-  double attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads) const;
+  // One layer's attention on one GPU holding q_heads query heads and kv_heads KV heads of
+  // head_dim (0: the model's).
+  double attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim = 0) const;
+  // Its two parts by FLOPs and bytes (prefill chunks, then decodes), for fitting.
+  struct AttentionWork {
+    double prefill_flops = 0, prefill_bytes = 0, decode_flops = 0, decode_bytes = 0;
+    bool prefill = false, decode = false;
+  };
+  AttentionWork attention_work(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim = 0) const;
 
   // ---- plans ----
   // Validates `plan` (loom::validate against the model, plus: a replica fits the node, no
