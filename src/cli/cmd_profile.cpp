@@ -26,7 +26,9 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <barrier>
 #include <functional>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -67,6 +69,8 @@ struct ProfileArgs {
   std::string ranks;   // local collectives; default depends on --quick
   std::string comm = "local";
   int reps = 0;        // 0: 9 (quick: 5)
+  std::string concurrent;  // ranks computing at once during the operator measurements
+  int budget_mib = 1024;   // weight copies of all concurrent ranks
   bool quick = false;
 };
 
@@ -98,19 +102,6 @@ std::vector<int> int_list(const std::string& flag, const std::string& s) {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Median seconds of `reps` timed runs of fn after one untimed warm-up.
-double median_time(int reps, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = now_s();
-    fn();
-    t.push_back(now_s() - t0);
-  }
-  std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
-  return t[t.size() / 2];
 }
 
 std::string ms(double s) {
@@ -184,10 +175,94 @@ std::string file_safe(std::string s) {
   return s;
 }
 
+// ---- ranks measured together ----
+
+// Runs `body(rank, pool)` on `ranks` threads at once (each rank with its own pool of
+// threads_per_rank threads, as the engine's ranks), so that operators are timed while every rank
+// of a plan computes: the ranks share the machine's cores, caches and memory bandwidth. Inside,
+// Sync::time(fn) times fn on every rank from a common start and keeps, per call, the slowest
+// rank's time (a step waits for its slowest rank); medians over reps come from Sync::median.
+class ConcurrentRanks {
+ public:
+  ConcurrentRanks(int ranks, int threads_per_rank) : ranks_(ranks), threads_(threads_per_rank), sync_(ranks) {}
+
+  // Times fn (after one warm-up) `reps` times on every rank; returns the median over reps of the
+  // slowest rank's time, divided by `per` (operations per call). Every rank must call it.
+  double time(int rank, int reps, int per, const std::function<void()>& fn) {
+    sync_.arrive_and_wait();
+    fn();
+    std::vector<double> t(static_cast<size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
+      sync_.arrive_and_wait();
+      const double t0 = now_s();
+      fn();
+      t[size_t(i)] = (now_s() - t0) / per;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (slowest_.size() < size_t(reps)) slowest_.assign(size_t(reps), 0.0);
+      for (int i = 0; i < reps; ++i) slowest_[size_t(i)] = std::max(slowest_[size_t(i)], t[size_t(i)]);
+    }
+    sync_.arrive_and_wait();
+    const double med = percentile(slowest_, 50);
+    sync_.arrive_and_wait();
+    if (rank == 0) slowest_.clear();
+    sync_.arrive_and_wait();
+    return med;
+  }
+
+  void run(const std::function<void(int rank, ThreadPool* pool)>& body) {
+    std::vector<std::thread> th;
+    for (int r = 0; r < ranks_; ++r)
+      th.emplace_back([&, r] {
+        try {
+          ThreadPool pool(threads_);
+          body(r, &pool);
+        } catch (const std::exception& e) {
+          // The other ranks would wait at the barrier forever: end the process with the cause.
+          std::fprintf(stderr, "loom profile: rank %d failed: %s\n", r, e.what());
+          std::abort();
+        }
+      });
+    for (auto& t : th) t.join();
+  }
+
+ private:
+  int ranks_, threads_;
+  std::barrier<> sync_;
+  std::mutex mu_;
+  std::vector<double> slowest_;
+};
+
 // ---- layer operators ----
 
-void profile_mlp(const Shape& sh, DType dtype, const std::vector<int>& tokens, const std::vector<int>& tps, int reps,
-                 ThreadPool* pool, const std::string& dir) {
+// One layer's shard of the seven matrices.
+struct LayerShard {
+  std::unique_ptr<Matrix> wq, wk, wv, wo, wg, wu, wd;
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const auto* m : {&wq, &wk, &wv, &wo, &wg, &wu, &wd}) b += (*m)->view.bytes();
+    return b;
+  }
+};
+
+// Copies of a layer's shard a rank cycles through: one per model layer, as a step reads every
+// layer's weights once (so the operands come back from where the model's weights live, not from a
+// cache that one repeated matrix fits in), up to `budget` bytes for all ranks.
+int layer_copies(const ModelConfig& c, int64_t shard_bytes, int ranks, int64_t budget) {
+  return int(std::clamp<int64_t>(budget / std::max<int64_t>(1, shard_bytes * ranks), 1, c.n_layers));
+}
+
+struct ProfileSetup {
+  std::vector<int> tokens, tps;
+  int reps = 5, threads = 1;
+  int64_t budget = int64_t(1) << 30;  // bytes of weight copies, all ranks together
+  std::string dir;
+};
+
+std::string rank_suffix(int ranks) { return ranks > 1 ? cat("_r", ranks) : std::string(); }
+
+void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps) {
   const ModelConfig& c = sh.config;
   const int wb = dtype_block_elems(dtype);
   const ModelShape shape = ModelShape::from(c, wb);
@@ -196,7 +271,7 @@ void profile_mlp(const Shape& sh, DType dtype, const std::vector<int>& tokens, c
                  c.d_model, std::string(dtype_name(dtype)).c_str());
     return;
   }
-  const std::string path = cat(dir, "/mlp_", sh.name, "_", dtype_name(dtype), ".csv");
+  const std::string path = cat(ps.dir, "/mlp_", sh.name, "_", dtype_name(dtype), rank_suffix(ranks), ".csv");
   static const char* kOps[] = {"emb",        "input_layernorm", "attn_pre_proj", "attn_rope",     "attn_post_proj",
                                "post_attention_layernorm",      "mlp_up_proj",   "mlp_act",       "mlp_down_proj",
                                "add"};
@@ -204,16 +279,14 @@ void profile_mlp(const Shape& sh, DType dtype, const std::vector<int>& tokens, c
   for (const char* op : kOps) cols.push_back(cat("time_stats.", op, ".median"));
   for (const char* k : {"n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
                         "num_tokens", "num_tensor_parallel_workers", "weight_dtype", "weight_bytes", "act_bytes",
-                        "kv_bytes", "kernels"})
+                        "kv_bytes", "kernels", "concurrent_ranks", "working_set_bytes"})
     cols.push_back(k);
   CsvOut csv(path, cols);
-  Rng rng(0x70726f66696c65ull ^ uint64_t(c.d_model));
   const int64_t d = c.d_model, dh = c.head_dim;
-  const int max_m = *std::max_element(tokens.begin(), tokens.end());
-  auto emb = random_matrix(std::min<int64_t>(c.vocab_size, 4096), d, dtype, rng, pool);
+  const int max_m = *std::max_element(ps.tokens.begin(), ps.tokens.end());
   const std::vector<float> norm_w(static_cast<size_t>(d), 1.0f);
   const kernels::RopeParams rope{int(dh), c.rope_theta, true};
-  for (int t : tps) {
+  for (int t : ps.tps) {
     if (c.n_heads % t != 0 || (c.n_kv_heads % t != 0 && t % c.n_kv_heads != 0)) continue;
     RankLayout lay;
     try {
@@ -226,60 +299,94 @@ void profile_mlp(const Shape& sh, DType dtype, const std::vector<int>& tokens, c
     const int hq = int(lay.proj_q_heads.size()), hk = int(lay.proj_kv_heads.size());
     const int64_t qd = hq * dh, kvd = hk * dh, ffn = lay.ffn.size();
     if (qd % wb != 0 || ffn % wb != 0) continue;
-    auto wq = random_matrix(qd, d, dtype, rng, pool), wk = random_matrix(kvd, d, dtype, rng, pool),
-         wv = random_matrix(kvd, d, dtype, rng, pool), wo = random_matrix(d, qd, dtype, rng, pool),
-         wg = random_matrix(ffn, d, dtype, rng, pool), wu = random_matrix(ffn, d, dtype, rng, pool),
-         wd = random_matrix(d, ffn, dtype, rng, pool);
-    std::vector<float> x = random_floats(size_t(max_m * d), rng), xn(size_t(max_m * d)), q(size_t(max_m * qd)),
-                       k(size_t(max_m * kvd)), v(size_t(max_m * kvd)), att = random_floats(size_t(max_m * qd), rng),
-                       proj(size_t(max_m * d)), gate(size_t(max_m * ffn)), up(size_t(max_m * ffn));
-    std::vector<int32_t> pos(static_cast<size_t>(max_m));
-    for (int i = 0; i < max_m; ++i) pos[size_t(i)] = i;
-    for (int m : tokens) {
+    const int64_t shard_bytes = dtype_row_bytes(dtype, d) * (qd + 2 * kvd + 2 * ffn) + d * (dtype_row_bytes(dtype, qd) +
+                                                                                          dtype_row_bytes(dtype, ffn));
+    const int copies = layer_copies(c, shard_bytes, ranks, ps.budget);
+    // rows[m][op] = median seconds (rank 0 writes)
+    std::vector<std::map<std::string, double>> rows(ps.tokens.size());
+    ConcurrentRanks cr(ranks, ps.threads);
+    cr.run([&](int rank, ThreadPool* pool) {
+      Rng rng(0x70726f66696c65ull ^ uint64_t(c.d_model) ^ (uint64_t(rank) << 32));
+      std::vector<LayerShard> layers(static_cast<size_t>(copies));
+      for (auto& L : layers) {
+        L.wq = random_matrix(qd, d, dtype, rng, pool), L.wk = random_matrix(kvd, d, dtype, rng, pool);
+        L.wv = random_matrix(kvd, d, dtype, rng, pool), L.wo = random_matrix(d, qd, dtype, rng, pool);
+        L.wg = random_matrix(ffn, d, dtype, rng, pool), L.wu = random_matrix(ffn, d, dtype, rng, pool);
+        L.wd = random_matrix(d, ffn, dtype, rng, pool);
+      }
+      auto emb = random_matrix(std::min<int64_t>(c.vocab_size, 4096), d, dtype, rng, nullptr);
+      std::vector<float> x = random_floats(size_t(max_m * d), rng), xn(size_t(max_m * d)), q(size_t(max_m * qd)),
+                         k(size_t(max_m * kvd)), v(size_t(max_m * kvd)), att = random_floats(size_t(max_m * qd), rng),
+                         proj(size_t(max_m * d)), gate(size_t(max_m * ffn)), up(size_t(max_m * ffn)),
+                         act(size_t(max_m * ffn)), hidden = random_floats(size_t(max_m * ffn), rng);
+      std::vector<int32_t> pos(static_cast<size_t>(max_m));
+      for (int i = 0; i < max_m; ++i) pos[size_t(i)] = i;
+      for (size_t mi = 0; mi < ps.tokens.size(); ++mi) {
+        const int m = ps.tokens[mi];
+        // Each timed call runs the operator once per layer copy, as a step does.
+        auto each = [&](const std::function<void(const LayerShard&)>& op) {
+          return [&, op] {
+            for (const LayerShard& L : layers) op(L);
+          };
+        };
+        auto put = [&](const char* name, const std::function<void(const LayerShard&)>& op) {
+          const double sec = cr.time(rank, ps.reps, copies, each(op));
+          if (rank == 0) rows[mi][name] = sec;
+        };
+        put("emb", [&](const LayerShard&) {
+          for (int i = 0; i < m; ++i)
+            dequantize_row(dtype, emb->plain.data() + (i % emb->view.rows) * dtype_row_bytes(dtype, d), x.data() + i * d,
+                           d);
+        });
+        put("input_layernorm",
+            [&](const LayerShard&) { kernels::rmsnorm(xn.data(), x.data(), norm_w.data(), m, d, 1e-5f); });
+        put("attn_pre_proj", [&](const LayerShard& L) {
+          kernels::matmul(xn.data(), m, d, L.wq->view, q.data(), qd, pool);
+          kernels::matmul(xn.data(), m, d, L.wk->view, k.data(), kvd, pool);
+          kernels::matmul(xn.data(), m, d, L.wv->view, v.data(), kvd, pool);
+        });
+        put("attn_rope", [&](const LayerShard&) {
+          kernels::rope(q.data(), m, qd, hq, pos.data(), rope);
+          kernels::rope(k.data(), m, kvd, hk, pos.data(), rope);
+        });
+        put("attn_post_proj",
+            [&](const LayerShard& L) { kernels::matmul(att.data(), m, qd, L.wo->view, proj.data(), d, pool); });
+        put("post_attention_layernorm",
+            [&](const LayerShard&) { kernels::rmsnorm(xn.data(), x.data(), norm_w.data(), m, d, 1e-5f); });
+        put("mlp_up_proj", [&](const LayerShard& L) {
+          kernels::matmul(xn.data(), m, d, L.wg->view, gate.data(), ffn, pool);
+          kernels::matmul(xn.data(), m, d, L.wu->view, up.data(), ffn, pool);
+        });
+        // Out of place and on fresh inputs: repeated in place, SwiGLU would shrink its values into
+        // denormals, which no engine step sees and which slow every later FMA by tens of times.
+        put("mlp_act", [&](const LayerShard&) { kernels::swiglu(act.data(), gate.data(), up.data(), m * ffn); });
+        put("mlp_down_proj",
+            [&](const LayerShard& L) { kernels::matmul(hidden.data(), m, ffn, L.wd->view, proj.data(), d, pool); });
+        put("add", [&](const LayerShard&) {
+          float* xp = x.data();
+          const float* pp = proj.data();
+          for (int64_t i = 0; i < m * d; ++i) xp[i] += pp[i] * 1e-3f;
+        });
+      }
+    });
+    for (size_t mi = 0; mi < ps.tokens.size(); ++mi) {
       std::map<std::string, std::string> r;
-      auto put = [&](const char* op, double s) { r[cat("time_stats.", op, ".median")] = ms(s); };
-      put("emb", median_time(reps, [&] {
-            for (int i = 0; i < m; ++i)
-              dequantize_row(dtype, emb->plain.data() + (i % emb->view.rows) * dtype_row_bytes(dtype, d),
-                             x.data() + i * d, d);
-          }));
-      put("input_layernorm", median_time(reps, [&] { kernels::rmsnorm(xn.data(), x.data(), norm_w.data(), m, d, 1e-5f); }));
-      put("attn_pre_proj", median_time(reps, [&] {
-            kernels::matmul(xn.data(), m, d, wq->view, q.data(), qd, pool);
-            kernels::matmul(xn.data(), m, d, wk->view, k.data(), kvd, pool);
-            kernels::matmul(xn.data(), m, d, wv->view, v.data(), kvd, pool);
-          }));
-      put("attn_rope", median_time(reps, [&] {
-            kernels::rope(q.data(), m, qd, hq, pos.data(), rope);
-            kernels::rope(k.data(), m, kvd, hk, pos.data(), rope);
-          }));
-      put("attn_post_proj", median_time(reps, [&] { kernels::matmul(att.data(), m, qd, wo->view, proj.data(), d, pool); }));
-      put("post_attention_layernorm",
-          median_time(reps, [&] { kernels::rmsnorm(xn.data(), x.data(), norm_w.data(), m, d, 1e-5f); }));
-      put("mlp_up_proj", median_time(reps, [&] {
-            kernels::matmul(xn.data(), m, d, wg->view, gate.data(), ffn, pool);
-            kernels::matmul(xn.data(), m, d, wu->view, up.data(), ffn, pool);
-          }));
-      put("mlp_act", median_time(reps, [&] { kernels::swiglu(gate.data(), gate.data(), up.data(), m * ffn); }));
-      put("mlp_down_proj", median_time(reps, [&] { kernels::matmul(gate.data(), m, ffn, wd->view, proj.data(), d, pool); }));
-      put("add", median_time(reps, [&] {
-            float* xp = x.data();
-            const float* pp = proj.data();
-            for (int64_t i = 0; i < m * d; ++i) xp[i] += pp[i] * 1e-3f;
-          }));
+      for (const auto& [op, sec] : rows[mi]) r[cat("time_stats.", op, ".median")] = ms(sec);
       r["n_head"] = cat(c.n_heads);
       r["n_kv_head"] = cat(c.n_kv_heads);
       r["n_embd"] = cat(c.d_model);
       r["n_expanded_embd"] = cat(c.ffn_dim);
       r["vocab_size"] = cat(c.vocab_size);
       r["use_gated_mlp"] = "True";
-      r["num_tokens"] = cat(m);
+      r["num_tokens"] = cat(ps.tokens[mi]);
       r["num_tensor_parallel_workers"] = cat(t);
       r["weight_dtype"] = std::string(dtype_name(dtype));
       r["weight_bytes"] = cat(double(dtype_row_bytes(dtype, wb)) / wb);
       r["act_bytes"] = "4";
       r["kv_bytes"] = "4";
       r["kernels"] = "loom_cpu";
+      r["concurrent_ranks"] = cat(ranks);
+      r["working_set_bytes"] = cat(shard_bytes * copies);
       csv.row(r);
     }
   }
@@ -288,16 +395,14 @@ void profile_mlp(const Shape& sh, DType dtype, const std::vector<int>& tokens, c
 
 // ---- attention ----
 
-void profile_attention(const Shape& sh, const std::vector<int>& tps, bool quick, int reps, ThreadPool* pool,
-                       const std::string& dir) {
+void profile_attention(const Shape& sh, int ranks, bool quick, const ProfileSetup& ps) {
   const ModelConfig& c = sh.config;
-  const std::string path = cat(dir, "/attention_", sh.name, ".csv");
+  const std::string path = cat(ps.dir, "/attention_", sh.name, rank_suffix(ranks), ".csv");
   CsvOut csv(path, {"time_stats.attn_prefill.median", "time_stats.attn_decode.median", "n_q_head", "n_kv_head", "n_embd",
                     "num_tensor_parallel_workers", "batch_size", "prefill_chunk_size", "kv_cache_size", "is_prefill",
-                    "kv_bytes", "act_bytes"});
+                    "kv_bytes", "act_bytes", "concurrent_ranks"});
   const int dh = c.head_dim, block = kDefaultKvBlockSize;
   const int max_ctx = std::min(c.max_seq_len, quick ? 512 : 2048);
-  Rng rng(0x6174746eull);
   struct Case {
     int batch, chunk, before;
     bool prefill;
@@ -309,55 +414,76 @@ void profile_attention(const Shape& sh, const std::vector<int>& tps, bool quick,
   for (int chunk : quick ? std::vector<int>{16, 128} : std::vector<int>{16, 64, 256, 1024})
     for (int before : {0, 256})
       if (chunk + before <= max_ctx) cases.push_back({1, chunk, before, true});
-  for (int t : tps) {
+  for (int t : ps.tps) {
     if (c.n_heads % t != 0 || (c.n_kv_heads % t != 0 && t % c.n_kv_heads != 0)) continue;
     const int hq = c.n_heads / t, hk = std::max(1, c.n_kv_heads / t);
-    for (const Case& cs : cases) {
-      const int ctx = cs.before + cs.chunk, n_tok = cs.batch * cs.chunk;
-      const int blocks_per_seq = (ctx + block - 1) / block;
-      KvLayout lay;
-      lay.n_layers = 1;
-      lay.n_kv_heads = hk;
-      lay.head_dim = dh;
-      lay.block_size = block;
-      lay.num_blocks = int64_t(blocks_per_seq) * cs.batch;
-      std::vector<float> kc = random_floats(size_t(lay.floats_per_layer()), rng), vc = kc;
-      std::vector<float> q = random_floats(size_t(n_tok) * hq * dh, rng), k = random_floats(size_t(n_tok) * hk * dh, rng),
-                         v = k, out(size_t(n_tok) * hq * dh);
-      std::vector<int32_t> table(static_cast<size_t>(lay.num_blocks)), pos(static_cast<size_t>(n_tok));
-      for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(table.size() - 1 - i);  // scattered pages
-      for (int s = 0; s < cs.batch; ++s)
-        for (int i = 0; i < cs.chunk; ++i) pos[size_t(s * cs.chunk + i)] = cs.before + i;
-      const float scale = 1.0f / std::sqrt(float(dh));
-      const int64_t ldq = int64_t(hq) * dh, ldkv = int64_t(hk) * dh;
-      const double sec = median_time(reps, [&] {
-        // engine/attention_stage.cpp: scatter the new K/V rows into the pages, then one kernel call
-        // per sequence.
-        for (int s = 0; s < cs.batch; ++s) {
-          const int32_t* bt = table.data() + s * blocks_per_seq;
-          for (int i = 0; i < cs.chunk; ++i) {
-            const int64_t t = s * cs.chunk + i, p = cs.before + i;
-            for (int h = 0; h < hk; ++h) {
-              const int64_t off = lay.offset_in_layer(bt[p / block], h, int(p % block));
-              std::memcpy(kc.data() + off, k.data() + t * ldkv + h * dh, size_t(dh) * sizeof(float));
-              std::memcpy(vc.data() + off, v.data() + t * ldkv + h * dh, size_t(dh) * sizeof(float));
+    std::vector<double> secs(cases.size());
+    ConcurrentRanks cr(ranks, ps.threads);
+    cr.run([&](int rank, ThreadPool* pool) {
+      Rng rng(0x6174746eull ^ (uint64_t(rank) << 32));
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const Case& cs = cases[ci];
+        const int ctx = cs.before + cs.chunk, n_tok = cs.batch * cs.chunk;
+        const int blocks_per_seq = (ctx + block - 1) / block;
+        KvLayout lay;
+        lay.n_layers = 1;
+        lay.n_kv_heads = hk;
+        lay.head_dim = dh;
+        lay.block_size = block;
+        lay.num_blocks = int64_t(blocks_per_seq) * cs.batch;
+        // One arena per model layer (as many as the budget allows): a step reads each layer's
+        // KV once.
+        const int64_t arena = lay.floats_per_layer() * 2 * int64_t(sizeof(float));
+        const int copies =
+            int(std::clamp<int64_t>(ps.budget / std::max<int64_t>(1, arena * ranks), 1, c.n_layers));
+        std::vector<std::vector<float>> kc(static_cast<size_t>(copies)), vc(static_cast<size_t>(copies));
+        for (int i = 0; i < copies; ++i)
+          kc[size_t(i)] = random_floats(size_t(lay.floats_per_layer()), rng), vc[size_t(i)] = kc[size_t(i)];
+        std::vector<float> q = random_floats(size_t(n_tok) * hq * dh, rng),
+                           k = random_floats(size_t(n_tok) * hk * dh, rng), v = k, out(size_t(n_tok) * hq * dh);
+        std::vector<int32_t> table(static_cast<size_t>(lay.num_blocks)), pos(static_cast<size_t>(n_tok));
+        for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(table.size() - 1 - i);  // scattered pages
+        for (int s = 0; s < cs.batch; ++s)
+          for (int i = 0; i < cs.chunk; ++i) pos[size_t(s * cs.chunk + i)] = cs.before + i;
+        const float scale = 1.0f / std::sqrt(float(dh));
+        const int64_t ldq = int64_t(hq) * dh, ldkv = int64_t(hk) * dh;
+        const double sec = cr.time(rank, ps.reps, copies, [&] {
+          for (int cp = 0; cp < copies; ++cp) {
+            float* kl = kc[size_t(cp)].data();
+            float* vl = vc[size_t(cp)].data();
+            // engine/attention_stage.cpp: scatter the new K/V rows into the pages, then one kernel
+            // call per sequence.
+            for (int s = 0; s < cs.batch; ++s) {
+              const int32_t* bt = table.data() + s * blocks_per_seq;
+              for (int i = 0; i < cs.chunk; ++i) {
+                const int64_t tk = s * cs.chunk + i, p = cs.before + i;
+                for (int h = 0; h < hk; ++h) {
+                  const int64_t off = lay.offset_in_layer(bt[p / block], h, int(p % block));
+                  std::memcpy(kl + off, k.data() + tk * ldkv + h * dh, size_t(dh) * sizeof(float));
+                  std::memcpy(vl + off, v.data() + tk * ldkv + h * dh, size_t(dh) * sizeof(float));
+                }
+              }
+            }
+            for (int s = 0; s < cs.batch; ++s) {
+              kernels::KvView view;
+              view.k = kl;
+              view.v = vl;
+              view.block_table = table.data() + s * blocks_per_seq;
+              view.block_size = block;
+              view.block_stride = lay.floats_per_block();
+              view.head_stride = lay.floats_per_head_block();
+              view.pos_stride = dh;
+              const int64_t t0 = int64_t(s) * cs.chunk;
+              kernels::attention(q.data() + t0 * ldq, cs.chunk, ldq, pos.data() + t0, view, 0, ctx,
+                                 kernels::AttentionShape{hq, hk, dh, scale}, out.data() + t0 * ldq, ldq, nullptr, pool);
             }
           }
-        }
-        for (int s = 0; s < cs.batch; ++s) {
-          kernels::KvView view;
-          view.k = kc.data();
-          view.v = vc.data();
-          view.block_table = table.data() + s * blocks_per_seq;
-          view.block_size = block;
-          view.block_stride = lay.floats_per_block();
-          view.head_stride = lay.floats_per_head_block();
-          view.pos_stride = dh;
-          const int64_t t0 = int64_t(s) * cs.chunk;
-          kernels::attention(q.data() + t0 * ldq, cs.chunk, ldq, pos.data() + t0, view, 0, ctx,
-                             kernels::AttentionShape{hq, hk, dh, scale}, out.data() + t0 * ldq, ldq, nullptr, pool);
-        }
-      });
+        });
+        if (rank == 0) secs[ci] = sec;
+      }
+    });
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& cs = cases[ci];
       std::map<std::string, std::string> r = {{"n_q_head", cat(c.n_heads)},
                                               {"n_kv_head", cat(c.n_kv_heads)},
                                               {"n_embd", cat(c.d_model)},
@@ -367,8 +493,9 @@ void profile_attention(const Shape& sh, const std::vector<int>& tps, bool quick,
                                               {"kv_cache_size", cat(cs.before)},
                                               {"is_prefill", cs.prefill ? "True" : "False"},
                                               {"kv_bytes", "4"},
-                                              {"act_bytes", "4"}};
-      r[cs.prefill ? "time_stats.attn_prefill.median" : "time_stats.attn_decode.median"] = ms(sec);
+                                              {"act_bytes", "4"},
+                                              {"concurrent_ranks", cat(ranks)}};
+      r[cs.prefill ? "time_stats.attn_prefill.median" : "time_stats.attn_decode.median"] = ms(secs[ci]);
       csv.row(r);
     }
   }
@@ -590,7 +717,6 @@ void run_profile(const ProfileArgs& a) {
   }
   if (a.comm != "local") fail("unknown --comm '", a.comm, "' (local, mpi)");
 
-  ThreadPool pool(a.threads);
   // Shapes: the --model files' and the built-in synthetic ones.
   std::vector<Shape> shapes;
   for (const auto& m : a.models)
@@ -612,10 +738,19 @@ void run_profile(const ProfileArgs& a) {
   std::fprintf(stderr, "[profile] one rank = %d thread(s), %s kernels: memcpy %.1f GB/s, FMA peak %.1f GFLOP/s\n",
                a.threads, kernels::kernel_path(), bw / 1e9, flops / 1e9);
 
-  for (const Shape& sh : shapes) {
-    for (DType dt : dtypes) profile_mlp(sh, dt, tokens, tps, reps, &pool, a.out);
-    profile_attention(sh, tps, a.quick, reps, &pool, a.out);
-  }
+  ProfileSetup ps;
+  ps.tokens = tokens;
+  ps.tps = tps;
+  ps.reps = reps;
+  ps.threads = a.threads;
+  ps.budget = int64_t(a.budget_mib) << 20;
+  ps.dir = a.out;
+  const std::vector<int> concurrency = int_list("--concurrent", !a.concurrent.empty() ? a.concurrent : "1,2");
+  for (int r : concurrency)
+    for (const Shape& sh : shapes) {
+      for (DType dt : dtypes) profile_mlp(sh, dt, r, ps);
+      profile_attention(sh, r, a.quick, ps);
+    }
   profile_overhead(shapes.front().config.vocab_size, a.quick, reps, a.out);
 
   // Collectives on the local backend (ranks as threads of this process).
@@ -645,12 +780,8 @@ void run_profile(const ProfileArgs& a) {
   g.link_bw = link_bw;
   g.nvlink = false;
   g.default_gpus_per_node = std::max(1, cores / a.threads);
-  // The rank's private caches: its cores' L2 (the shared L3 is contended by every rank).
-  long l2 = -1;
-#ifdef _SC_LEVEL2_CACHE_SIZE
-  l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-  g.cache_bytes = l2 > 0 ? double(l2) * a.threads : 0.0;
+  // The last-level cache the ranks share (the part of it that serves them is fitted).
+  g.cache_bytes = double(kernels::last_level_cache_bytes());
   g.source = cat("loom profile, ", today(), " (memcpy and FMA peak of ", a.threads, " thread(s), send/recv of ",
                  collective_sizes(a.quick).back(), " bytes between 2 local ranks)");
   nlohmann::json j = sim::hardware_entry_json(g);
@@ -689,6 +820,11 @@ void register_profile(CLI::App& app) {
                   "local (everything), or mpi: under mpirun, the collectives over MPI only")
       ->capture_default_str();
   sub->add_option("--reps", a->reps, "Timed runs per point (median; default 9, quick 5)");
+  sub->add_option("--concurrent", a->concurrent,
+                  "Ranks computing at once while operators are timed (the plans' rank counts; default 1,2)");
+  sub->add_option("--budget-mib", a->budget_mib,
+                  "Memory for the per-layer weight copies of all concurrent ranks (a step streams every layer)")
+      ->capture_default_str();
   sub->add_flag("--quick", a->quick, "Fewer points (seconds instead of minutes), for tests");
   set_action(sub, [a] { run_profile(*a); });
 }

@@ -11,6 +11,8 @@
 #include "sim/experiments.h"
 #include "sim/model_catalog.h"
 #include "sim/simulator.h"
+#include "sim/profile.h"
+#include "sim/validate_engine.h"
 
 #include "cli/cli.h"
 #include "core/error.h"
@@ -68,8 +70,9 @@ void run_validate(const ValidateArgs& a) {
 }
 
 void print_calibration(const sim::Calibration& c) {
-  std::printf("gemm: eff_max %.4f m_half %.2f mem_eff %.4f latency_us %.2f\n", c.gemm.eff_max, c.gemm.m_half,
-              c.gemm.mem_eff, c.gemm.latency_s * 1e6);
+  std::printf("gemm: eff_max %.4f m_half %.2f mem_eff %.4f latency_us %.2f cache_gain %.3f cache_fraction %.3f\n",
+              c.gemm.eff_max, c.gemm.m_half, c.gemm.mem_eff, c.gemm.latency_s * 1e6, c.gemm.cache_gain,
+              c.gemm.cache_fraction);
   auto e = [](const char* n, const sim::ElementwiseCalibration& x) {
     std::printf("%s: bw_eff %.4f latency_us %.2f\n", n, x.bw_eff, x.latency_s * 1e6);
   };
@@ -96,7 +99,8 @@ void run_calibrate(const ValidateArgs& a) {
 struct RunArgs {
   std::string model = "llama-3-70b";
   std::string hardware = "h200x8";
-  std::string dtype = "fp8";
+  std::string dtype;  // "": fp8 on GPUs, f32 on a loom profile
+  std::string comm = "local";  // loom profile hardware: the collectives' backend
   std::string plan = "tp=8";
   std::string policy = "fixed";
   std::string trace;
@@ -172,11 +176,9 @@ void set_plan_and_policy(const RunArgs& a, sim::SimConfig& cfg) {
 }
 
 void run_sim(const RunArgs& a) {
-  sim::CostModelOptions opt;
-  opt.weight_dtype = sim::parse_sim_dtype(a.dtype);
-  const sim::CostModel cm(sim::find_model(a.model), sim::parse_node(a.hardware), opt);
   sim::SimConfig cfg;
   set_plan_and_policy(a, cfg);
+  const sim::CostModel cm = sim::hardware_cost_model(sim::find_model(a.model), a.hardware, a.dtype, cfg.plan, a.comm);
   cfg.max_tokens_per_step = a.max_tokens_per_step;
   cfg.max_num_seqs = a.max_num_seqs;
   const auto trace = load_trace(a);
@@ -208,7 +210,8 @@ void run_sim(const RunArgs& a) {
   }
   const auto& s = r.summary;
   std::printf("%s on %s (%s), plan %s: %lld requests, %lld completed, %lld rejected\n", a.model.c_str(),
-              cm.node().name().c_str(), a.dtype.c_str(), cfg.describe().c_str(), (long long)s.num_requests,
+              cm.node().name().c_str(), a.dtype.empty() ? "default dtype" : a.dtype.c_str(), cfg.describe().c_str(),
+              (long long)s.num_requests,
               (long long)s.num_completed, (long long)s.num_rejected);
   std::printf("  TTFT ms  p50 %.1f  p90 %.1f  p99 %.1f\n", s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99);
   std::printf("  TPOT ms  p50 %.2f  p90 %.2f  p99 %.2f\n", s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99);
@@ -224,6 +227,71 @@ void run_sim(const RunArgs& a) {
     std::printf("\n");
   }
   std::printf("  simulated %.0f requests per second (%.2f s host time)\n", r.sim_requests_per_s, r.wall_s);
+}
+
+struct ValidateEngineArgs {
+  std::string model;
+  std::string profile;
+  std::string trace;
+  std::string synthetic;  // as sim run: poisson:RATE | gamma:RATE:CV | bursty:RATE:ON:OFF | batch
+  int64_t num_requests = 24;
+  int prompt_len = 64, output_len = 16;
+  double rate_scale = 1.0;
+  uint64_t seed = 1;
+  std::vector<std::string> plans;
+  std::string policy = "fixed";
+  int64_t threshold = -1;
+  int max_num_seqs = 16;
+  int max_tokens_per_step = 256;
+  int64_t kv_cache_bytes = 64 << 20;
+  int max_model_len = 0;
+  bool json = false;
+};
+
+void run_validate_engine(const ValidateEngineArgs& a) {
+  if (a.profile.empty())
+    fail("give --profile DIR (a profile of this machine: `loom profile -o DIR --model ", a.model, "`)");
+  if (a.plans.empty()) fail("give at least one --plan (e.g. --plan tp=2 --plan dp=2 --plan sp=2@shift)");
+  const sim::MachineProfile profile = sim::read_profile(a.profile);
+  const ModelConfig mc = sim::find_model(a.model);
+  sim::EngineValidationOptions o;
+  o.model_path = a.model;
+  o.seed = a.seed;
+  o.max_num_seqs = a.max_num_seqs;
+  o.max_tokens_per_step = a.max_tokens_per_step;
+  o.kv_cache_bytes = a.kv_cache_bytes;
+  o.max_model_len = a.max_model_len;
+  o.shift_threshold = a.threshold;
+  // The trace, clipped to the model's context (both sides run the clipped lengths).
+  RunArgs ra;
+  ra.trace = a.trace;
+  ra.synthetic = a.synthetic;
+  ra.num_requests = a.num_requests;
+  ra.prompt_len = a.prompt_len;
+  ra.output_len = a.output_len;
+  ra.seed = a.seed;
+  ra.rate_scale = a.rate_scale;
+  ra.max_requests = a.trace.empty() ? -1 : a.num_requests;
+  std::vector<TraceRequest> trace = load_trace(ra);
+  TraceOptions clip;
+  clip.max_context = a.max_model_len > 0 ? a.max_model_len : mc.max_seq_len;
+  clip.clip = true;
+  apply_trace_options(&trace, clip);
+  o.trace = std::move(trace);
+  std::vector<sim::EnginePlan> plans;
+  for (const auto& p : a.plans) plans.push_back(sim::EnginePlan::parse(p, a.policy));
+  const auto rows = sim::validate_engine(profile, o, plans, [&](const std::string& line) {
+    if (!a.json) std::fprintf(stderr, "[validate-engine] %s\n", line.c_str());
+  });
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model}, {"profile", a.profile}, {"requests", o.trace.size()}};
+    j["plans"] = nlohmann::json::array();
+    for (const auto& r : rows) j["plans"].push_back(sim::to_json(r));
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s: %zu requests, profile %s; error = (simulated - engine) / engine\n%s", a.model.c_str(),
+              o.trace.size(), a.profile.c_str(), sim::to_text(rows).c_str());
 }
 
 struct ExperimentArgs {
@@ -245,7 +313,7 @@ void run_experiment(const ExperimentArgs& a) {
 struct PlanArgs {
   std::string model = "llama-3-70b";
   std::string hardware = "h200x8";
-  std::string dtype = "fp8";
+  std::string dtype;  // "": fp8 on GPUs, f32 on a loom profile
   int input_tokens = 4096, output_tokens = 250, num_requests = 512;
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
   bool json = false;
@@ -289,7 +357,7 @@ void run_plan(const PlanArgs& a) {
   int done = 0;
   for (const auto& p : cands) {
     ++done;
-    std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
+    if (!a.json) std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
     try {
       pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p.plan, p.policy, a.input_tokens,
                                           a.output_tokens, a.num_requests)});
@@ -297,7 +365,7 @@ void run_plan(const PlanArgs& a) {
       // A plan that does not divide the model or whose weights do not fit is not a candidate.
     }
   }
-  std::fprintf(stderr, "\n");
+  if (!a.json) std::fprintf(stderr, "\n");
   auto dominates = [](const sim::LatencyThroughput& x, const sim::LatencyThroughput& y) {
     const bool ge = x.ttft_ms <= y.ttft_ms && x.tpot_ms <= y.tpot_ms && x.throughput_tok_s >= y.throughput_tok_s;
     const bool gt = x.ttft_ms < y.ttft_ms || x.tpot_ms < y.tpot_ms || x.throughput_tok_s > y.throughput_tok_s;
@@ -325,7 +393,7 @@ void run_plan(const PlanArgs& a) {
     return;
   }
   std::printf("%s on %s (%s), %d in / %d out: %zu plans priced, %zu on the Pareto set over (TTFT, TPOT, throughput):\n",
-              a.model.c_str(), node.name().c_str(), a.dtype.c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
+              a.model.c_str(), node.name().c_str(), a.dtype.empty() ? "default dtype" : a.dtype.c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
   std::printf("  %-26s %10s %10s %14s\n", "plan", "TTFT ms", "TPOT ms", "tok/s");
   for (const auto& p : pareto)
     std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.c.label().c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
@@ -366,8 +434,12 @@ void register_sim(CLI::App& app) {
   auto* run = sim->add_subcommand("run", "Simulate a trace on a model, hardware and plan");
   auto ra = std::make_shared<RunArgs>();
   run->add_option("--model", ra->model, "Catalog name or path to an HF config.json")->capture_default_str();
-  run->add_option("--hardware", ra->hardware, "Node: GPU x count (h200x8, a100x4:pairwise, l4x2)")->capture_default_str();
-  run->add_option("--dtype", ra->dtype, "Weights: bf16, fp8, fp4")->capture_default_str();
+  run->add_option("--hardware", ra->hardware,
+                  "Node: GPU x count (h200x8, a100x4:pairwise, l4x2), a hardware entry JSON, or a loom profile "
+                  "folder (loom's CPU engine on that machine)")
+      ->capture_default_str();
+  run->add_option("--dtype", ra->dtype, "Weights: bf16, fp8 (default), fp4; on a loom profile f32 (default), f16, bf16, q8_0");
+  run->add_option("--comm", ra->comm, "On a loom profile: the collectives' backend, local or mpi")->capture_default_str();
   run->add_option("--plan", ra->plan,
                   "Layout, as the engine's --plan: tp=8, dp=8, sp=8, sp=4,tp=2, pp=2, tp=2,pp=2, "
                   "shift:sp=8 (the shift config alone)")
@@ -391,6 +463,30 @@ void register_sim(CLI::App& app) {
   run->add_flag("--quiet", ra->quiet, "No progress bar");
   set_action(run, [ra] { run_sim(*ra); });
 
+  auto* ve = sim->add_subcommand("validate-engine",
+                                 "Run the same requests through the real engine and the profile-calibrated simulator "
+                                 "and print the relative error per plan");
+  auto vea = std::make_shared<ValidateEngineArgs>();
+  ve->add_option("--model", vea->model, "Model file loom can load (llama2.c, GGUF, safetensors)")->required();
+  ve->add_option("--profile", vea->profile, "Profile of this machine (`loom profile -o DIR --model PATH`)");
+  ve->add_option("--trace", vea->trace, "Azure CSV, Mooncake JSONL or lengths CSV (clipped to the context)");
+  ve->add_option("--synthetic", vea->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
+  ve->add_option("--num-requests", vea->num_requests, "Synthetic: requests; trace: the first N")->capture_default_str();
+  ve->add_option("--prompt-len", vea->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
+  ve->add_option("--output-len", vea->output_len, "Synthetic: output tokens")->capture_default_str();
+  ve->add_option("--rate-scale", vea->rate_scale, "Multiply the arrival rate")->capture_default_str();
+  ve->add_option("--seed", vea->seed, "Seed of the synthetic arrivals, lengths and prompt ids")->capture_default_str();
+  ve->add_option("--plan", vea->plans, "Plan to compare, PLAN or PLAN@POLICY (repeatable: --plan tp=2 --plan dp=2 "
+                                       "--plan sp=2@shift)");
+  ve->add_option("--policy", vea->policy, "Policy of plans without @POLICY")->capture_default_str();
+  ve->add_option("--shift-threshold", vea->threshold, "Shift threshold (default: from the profile's cost model)");
+  ve->add_option("--max-num-seqs", vea->max_num_seqs, "Running sequences per replica")->capture_default_str();
+  ve->add_option("--max-tokens-per-step", vea->max_tokens_per_step, "Chunked-prefill budget")->capture_default_str();
+  ve->add_option("--kv-cache-bytes", vea->kv_cache_bytes, "KV cache per rank (both sides)")->capture_default_str();
+  ve->add_option("--max-model-len", vea->max_model_len, "Context limit (0: the model's)");
+  ve->add_flag("--json", vea->json, "Machine-readable output");
+  set_action(ve, [vea] { run_validate_engine(*vea); });
+
   auto* exp = sim->add_subcommand("experiment", "Named reproductions of papers' figures");
   auto ea = std::make_shared<ExperimentArgs>();
   exp->add_option("name", ea->name, "Experiment name (see --list)");
@@ -403,8 +499,9 @@ void register_plan(CLI::App& app) {
   auto* plan = app.add_subcommand("plan", "Search layouts: Pareto set over TTFT, TPOT, throughput, best for SLOs");
   auto pa = std::make_shared<PlanArgs>();
   plan->add_option("--model", pa->model, "Catalog name or path to an HF config.json")->capture_default_str();
-  plan->add_option("--hardware", pa->hardware, "Node, e.g. h200x8")->capture_default_str();
-  plan->add_option("--dtype", pa->dtype, "bf16, fp8, fp4")->capture_default_str();
+  plan->add_option("--hardware", pa->hardware, "Node, e.g. h200x8, or a loom profile folder (DIR or DIRxN ranks)")
+      ->capture_default_str();
+  plan->add_option("--dtype", pa->dtype, "bf16, fp8 (default), fp4; on a loom profile f32 (default), f16, bf16, q8_0");
   plan->add_option("--input-tokens", pa->input_tokens, "Prompt tokens per request")->capture_default_str();
   plan->add_option("--output-tokens", pa->output_tokens, "Output tokens per request")->capture_default_str();
   plan->add_option("--num-requests", pa->num_requests, "Requests in the throughput run")->capture_default_str();

@@ -123,6 +123,7 @@ void read_engine_columns(const Csv& csv, MeasurementFile& f) {
     return v;
   };
   f.weight_bytes = num("weight_bytes", 2.0);
+  f.concurrent_ranks = int(num("concurrent_ranks", 1.0));
   f.act_bytes = num("act_bytes", 2.0);
   f.kv_bytes = num("kv_bytes", f.act_bytes);
   if (const std::string w = text("weight_dtype"); !w.empty()) f.weight_dtype = w;
@@ -141,6 +142,7 @@ MeasurementFile read_mlp(const std::string& path) {
             c_f = cols.need("n_expanded_embd"), c_g = cols.need("use_gated_mlp"), c_m = cols.need("num_tokens"),
             c_tp = cols.need("num_tensor_parallel_workers");
   const double ab = f.act_bytes;
+  const int c_ws = csv.find("working_set_bytes");
   for (int r = 0; r < int(csv.rows.size()); ++r) {
     const auto& row = csv.rows[r];
     if (row.size() < csv.header.size()) continue;
@@ -158,6 +160,7 @@ MeasurementFile read_mlp(const std::string& path) {
       s.op = op;
       s.measured_s = ms * 1e-3;
       s.row = r;
+      if (c_ws >= 0 && !row[c_ws].empty()) s.working_set = num(c_ws);
       const std::string o = op;
       if (o == "attn_pre_proj") s.m = m, s.k = d, s.n = h / tp * hd, s.n2 = kv_tp * hd;
       else if (o == "attn_post_proj") s.m = m, s.k = h / tp * hd, s.n = d;
@@ -448,6 +451,7 @@ CostModel measurement_model(const GpuSpec& gpu, const Calibration& cal, const Me
   opt.act_bytes = file.act_bytes;
   opt.kv_bytes = file.kv_bytes;
   opt.kernels = file.kernels;
+  opt.concurrent_ranks = file.concurrent_ranks;
   // Shapes are irrelevant to the primitives: any valid model.
   return CostModel(model_catalog().front().config, node, opt, cal);
 }
@@ -465,11 +469,13 @@ double predict_sample(const CostModel& model, const MeasurementFile& file, const
     }
     case MeasurementFile::Mlp: break;
   }
-  if (s.op == "attn_pre_proj") return model.qkv_proj_s(s.m, s.k, s.n, s.n2);
+  const double ws = s.working_set;
+  if (s.op == "attn_pre_proj") return model.qkv_proj_s(s.m, s.k, s.n, s.n2, ws);
   if (s.op == "mlp_up_proj")
-    return s.n2 != 0 ? model.gate_up_s(s.m, s.k, s.n)
-                     : model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes);
-  if (is_gemm(s.op)) return model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes);
+    return s.n2 != 0 ? model.gate_up_s(s.m, s.k, s.n, ws)
+                     : model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes, ws);
+  if (is_gemm(s.op))
+    return model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes, ws);
   return model.elementwise_s(elementwise_kind(s.op), s.k);
 }
 
@@ -498,7 +504,10 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
       double lat_us = g.latency_s * 1e6;
       std::vector<double*> params = {&g.eff_max, &g.m_half, &g.mem_eff, &lat_us};
       std::vector<std::pair<double, double>> bounds = {{0.05, 0.98}, {0.25, 240}, {0.05, 2.0}, {0, 40}};
-      if (gpu.cache_bytes > 0) params.push_back(&g.cache_gain), bounds.push_back({0, 30});
+      if (gpu.cache_bytes > 0) {
+        params.push_back(&g.cache_gain), bounds.push_back({0, 30});
+        params.push_back(&g.cache_fraction), bounds.push_back({0.01, 1.0});
+      }
       coordinate_search(params, bounds, [&] {
         g.latency_s = lat_us * 1e-6;
         return median_error(gemm, gpu, c);

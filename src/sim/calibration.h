@@ -7,7 +7,9 @@
 //     post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj, add. Optional columns
 //     (loom profile): weight_dtype, weight_bytes and act_bytes (bytes per element; default 2, the
 //     fp16 of Vidur's profiles), kernels (fused_gpu: one QKV and one gate+up GEMM, Vidur's; or
-//     loom_cpu: Wq, Wk, Wv and W_gate, W_up as separate matmuls, loom's CPU engine).
+//     loom_cpu: Wq, Wk, Wv and W_gate, W_up as separate matmuls, loom's CPU engine),
+//     concurrent_ranks (ranks computing at once), working_set_bytes (weights cycled through, one
+//     copy per layer as a step reads them: the GEMM's cache term).
 //   attention_<model>.csv: time_stats.attn_prefill.median or time_stats.attn_decode.median (ms) of
 //     one layer's attention per (batch_size, prefill_chunk_size, kv_cache_size, is_prefill) with
 //     n_q_head, n_kv_head, n_embd, num_tensor_parallel_workers (Vidur's attention profile);
@@ -58,6 +60,7 @@ struct OpSample {
   // Attention: `batch` sequences of `new_tokens` new tokens over `context` tokens in all
   // (new ones included), q_heads / kv_heads on the GPU.
   int batch = 0, new_tokens = 0, context = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+  double working_set = 0;  // GEMM: bytes its operands came back from (0: its own, repeated)
   int row = 0;  // data row index in its file
 };
 
@@ -71,6 +74,7 @@ struct MeasurementFile {
   std::string weight_dtype = "fp16";
   StepKernels kernels = StepKernels::FusedGpu;
   Topology topology = Topology::NvSwitch;  // collectives: "pairwise" in the name -> PairwiseNvlink
+  int concurrent_ranks = 1;  // ranks that computed at once while it was measured (loom profile)
 };
 
 // Reads every measurement file of `dir` (the kinds above, sorted by name). Throws loom::Error

@@ -83,8 +83,9 @@ double CostModel::gemm_s(double m, double k, double n, SimDType compute, double 
   const double bytes = k * n * weight_bytes + m * k * act_bytes + m * n * act_bytes;
   double bw = node_.gpu.hbm_bw * g.mem_eff;
   if (g.cache_gain > 0 && node_.gpu.cache_bytes > 0) {
-    const double c = node_.gpu.cache_bytes, w = working_set > 0 ? working_set : bytes;
-    bw *= 1.0 + g.cache_gain * c / (c + w);
+    const double c = node_.gpu.cache_bytes * g.cache_fraction;
+    const double w = (working_set > 0 ? working_set : bytes) * std::max(1, opt_.concurrent_ranks);
+    bw *= 1.0 + g.cache_gain / (1.0 + (w / c) * (w / c));
   }
   const double memory_s = bytes / bw;
   return std::max(compute_s, memory_s) + g.latency_s;

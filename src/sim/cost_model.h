@@ -120,6 +120,9 @@ struct CostModelOptions {
   // Price small intra-node all-reduces as vLLM's custom all-reduce (Calibration); off when
   // predicting plain NCCL measurements.
   bool custom_all_reduce = true;
+  // Ranks computing at once that share the cache (GpuSpec::cache_bytes): 1 on GPUs (each its own
+  // L2); on a CPU every rank of the machine (all replicas of a DP plan).
+  int concurrent_ranks = 1;
   // Kernel granularity of the engine being simulated (see StepKernels).
   StepKernels kernels = StepKernels::FusedGpu;
 };

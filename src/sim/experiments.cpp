@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "sim/model_catalog.h"
+#include "sim/profile.h"
 #include "sim/simulator.h"
 
 namespace loom::sim {
@@ -13,11 +14,9 @@ namespace loom::sim {
 LatencyThroughput measure_plan(const std::string& model, const std::string& hardware, const std::string& dtype,
                                const std::string& plan, const std::string& policy, int input_tokens,
                                int output_tokens, int num_requests) {
-  CostModelOptions opt;
-  opt.weight_dtype = parse_sim_dtype(dtype);
-  const CostModel cm(find_model(model), parse_node(hardware), opt);
   SimConfig cfg;
   cfg.plan = Plan::parse(plan);
+  const CostModel cm = hardware_cost_model(find_model(model), hardware, dtype, cfg.plan);
   cfg.policy = policy;
   cfg.max_model_len = input_tokens + output_tokens;
   const Simulator sim(cm, cfg);

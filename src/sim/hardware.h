@@ -42,7 +42,7 @@ struct GpuSpec {
   int default_gpus_per_node = 8;
   std::string source;        // datasheet the figures come from
   // Cache between the cores and memory that operands stay in from one use to the next (GPU: L2;
-  // a CPU rank: its cores' private L2); 0 when unknown (no cache term).
+  // a CPU: its last-level cache, shared by the ranks on it); 0 when unknown (no cache term).
   double cache_bytes = 0;
 
   // Dense FLOP/s for `t`; throws loom::Error when the GPU lacks that precision.
@@ -101,17 +101,21 @@ NodeSpec cpu_node(const GpuSpec& cpu, int ranks);
 
 // GEMM time on one GPU (t = max(compute, memory) + latency):
 //   compute = 2*m*k*n / (peak * eff_max * m / (m + m_half))   (efficiency rises with tokens m)
-//   memory  = bytes / (hbm_bw * mem_eff * (1 + cache_gain * C / (C + W)))
-// where C = GpuSpec::cache_bytes and W the working set the operands come back from: the bytes
-// one rank re-reads every step (its weights) in a simulated step, the operation's own bytes in
-// a measurement that repeats it. A working set far above the cache streams at mem_eff of the
-// datasheet bandwidth; one that fits is served up to (1 + cache_gain) times faster.
+//   memory  = bytes / (hbm_bw * mem_eff * (1 + cache_gain / (1 + (W / (cache_fraction * C))^2)))
+// where C = GpuSpec::cache_bytes and W the working set the operands come back from, over every
+// rank sharing that cache: the bytes each rank re-reads every step (its weights) times the ranks
+// computing at once in a simulated step; the operation's own bytes (or the weight copies it
+// cycles through) times the concurrent ranks in a measurement. A working set far above the
+// cache streams at mem_eff of the datasheet bandwidth; one well inside it is served up to
+// (1 + cache_gain) times faster; cache_fraction is the part of the cache that behaves so (a
+// last-level cache shared with other tenants, or holding other data).
 struct GemmCalibration {
   double eff_max = 0.72;
   double m_half = 24;
   double mem_eff = 0.80;
   double latency_s = 6e-6;
   double cache_gain = 0;
+  double cache_fraction = 1;
 };
 
 // Memory-bound element-wise kernel: t = latency + bytes / (hbm_bw * bw_eff).

@@ -86,14 +86,27 @@ MachineProfile read_profile(const std::string& dir) {
   return p;
 }
 
-Calibration profile_calibration(const MachineProfile& profile, DType weight_dtype, const std::string& backend) {
+Calibration profile_calibration(const MachineProfile& profile, DType weight_dtype, const std::string& backend,
+                                int ranks) {
   const std::string dt(dtype_name(weight_dtype));
+  // The operator files measured with as many concurrent ranks as the plan runs (or the closest
+  // below; the fewest when none is).
+  int concurrency = 0, fewest = 1 << 30;
+  for (const auto& f : profile.files)
+    if (f.kind == MeasurementFile::Mlp || f.kind == MeasurementFile::Attention) {
+      fewest = std::min(fewest, f.concurrent_ranks);
+      if (f.concurrent_ranks <= ranks) concurrency = std::max(concurrency, f.concurrent_ranks);
+    }
+  if (concurrency == 0) concurrency = fewest;
   std::vector<const MeasurementFile*> use;
   bool have_mlp = false;
   for (const auto& f : profile.files) {
     switch (f.kind) {
       case MeasurementFile::Mlp:
-        if (f.weight_dtype == dt) use.push_back(&f), have_mlp = true;
+        if (f.weight_dtype == dt && f.concurrent_ranks == concurrency) use.push_back(&f), have_mlp = true;
+        break;
+      case MeasurementFile::Attention:
+        if (f.concurrent_ranks == concurrency) use.push_back(&f);
         break;
       case MeasurementFile::Collective:
         if (backend_of(f) == backend) use.push_back(&f);
@@ -109,13 +122,13 @@ Calibration profile_calibration(const MachineProfile& profile, DType weight_dtyp
   // swamp a CPU step).
   start.step_overhead_s = 0;
   Calibration cal = fit_calibration(use, profile.hardware, start);
-  cal.fitted_on = cat("loom profile ", profile.dir, " (", dt, " weights, ", backend, " collectives, ",
-                      profile.threads_per_rank, " thread(s) per rank)");
+  cal.fitted_on = cat("loom profile ", profile.dir, " (", dt, " weights, ", concurrency, " concurrent rank(s), ",
+                      backend, " collectives, ", profile.threads_per_rank, " thread(s) per rank)");
   return cal;
 }
 
 CostModel profile_cost_model(const MachineProfile& profile, const ModelConfig& model, DType weight_dtype, int ranks,
-                             const std::string& backend) {
+                             const std::string& backend, int concurrent_ranks) {
   if (ranks < 1) fail("ranks = ", ranks, " must be >= 1");
   const auto backends = profile.backends();
   if (ranks > 1 && std::find(backends.begin(), backends.end(), backend) == backends.end())
@@ -132,13 +145,53 @@ CostModel profile_cost_model(const MachineProfile& profile, const ModelConfig& m
   o.activation_reserve_bytes = 0;
   o.memory_utilization = 1.0;
   o.kernels = StepKernels::LoomCpu;
+  o.concurrent_ranks = concurrent_ranks > 0 ? concurrent_ranks : ranks;
   NodeSpec node = cpu_node(profile.hardware, ranks);
-  CostModel cm(model, node, o, profile_calibration(profile, weight_dtype, backend));
+  CostModel cm(model, node, o, profile_calibration(profile, weight_dtype, backend,
+                                                                          concurrent_ranks > 0 ? concurrent_ranks : ranks));
   std::vector<const MeasurementFile*> coll;
   for (const auto& f : profile.files)
     if (f.kind == MeasurementFile::Collective && backend_of(f) == backend) coll.push_back(&f);
   cm.set_collective_curves(fit_collective_curves(coll, [](int) { return true; }));
   return cm;
+}
+
+namespace {
+
+// "DIR" or "DIRxN" -> (DIR, N or 0).
+std::pair<std::string, int> profile_dir_of(const std::string& hardware) {
+  if (is_profile(hardware)) return {hardware, 0};
+  const auto x = hardware.rfind('x');
+  if (x != std::string::npos && x > 0 && x + 1 < hardware.size() &&
+      std::all_of(hardware.begin() + long(x) + 1, hardware.end(), ::isdigit) && is_profile(hardware.substr(0, x)))
+    return {hardware.substr(0, x), std::stoi(hardware.substr(x + 1))};
+  return {"", 0};
+}
+
+}  // namespace
+
+bool is_profile_hardware(const std::string& hardware) { return !profile_dir_of(hardware).first.empty(); }
+
+CostModel hardware_cost_model(const ModelConfig& model, const std::string& hardware, const std::string& dtype,
+                              const Plan& plan, const std::string& backend) {
+  const auto [dir, count] = profile_dir_of(hardware);
+  if (dir.empty()) {
+    CostModelOptions opt;
+    opt.weight_dtype = parse_sim_dtype(dtype.empty() ? "fp8" : dtype);
+    return CostModel(model, parse_node(hardware), opt);
+  }
+  DType dt;
+  try {
+    dt = parse_dtype(dtype.empty() ? "f32" : dtype);
+  } catch (const Error&) {
+    fail("--hardware ", hardware, " is a loom profile (loom's CPU engine): --dtype must be a weight dtype (f32, f16, ",
+         "bf16, q8_0), not '", dtype, "'");
+  }
+  Plan replica = plan;
+  replica.dp = 1;
+  if (count > 0 && plan.size() > count)
+    fail("plan ", plan.to_string(), " needs ", plan.size(), " ranks; --hardware ", hardware, " has ", count);
+  return profile_cost_model(read_profile(dir), model, dt, replica.size(), backend, plan.size());
 }
 
 }  // namespace loom::sim

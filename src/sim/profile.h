@@ -3,8 +3,9 @@
 //                            cores; hbm_bw = measured memcpy bandwidth, flops = measured FMA peak,
 //                            link_bw = measured point-to-point bandwidth between ranks) and a
 //                            "profile" object: threads_per_rank, kernel_path, cores, what was measured
-//   mlp_<shape>_<dtype>.csv  loom's layer operators per (tokens, TP degree), one file per weight dtype
-//   attention_<shape>.csv    one layer's paged attention per (batch, chunk, context, TP degree)
+//   mlp_<shape>_<dtype>[_rR].csv  loom's layer operators per (tokens, TP degree), one file per weight
+//                            dtype and per number R of ranks computing at once (no suffix: 1)
+//   attention_<shape>[_rR].csv  one layer's paged attention per (batch, chunk, context, TP degree)
 //   step_overhead_cpu.csv    the engine's per-step work outside the forward pass
 //   <collective>_cpu_<backend>.csv  each collective over sizes and rank counts, backend local
 //                            (ranks as threads) or mpi (written by `mpirun -np N loom profile --comm mpi`)
@@ -46,10 +47,25 @@ MachineProfile read_profile(const std::string& dir);
 // its attention, step-overhead and `backend` collective files, plus that backend's measured
 // collective curves. Throws loom::Error naming the dtypes / backends the profile has when the
 // asked one is missing.
+// `concurrent_ranks`: ranks computing at once on the machine (all replicas of a DP plan); 0: ranks.
 CostModel profile_cost_model(const MachineProfile& profile, const ModelConfig& model, DType weight_dtype, int ranks,
-                             const std::string& backend = "local");
+                             const std::string& backend = "local", int concurrent_ranks = 0);
 
-// The calibration profile_cost_model uses (exposed for reports).
-Calibration profile_calibration(const MachineProfile& profile, DType weight_dtype, const std::string& backend);
+// The cost model `loom sim run`, `loom plan` and the experiments use for --hardware:
+//  - a catalog node or hardware entry ("h200x8", "a100x4:pairwise", "entry.json"): a vLLM-class
+//    GPU engine, `dtype` a GPU precision (bf16, fp8, fp4; "" = fp8), the A100 calibration;
+//  - a loom profile folder, optionally "DIRxN": loom's CPU engine on the profiled machine,
+//    `dtype` a weight dtype (f32, f16, bf16, q8_0; "" = f32), `plan`'s replica ranks talking over
+//    `backend`, all of plan.size() ranks computing at once.
+// Throws loom::Error naming the value.
+CostModel hardware_cost_model(const ModelConfig& model, const std::string& hardware, const std::string& dtype,
+                              const Plan& plan, const std::string& backend = "local");
+// True when --hardware names a profile folder (with or without "xN").
+bool is_profile_hardware(const std::string& hardware);
+
+// The calibration profile_cost_model uses (exposed for reports): operator files measured with
+// the largest number of concurrent ranks <= `ranks` (the plan's ranks all compute at once).
+Calibration profile_calibration(const MachineProfile& profile, DType weight_dtype, const std::string& backend,
+                                int ranks = 1);
 
 }  // namespace loom::sim

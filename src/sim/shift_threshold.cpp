@@ -1,6 +1,7 @@
 #include "sim/shift_threshold.h"
 
 #include "core/error.h"
+#include "sim/profile.h"
 
 namespace loom::sim {
 
@@ -47,6 +48,23 @@ CostModel cpu_cost_model(const ModelConfig& model, double weight_bytes, double m
   o.memory_utilization = 1.0;
   o.kernels = StepKernels::LoomCpu;
   return CostModel(model, cpu_node(cpu_spec(memcpy_bytes_per_s, peak_flops, memory_bytes), ranks), o);
+}
+
+ShiftThreshold default_shift_threshold(const ModelConfig& model, DType weight_dtype, const Plan& plan,
+                                       const std::string& profile_dir, const std::string& backend,
+                                       double memcpy_bytes_per_s, double peak_flops, int max_tokens) {
+  Plan replica = plan;
+  replica.dp = 1;
+  if (!profile_dir.empty()) {
+    const CostModel cm = profile_cost_model(read_profile(profile_dir), model, weight_dtype, replica.size(), backend,
+                                            plan.size());
+    ShiftThreshold t = derive_shift_threshold(cm, replica.sp, replica.tp, max_tokens);
+    t.explain += cat(" [calibrated by the profile ", profile_dir, "]");
+    return t;
+  }
+  const double wb = double(dtype_row_bytes(weight_dtype, dtype_block_elems(weight_dtype))) / dtype_block_elems(weight_dtype);
+  return derive_shift_threshold(cpu_cost_model(model, wb, memcpy_bytes_per_s, peak_flops, 0, replica.size()), replica.sp,
+                                replica.tp, max_tokens);
 }
 
 }  // namespace loom::sim
