@@ -96,6 +96,12 @@ void run_calibrate(const ValidateArgs& a) {
   print_calibration(sim::fit_calibration(all, sim::find_gpu(a.hardware), sim::default_calibration()));
 }
 
+// The dtype a run prices: --dtype, or its default for the hardware (sim/profile.h).
+std::string dtype_shown(const std::string& dtype, const std::string& hardware) {
+  if (!dtype.empty()) return dtype;
+  return sim::is_profile_hardware(hardware) ? "f32" : "fp8";
+}
+
 struct RunArgs {
   std::string model = "llama-3-70b";
   std::string hardware = "h200x8";
@@ -170,9 +176,9 @@ void set_plan_and_policy(const RunArgs& a, sim::SimConfig& cfg) {
   cfg.policy = a.policy;
   if (a.threshold < 0) fail("--threshold must be >= 0 tokens, got ", a.threshold);
   cfg.shift_threshold = a.threshold;
-  Plan replica = cfg.plan;
-  replica.dp = 1;
-  make_layout_policy(a.policy, replica, a.threshold);  // names the bad policy or plan up front
+  cfg.plan_set();  // names a bad policy, or shift without an sp x tp plan, up front
+  // loom's CPU engine (a profile) steps its DP replicas together; GPU engines run them apart.
+  if (sim::is_profile_hardware(a.hardware)) cfg.dp_mode = sim::DpMode::Lockstep;
 }
 
 void run_sim(const RunArgs& a) {
@@ -210,7 +216,7 @@ void run_sim(const RunArgs& a) {
   }
   const auto& s = r.summary;
   std::printf("%s on %s (%s), plan %s: %lld requests, %lld completed, %lld rejected\n", a.model.c_str(),
-              cm.node().name().c_str(), a.dtype.empty() ? "default dtype" : a.dtype.c_str(), cfg.describe().c_str(),
+              cm.node().name().c_str(), dtype_shown(a.dtype, a.hardware).c_str(), cfg.describe().c_str(),
               (long long)s.num_requests,
               (long long)s.num_completed, (long long)s.num_rejected);
   std::printf("  TTFT ms  p50 %.1f  p90 %.1f  p99 %.1f\n", s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99);
@@ -393,7 +399,7 @@ void run_plan(const PlanArgs& a) {
     return;
   }
   std::printf("%s on %s (%s), %d in / %d out: %zu plans priced, %zu on the Pareto set over (TTFT, TPOT, throughput):\n",
-              a.model.c_str(), node.name().c_str(), a.dtype.empty() ? "default dtype" : a.dtype.c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
+              a.model.c_str(), node.name().c_str(), dtype_shown(a.dtype, a.hardware).c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
   std::printf("  %-26s %10s %10s %14s\n", "plan", "TTFT ms", "TPOT ms", "tok/s");
   for (const auto& p : pareto)
     std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.c.label().c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
@@ -445,7 +451,7 @@ void register_sim(CLI::App& app) {
                   "shift:sp=8 (the shift config alone)")
       ->capture_default_str();
   run->add_option("--policy", ra->policy,
-                  "fixed, or shift (Shift Algorithm 2 over an sp x tp plan), or alternate | random:SEED")
+                  "fixed, shift (Shift Algorithm 2 over an sp x tp plan), cycle:N, or alternate | random:SEED")
       ->capture_default_str();
   run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
   run->add_option("--trace", ra->trace, "Azure CSV, Mooncake JSONL or lengths CSV");

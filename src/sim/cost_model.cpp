@@ -185,16 +185,20 @@ double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int
 }
 
 PricedPlan CostModel::prepare(const Plan& plan_in) const {
-  Plan plan = plan_in.normalized();
+  const Plan full = plan_in.normalized();
+  Plan plan = full;
   plan.dp = 1;
-  const std::string name = plan.to_string();
+  const std::string name = full.to_string();
   if (plan.helix()) fail("plan ", name, ": Helix (kvp) plans are not priced by the simulator yet");
   if (plan.weights == WeightSource::FetchFromOwner)
     fail("plan ", name, ": weights=owner (SiDP) is not priced by the simulator yet");
-  validate(plan, shape_);  // the engine's rule (parallel/plan.h), naming the sizes
+  validate(full, shape_);  // the engine's rule (parallel/plan.h), naming the sizes
   PricedPlan p;
+  p.full = full;
   p.plan = plan;
   p.name = name;
+  p.dp = full.dp;
+  p.world_ranks = full.size();
   p.ranks = plan.size();
   p.sp = plan.shift ? 1 : plan.sp;
   p.tp_group = plan.ffn_degree();
@@ -316,15 +320,18 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   const int stage_ranks = pl.ranks / p;
   const double pp_send =
       p > 1 ? (p - 1) * collective_s(Collective::SendRecv, m * d * ab, 2, per_node >= 2 * stage_ranks ? 2 : 1) : 0.0;
-  // loom's CPU engine: the replica's rank 0 broadcasts the step descriptor to the other ranks
-  // (engine/dist_executor.h: 4 KiB inline, the rest in a second message).
-  if (cpu && pl.ranks > 1) {
+  // loom's CPU engine: world rank 0 broadcasts the step descriptor to every rank
+  // (engine/plan_executor.h: 4 KiB inline, the rest in a second message; the whole step's
+  // sequences, all replicas'), and with DP the sampled tokens come back in a world all-gather.
+  if (cpu && pl.world_ranks > 1) {
     int64_t desc = 64;
-    for (const auto& w : seqs) desc += 48 + 4 * int64_t(w.new_tokens) + 4 * ((w.context_len + 15) / 16);
+    for (const auto& w : seqs) desc += 48 + 4 * int64_t(w.new_tokens);
+    desc *= pl.dp;  // the other replicas' shares travel too (about as large)
     constexpr int64_t kInline = 4096;
-    ends_comm += collective_s(Collective::Broadcast, double(kInline), pl.ranks, std::min(pl.ranks, per_node));
-    if (desc > kInline)
-      ends_comm += collective_s(Collective::Broadcast, double(desc - kInline), pl.ranks, std::min(pl.ranks, per_node));
+    const int world = pl.world_ranks, node = std::min(world, per_node);
+    ends_comm += collective_s(Collective::Broadcast, double(kInline), world, node);
+    if (desc > kInline) ends_comm += collective_s(Collective::Broadcast, double(desc - kInline), world, node);
+    if (pl.dp > 1) ends_comm += collective_s(Collective::AllGather, 16.0 * world * std::max(sampled, 1), world, node);
   }
   cost.gemm_s = stage_gemm * slots + ends_gemm;
   cost.elementwise_s = stage_elem * slots + ends;
@@ -334,26 +341,39 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   return cost;
 }
 
+StepCost CostModel::price_lockstep(const PricedPlan& pl, const std::vector<std::vector<SeqWork>>& replica_seqs) const {
+  StepCost worst;
+  bool any = false;
+  for (const auto& seqs : replica_seqs) {
+    if (seqs.empty()) continue;
+    const StepCost c = price(pl, seqs);
+    if (!any || c.total_s > worst.total_s) worst = c;
+    any = true;
+  }
+  if (!any) worst = price(pl, {});
+  return worst;
+}
+
 bool CostModel::same_kv_placement(const PricedPlan& from, const PricedPlan& to) const {
-  if (from.ranks != to.ranks) return false;
-  return kv_placement(from.plan, shape_) == kv_placement(to.plan, shape_);
+  if (from.world_ranks != to.world_ranks) return false;
+  return kv_placement(from.full, shape_) == kv_placement(to.full, shape_);
 }
 
 double CostModel::switch_s(const PricedPlan& from, const PricedPlan& to, const std::vector<SeqExtent>& seqs,
                            int block_tokens, int64_t* bytes) const {
   if (bytes) *bytes = 0;
-  if (from.ranks != to.ranks)
-    fail("switch ", from.name, " -> ", to.name, ": the plans have ", from.ranks, " and ", to.ranks,
+  if (from.world_ranks != to.world_ranks)
+    fail("switch ", from.name, " -> ", to.name, ": the plans have ", from.world_ranks, " and ", to.world_ranks,
          " ranks (a plan set shares one rank count)");
   // Per token, per KV head, per layer: K and V of head_dim elements (kv_bytes_per_token for the
   // engine's dtypes; here the simulated KV element size).
   const int64_t per_token = std::max<int64_t>(1, int64_t(std::llround(2.0 * model_.head_dim * opt_.kv_bytes)));
   const KvMigration mig =
-      kv_migration(kv_placement(from.plan, shape_), kv_placement(to.plan, shape_), seqs, block_tokens, per_token);
+      kv_migration(kv_placement(from.full, shape_), kv_placement(to.full, shape_), seqs, block_tokens, per_token);
   if (bytes) *bytes = mig.total_bytes;
   if (mig.total_bytes == 0) return 0.0;
   // Each rank's sends and receives (one message per peer), then the busiest rank.
-  std::vector<double> rank_s(size_t(from.ranks), 0.0), rank_bytes(size_t(from.ranks), 0.0);
+  std::vector<double> rank_s(size_t(from.world_ranks), 0.0), rank_bytes(size_t(from.world_ranks), 0.0);
   const int per_node = node_.gpus_per_node;
   for (const auto& [pair, b] : mig.bytes_by_pair) {
     const auto [src, dst] = pair;
@@ -386,7 +406,7 @@ MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
   }
   const double other_elems = double(model_.param_count() - layer_elems);
   const bool vocab_split = opt_.kernels == StepKernels::FusedGpu;
-  const int ranks = resident.front().ranks;
+  const int ranks = resident.front().world_ranks;
   MemoryPlan mem;
   std::string names;
   for (const auto& pl : resident) names += (names.empty() ? "" : " + ") + pl.name;
@@ -394,8 +414,8 @@ MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
     double elems = 0;
     bool full_counted = false;
     for (const auto& pl : resident) {
-      if (pl.ranks != ranks)
-        fail("plans ", names, " have different rank counts (", ranks, " and ", pl.ranks, ")");
+      if (pl.world_ranks != ranks)
+        fail("plans ", names, " have different rank counts (", ranks, " and ", pl.world_ranks, ")");
       if (pl.plan.weights == WeightSource::SliceOfFull) {
         // Nitsum 3.2.1: every rank maps the whole model and computes with views of it, once
         // for every plan that does.
@@ -403,13 +423,13 @@ MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
         full_counted = true;
         continue;
       }
-      const WeightShards w = weight_shards(pl.plan, shape_, r);
+      const WeightShards w = weight_shards(pl.full, shape_, r);
       elems += double(w.elems()) + other_elems / double(vocab_split ? pl.tp_group * pl.pp : 1);
     }
     mem.weight_bytes_per_gpu = std::max(mem.weight_bytes_per_gpu, elems * wb);
     double kv_per_token = 0;
     for (const auto& pl : resident) {
-      const RankLayout l = rank_layout(pl.plan, shape_, r);
+      const RankLayout l = rank_layout(pl.full, shape_, r);
       kv_per_token = std::max(kv_per_token, 2.0 * double(l.layers.size()) * double(l.kv_heads.size()) *
                                                 model_.head_dim * opt_.kv_bytes);
     }

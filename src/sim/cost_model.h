@@ -50,9 +50,12 @@ struct SeqWork {
 // rank_layout(), to the sizes of its busiest rank (a step is as slow as its slowest rank; for an
 // even split every rank is the busiest).
 struct PricedPlan {
-  Plan plan;         // normalised, dp == 1 (DP replicas are simulated one by one)
-  std::string name;  // plan.to_string(): the name StepBatch::plan and StepMetrics::plan carry
-  int ranks = 1;     // plan.size()
+  Plan full;         // the plan as given (normalised): its KV placement, migrations, world size
+  Plan plan;         // one replica of it (dp == 1): what one step of one replica is priced on
+  std::string name;  // full.to_string(): the name StepBatch::plan and StepMetrics::plan carry
+  int dp = 1;        // replicas
+  int world_ranks = 1;  // full.size()
+  int ranks = 1;     // plan.size(): one replica
   int sp = 1;        // Ulysses degree: tokens split by position (1 for a shift config)
   int tp_group = 1;  // ranks of the Wo / W_down all-reduce group (Plan::ffn_degree())
   int pp = 1;        // pipeline stages
@@ -171,19 +174,23 @@ class CostModel {
 
   // ---- plans ----
   // Validates `plan` (loom::validate against the model, plus: a replica fits the node, no
-  // Helix or weights=owner yet) and derives its per-rank sizes. `plan.dp` is ignored (a replica
-  // is priced). Throws loom::Error naming the value and the limit.
+  // Helix or weights=owner yet) and derives the per-rank sizes of one replica (a step of each
+  // replica is priced on them). Throws loom::Error naming the value and the limit.
   PricedPlan prepare(const Plan& plan) const;
 
   // ---- a step ----
-  // Prices one replica step under `plan`.
+  // Prices one replica step under `plan` (`seqs`: that replica's sequences).
   StepCost price(const PricedPlan& plan, const std::vector<SeqWork>& seqs) const;
+  // A lockstep step of every replica (DpMode::Lockstep): replica r computes the sequences with
+  // id % dp == r; the step lasts as long as the busiest (`replica_seqs[r]`: replica r's).
+  StepCost price_lockstep(const PricedPlan& plan, const std::vector<std::vector<SeqWork>>& replica_seqs) const;
   StepCost price(const Plan& plan, const std::vector<SeqWork>& seqs) const { return price(prepare(plan), seqs); }
 
   // ---- a switch ----
   // True when the two plans store the same KV on every rank (kv_placement equality: a Shift
   // switch, Shift 3.3.1), so switching costs nothing.
   bool same_kv_placement(const PricedPlan& from, const PricedPlan& to) const;
+  // Switches are between the full plans (their placements include DP).
   // Stop-and-migrate (Nitsum 3.2.2) from `from` to `to` before a step: the KvMigration of the
   // live sequences `seqs` (parallel/kv_migration.h, blocks of `block_tokens`), each rank's
   // transfers priced as send/recv messages (one per peer) plus packing and unpacking at memory

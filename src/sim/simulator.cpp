@@ -11,7 +11,9 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "engine/dist_engine.h"
+#include "engine/plan_executor.h"
 #include "engine/policy.h"
+#include "parallel/plan_set.h"
 #include "engine/scheduler.h"
 #include "engine/step.h"
 
@@ -19,79 +21,45 @@ namespace loom::sim {
 
 namespace {
 
-// The simulator's StepExecutor: asks the layout policy for the step's plan (the engine's
-// policy object, on the same StepBatch), prices the batch under it with the cost model (plus
-// the KV migration when the plan changes and the placements differ) and samples token 0 for
+// The simulator's StepExecutor: prices the batch under the plan the engine's PlanControl chose
+// (StepBatch::plan_id; a lockstep DP step as its busiest replica), plus the KV migration when the
+// step carries the KV extents of a placement change (StepBatch::kv_seqs), and samples token 0 for
 // every sampling sequence (requests run with ignore_eos, so lengths come from the trace).
 class CostModelExecutor : public StepExecutor {
  public:
-  CostModelExecutor(const CostModel& model, const SimConfig& config, std::unique_ptr<LayoutPolicy> policy)
-      : model_(model), policy_(std::move(policy)) {
-    Plan replica = config.plan;
-    replica.dp = 1;
-    initial_ = plan_id(replica.to_string());
-  }
+  CostModelExecutor(const CostModel& model, const std::vector<PricedPlan>& plans, bool lockstep)
+      : model_(model), plans_(plans), lockstep_(lockstep) {}
   StepResult execute(const StepBatch& batch) override {
-    work_.clear();
     StepResult res;
+    const PricedPlan& pl = plans_.at(size_t(batch.plan_id));
+    const int replicas = lockstep_ ? pl.dp : 1;
+    work_.assign(size_t(replicas), {});
     for (const auto& s : batch.seqs) {
-      work_.push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
+      work_[size_t(replica_of(s.seq_id, replicas))].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
       if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
     }
-    const std::string name = policy_->choose(batch);
-    const int id = name.empty() ? initial_ : plan_id(name);
-    last_ = model_.price(plans_[size_t(id)], work_);
-    if (prev_ >= 0 && id != prev_) {
-      if (!same_placement(prev_, id)) {
-        // Stop-and-migrate before the step: the KV of every live sequence as it is now.
-        extents_.clear();
-        for (const auto& [seq, tokens] : kv_tokens_) extents_.push_back(SeqExtent{seq, tokens});
-        last_.switch_s = model_.switch_s(plans_[size_t(prev_)], plans_[size_t(id)], extents_, batch.block_size,
-                                         &last_.kv_bytes_moved);
-        last_.total_s += last_.switch_s;
-      }
+    last_ = replicas > 1 ? model_.price_lockstep(pl, work_) : model_.price(pl, work_.front());
+    last_.plan = pl.name;
+    switched_ = prev_ >= 0 && batch.plan_id != prev_;
+    if (switched_ && !batch.kv_seqs.empty()) {
+      // Stop-and-migrate before the step (Nitsum 3.2.2): the KV every sequence holds now.
+      last_.switch_s = model_.switch_s(plans_.at(size_t(prev_)), pl, batch.kv_seqs, batch.block_size,
+                                       &last_.kv_bytes_moved);
+      last_.total_s += last_.switch_s;
     }
-    last_switched_ = prev_ >= 0 && id != prev_;
-    prev_ = id;
-    // The KV each scheduled sequence holds once the step has run.
-    for (const auto& s : batch.seqs) kv_tokens_[s.seq_id] = s.context_len();
+    prev_ = batch.plan_id;
     return res;
   }
-  void release(RequestId seq_id) override { kv_tokens_.erase(seq_id); }
   const StepCost& last() const { return last_; }
-  bool last_switched() const { return last_switched_; }
+  bool last_switched() const { return switched_; }
 
  private:
-  // Plans are prepared once (validate + rank_layout) and named on the step path by an index.
-  int plan_id(const std::string& name) {
-    auto it = ids_.find(name);
-    if (it != ids_.end()) return it->second;
-    PricedPlan p = model_.prepare(Plan::parse(name));
-    if (!plans_.empty() && p.ranks != plans_.front().ranks)
-      fail("policy chose plan ", name, " of ", p.ranks, " ranks; the replica has ", plans_.front().ranks);
-    plans_.push_back(std::move(p));
-    const int id = int(plans_.size()) - 1;
-    ids_[name] = id;
-    ids_[plans_.back().name] = id;
-    return id;
-  }
-  bool same_placement(int a, int b) {
-    const auto key = std::minmax(a, b);
-    auto it = same_.find(key);
-    if (it == same_.end()) it = same_.emplace(key, model_.same_kv_placement(plans_[size_t(a)], plans_[size_t(b)])).first;
-    return it->second;
-  }
-
   const CostModel& model_;
-  std::unique_ptr<LayoutPolicy> policy_;
-  std::vector<PricedPlan> plans_;
-  std::map<std::string, int> ids_;
-  std::map<std::pair<int, int>, bool> same_;
-  int initial_ = 0, prev_ = -1;
-  bool last_switched_ = false;
-  std::map<RequestId, int64_t> kv_tokens_;
-  std::vector<SeqExtent> extents_;
-  std::vector<SeqWork> work_;
+  const std::vector<PricedPlan>& plans_;
+  bool lockstep_;
+  int prev_ = -1;
+  bool switched_ = false;
+  std::vector<std::vector<SeqWork>> work_;
   StepCost last_;
 };
 
@@ -108,9 +76,12 @@ struct Event {
   }
 };
 
+// One scheduler with its executor, clock and the engine's plan control: an independent DP
+// replica, or (lockstep) the whole world.
 struct Replica {
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<CostModelExecutor> exec;
+  std::unique_ptr<PlanControl> control;
   ManualClock clock;
   bool busy = false;
   StepBatch batch;
@@ -120,47 +91,50 @@ struct Replica {
 }  // namespace
 
 std::vector<Plan> SimConfig::plan_set() const {
-  std::vector<Plan> out;
-  auto add = [&](Plan p) {
-    p = p.normalized();
-    p.dp = 1;
-    for (const Plan& q : out)
-      if (q == p) return;
-    out.push_back(p);
-  };
-  add(plan);
-  for (const Plan& p : more_plans) add(p);
-  if (!make_policy && policy_switches(policy)) {
-    add(plan.base());
-    add(plan.shift_config());
+  std::vector<Plan> in = {plan.normalized()};
+  for (const Plan& p : more_plans) {
+    const Plan q = p.normalized();
+    if (std::find(in.begin(), in.end(), q) == in.end()) in.push_back(q);
   }
-  return out;
+  check_policy_name(policy);
+  return policy_plans(policy, in);
 }
 
 std::string SimConfig::describe() const {
   std::string s = plan.to_string();
   for (const Plan& p : more_plans) s += " | " + p.to_string();
-  if (make_policy) return s + ", custom policy";
-  Plan replica = plan;
-  replica.dp = 1;
-  return s + ", policy " + make_layout_policy(policy, replica, shift_threshold)->describe();
+  if (policy == "shift") return cat(s, ", policy shift(threshold=", shift_threshold, ")");
+  return s + ", policy " + policy;
 }
 
 Simulator::Simulator(CostModel model, SimConfig config) : model_(std::move(model)), config_(std::move(config)) {}
 
 SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   const double wall0 = now_seconds();
-  const Plan& plan = config_.plan;
   const std::string plan_name = config_.describe();
+  const bool lockstep = config_.dp_mode == DpMode::Lockstep;
   SimResult out;
-  std::vector<PricedPlan> resident;
-  for (const Plan& p : config_.plan_set()) resident.push_back(model_.prepare(p));
-  out.memory = model_.memory(resident);
-  Plan replica_plan = plan;
-  replica_plan.dp = 1;
+  // The plan set, priced once; steps name plans by id. Independent replicas run the replica
+  // plans (dp = 1) of a set that shares one DP degree.
+  std::vector<Plan> set_plans = config_.plan_set();
+  const int dp = set_plans.front().dp;
+  if (!lockstep) {
+    for (Plan& p : set_plans) {
+      if (p.dp != dp)
+        fail("plans ", plan_name, " mix DP degrees (", dp, " and ", p.dp,
+             "): independent replicas share one; loom's lockstep DP (DpMode::Lockstep) does not need to");
+      p.dp = 1;
+    }
+  }
+  const PlanSet set = PlanSet::make(set_plans, model_.shape());
+  std::vector<PricedPlan> priced;
+  for (const Plan& p : set.plans()) priced.push_back(model_.prepare(p));
+  out.memory = model_.memory(priced);
+
   SchedulerConfig sc;
-  sc.max_num_seqs = config_.max_num_seqs;
-  sc.max_tokens_per_step = config_.max_tokens_per_step;
+  const int scale = lockstep ? set.max_dp() : 1;  // per-replica limits times the largest DP degree
+  sc.max_num_seqs = config_.max_num_seqs * scale;
+  sc.max_tokens_per_step = config_.max_tokens_per_step * scale;
   sc.block_size = config_.block_size;
   sc.enable_chunked_prefill = config_.enable_chunked_prefill;
   sc.max_model_len = config_.max_model_len > 0 ? config_.max_model_len : model_.model().max_seq_len;
@@ -168,22 +142,27 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   if (blocks < 1)
     fail("plan ", plan_name, ": no room for a single KV block after the weights (",
          out.memory.free_bytes_per_gpu / 1e9, " GB free per GPU)");
-  // As the engine sizes its cache (dist_engine.cpp): no more than max_num_seqs sequences of
-  // max_model_len tokens can use.
-  const int64_t useful = int64_t(sc.max_num_seqs) * ((sc.max_model_len + sc.block_size - 1) / sc.block_size);
-  sc.num_blocks = int(std::min<int64_t>({blocks, useful, int64_t(1) << 30}));
-  if (config_.num_blocks > 0) sc.num_blocks = int(std::min<int64_t>(config_.num_blocks, int64_t(1) << 30));
-  out.num_blocks_per_replica = sc.num_blocks;
-  out.num_replicas = plan.dp;
+  // As the engine sizes its cache: no more than max_num_seqs sequences of max_model_len can use.
+  const int64_t useful = int64_t(config_.max_num_seqs) * ((sc.max_model_len + sc.block_size - 1) / sc.block_size);
+  int64_t per_replica = std::min<int64_t>({blocks, useful, int64_t(1) << 30});
+  if (config_.num_blocks > 0) per_replica = std::min<int64_t>(config_.num_blocks, int64_t(1) << 30);
+  // KV pools per plan (kv/block_allocator.h): one per replica of a lockstep plan.
+  std::vector<KvPoolShape> pools;
+  for (const Plan& p : set.plans()) pools.push_back(KvPoolShape{lockstep ? p.dp : 1, 1, int(per_replica)});
+  sc.pool_shapes = pools;
+  sc.num_blocks = int(pools.front().total_blocks());
+  out.num_blocks_per_replica = per_replica;
+  out.num_replicas = dp;
 
-  std::vector<Replica> reps(size_t(plan.dp));
+  const int n_schedulers = lockstep ? 1 : dp;
+  std::vector<Replica> reps(static_cast<size_t>(n_schedulers));
   for (auto& r : reps) {
     r.sched = std::make_unique<Scheduler>(sc);
-    std::unique_ptr<LayoutPolicy> policy =
-        config_.make_policy ? config_.make_policy(replica_plan)
-                            : make_layout_policy(config_.policy, replica_plan, config_.shift_threshold);
-    LOOM_CHECK(policy != nullptr, "make_policy returned no policy");
-    r.exec = std::make_unique<CostModelExecutor>(model_, config_, std::move(policy));
+    std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config_.policy, set, config_.shift_threshold);
+    // The engine's control: the policy's choice, KV pools re-homed and the KV extents put in the
+    // step when the placement changes (engine/plan_executor.h).
+    r.control = std::make_unique<PlanControl>(set, pools, std::move(policy), *r.sched);
+    r.exec = std::make_unique<CostModelExecutor>(model_, priced, lockstep);
   }
   std::map<std::string, PlanUse> use;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
@@ -207,12 +186,13 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     if (r.busy || !r.sched->has_unfinished()) return;
     r.clock.set(t);
     r.batch = r.sched->schedule();
-    for (RequestId id : r.batch.preempted) r.exec->release(id);
     collect(r, t);  // rejections at admission
+    if (r.batch.empty()) return;
+    r.control->on_batch(r.batch);  // may preempt (rehome) and empty the batch
+    collect(r, t);
     if (r.batch.empty()) return;
     r.exec->execute(r.batch);  // result re-derived at completion (sampled = every sample seq)
     const StepCost& c = r.exec->last();
-    r.batch.plan = c.plan;
     r.busy = true;
     r.step_start = t;
     auto& u = use[r.batch.plan];
@@ -240,7 +220,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
       req.max_tokens = std::max(1, tr.output_len);
       req.stop.ignore_eos = true;
       req.arrival_s = tr.arrival_s;
-      const int ri = replica_of(req.id, plan.dp);  // the engine's routing (dist_engine.h)
+      const int ri = lockstep ? 0 : replica_of(req.id, dp);  // the engine's routing (dist_engine.h)
       metrics.on_arrival(req, e.t);
       Replica& r = reps[size_t(ri)];
       r.clock.set(std::max(r.clock.now(), e.t));

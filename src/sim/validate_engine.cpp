@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "engine/dist_engine.h"
 #include "engine/policy.h"
+#include "parallel/plan_set.h"
 #include "model/loader.h"
 #include "sim/shift_threshold.h"
 #include "sim/simulator.h"
@@ -58,7 +59,7 @@ EngineRun run_on_engine(std::shared_ptr<const Model> model, const EngineValidati
   DistOptions d;
   d.comm = "local";
   d.ranks = Plan::parse(p.plan).size();
-  d.plan = p.plan;
+  d.plans = {p.plan};
   d.model_path = o.model_path;
   d.load_model = [model](int) { return model; };
   d.engine.threads = threads_per_rank;
@@ -155,10 +156,11 @@ EnginePlan EnginePlan::parse(const std::string& text, const std::string& default
   const auto at = text.find('@');
   p.plan = text.substr(0, at);
   p.policy = at == std::string::npos ? default_policy : text.substr(at + 1);
-  p.plan = Plan::parse(p.plan).to_string();  // names a bad plan up front
-  Plan replica = Plan::parse(p.plan);
-  replica.dp = 1;
-  make_layout_policy(p.policy, replica, 0);  // names a bad policy up front
+  // Names a bad plan or policy up front (before any model loads).
+  const std::vector<Plan> set = PlanSet::parse({p.plan});
+  p.plan = set.front().to_string();
+  check_policy_name(p.policy);
+  policy_plans(p.policy, set);
   return p;
 }
 
@@ -207,6 +209,7 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     replica.dp = 1;
     // The cost model of this machine for the plan's ranks, calibrated by the profile.
     const CostModel cm = profile_cost_model(profile, mc, weight_dtype, replica.size(), "local", plan.size());
+    // (the node has a replica's ranks; all plan.size() ranks compute at once)
     int64_t threshold = o.shift_threshold;
     if (p.policy == "shift" && threshold < 0)
       threshold = derive_shift_threshold(cm, replica.sp, replica.tp, o.max_tokens_per_step).threshold;
@@ -225,12 +228,13 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     SimConfig sc;
     sc.plan = plan;
     sc.policy = p.policy;
+    sc.dp_mode = DpMode::Lockstep;  // loom's engine steps its DP replicas together
     sc.shift_threshold = std::max<int64_t>(threshold, 0);
     sc.max_num_seqs = o.max_num_seqs;
     sc.max_tokens_per_step = o.max_tokens_per_step;
     sc.block_size = o.block_size;
     sc.max_model_len = max_len;
-    sc.num_blocks = er.num_kv_blocks;
+    sc.num_blocks = er.num_kv_blocks / plan.dp;  // the engine's blocks under the plan, all replicas
     const auto t1 = std::chrono::steady_clock::now();
     const SimResult sr = Simulator(cm, sc).run(o.trace);
     v.sim_wall_s = seconds_since(t1);

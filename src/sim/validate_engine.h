@@ -24,7 +24,7 @@ namespace loom::sim {
 // One plan to compare: a plan string (parallel/plan.h) run under a layout policy.
 struct EnginePlan {
   std::string plan;              // "tp=2", "dp=2", "sp=2,tp=2", ...
-  std::string policy = "fixed";  // engine/policy.h: fixed | shift | alternate | random:SEED
+  std::string policy = "fixed";  // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED
   std::string label() const { return policy == "fixed" ? plan : plan + " @" + policy; }
   // "PLAN" or "PLAN@POLICY" (e.g. "sp=2@shift"); `default_policy` when no @.
   static EnginePlan parse(const std::string& text, const std::string& default_policy = "fixed");
@@ -54,7 +54,7 @@ struct PlanValidation {
   std::string backend;       // the engine's communicator
   int ranks = 0;
   int threads_per_rank = 0;
-  int64_t num_kv_blocks = 0;  // per rank, the engine's (the simulator uses it)
+  int64_t num_kv_blocks = 0;  // the engine's scheduler blocks under the plan (the simulator uses them)
   int64_t shift_threshold = -1;  // what both sides ran with (policy shift)
   std::vector<MetricComparison> metrics;  // throughput, TTFT p50/p90, TPOT p50/p90, steps
   // Where an error comes from (not in the medians above): median step duration of decode-only

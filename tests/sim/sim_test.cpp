@@ -259,19 +259,6 @@ TEST(SimDes, ShiftSwitchesByStepSize) {
   EXPECT_NE(svg_latency_cdf(r).find("polyline"), std::string::npos);
 }
 
-// A policy that alternates between two plans of different KV placements, to exercise the
-// simulator's migration pricing (the engine's cycle policy does the same on a plan set).
-class AlternatePlans final : public LayoutPolicy {
- public:
-  AlternatePlans(std::string a, std::string b) : a_(std::move(a)), b_(std::move(b)) {}
-  std::string choose(const StepBatch&) override { return (n_++ % 2 == 0) ? a_ : b_; }
-  std::string describe() const override { return "alternate plans"; }
-
- private:
-  std::string a_, b_;
-  int64_t n_ = 0;
-};
-
 // Switching tp=4 <-> sp=2,tp=2 moves KV (their placements differ: PLANS.md), priced with the bytes
 // of kv_migration. By hand, for H = 8, K = 4: tp=4 rank r holds KV head r; sp=2,tp=2 rank
 // (sp, tp) = (r / 2, r % 2) attends query heads tp*4 + sp*2 + {0,1}, i.e. KV head 2*tp + sp. Ranks
@@ -287,7 +274,7 @@ TEST(SimDes, SwitchBetweenPlacementsPricesTheMigration) {
   SimConfig cfg;
   cfg.plan = Plan::parse("tp=4");
   cfg.more_plans = {Plan::parse("sp=2,tp=2")};
-  cfg.make_policy = [](const Plan&) { return std::make_unique<AlternatePlans>("tp=4", "sp=2,tp=2"); };
+  cfg.policy = "alternate";  // the engine's policy: the next plan of the set every step
   const SimResult r = Simulator(cm, cfg).run({TraceRequest{0.0, 20, 4, {}, 0, false, false}});
   ASSERT_EQ(r.metrics.steps().size(), 4u);  // prefill, then 3 decodes
   EXPECT_EQ(r.num_switches, 3);
@@ -297,8 +284,7 @@ TEST(SimDes, SwitchBetweenPlacementsPricesTheMigration) {
   EXPECT_GT(switch_s, 0);
   // The same alternation between placement-equal plans moves and costs nothing.
   cfg.plan = Plan::parse("sp=2,tp=2");
-  cfg.more_plans = {Plan::parse("shift:sp=2,tp=2")};
-  cfg.make_policy = [](const Plan&) { return std::make_unique<AlternatePlans>("sp=2,tp=2", "shift:sp=2,tp=2"); };
+  cfg.more_plans = {};  // alternate over an sp x tp plan: it and its shift config
   const SimResult free = Simulator(cm, cfg).run({TraceRequest{0.0, 20, 4, {}, 0, false, false}});
   EXPECT_EQ(free.num_switches, 3);
   EXPECT_EQ(free.kv_bytes_moved, 0);
