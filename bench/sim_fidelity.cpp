@@ -12,8 +12,9 @@
 //   MODEL     a synthetic shape name (default small, f32) or a model file
 //   WORKLOAD  batch (16 requests of 128 + 32 tokens at t = 0) and/or poisson (24 requests of
 //             uniform 32..192 + 8..48 tokens at 12 requests/s); default both
-// The profile of the model's shapes is cached in $LOOM_BENCH_DIR (default /tmp/loom-bench)/
-// profile-<model>; delete it to measure again.
+// The profile of the model's shapes is measured right before the rounds (so both sides see the
+// same load on a shared machine) into $LOOM_BENCH_DIR (default /tmp/loom-bench)/profile-<model>;
+// LOOM_BENCH_REUSE_PROFILE=1 reuses one that is there.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -58,7 +59,9 @@ int main(int argc, char** argv) {
   const std::string model = file ? model_arg : bench::ensure_model(model_arg, DType::F32);
   const std::string stem = std::filesystem::path(model).stem().string();
   const std::string profile = bench::bench_dir() + "/profile-" + stem;
-  if (!sim::is_profile(profile)) {
+  const char* reuse = std::getenv("LOOM_BENCH_REUSE_PROFILE");
+  if (!(reuse && std::string(reuse) == "1" && sim::is_profile(profile))) {
+    std::filesystem::remove_all(profile);
     const std::string cmd = std::string(LOOM_BIN) + " profile -o " + profile + " --model " + model +
                             " --shapes '' --dtypes f32 --tokens 1,2,4,8,16,32,64,128,256 --tp 1,2 --ranks 2"
                             " --concurrent 1,2 --reps 5";
