@@ -9,9 +9,9 @@
 //    token count and TP degree (rank 0's shard of parallel/plan.h rank_layout), on the shapes of
 //    --model files and of built-in synthetic shapes, weights in the engines' decode layout
 //    (core/weight_tiles.h) where they can be tiled;
-//  - one layer's attention as engine/attention_stage.cpp runs it: K/V rows scattered into a paged
-//    cache, then the attention kernel per sequence, decode over context lengths and prefill
-//    chunks;
+//  - one layer's attention as engine/stage_attention.cpp runs it: K/V rows scattered into the
+//    pages of the engine's KvStore, then the attention kernel per (sequence, KV head), decode over
+//    context lengths and prefill chunks;
 //  - the engine's per-step work outside the forward pass: the shared Scheduler's schedule() and
 //    on_step_done(), greedy sampling of every sampled row, metrics;
 //  - each collective (all-reduce, all-gather, all-to-all, send/recv, broadcast) over sizes and
@@ -48,7 +48,7 @@
 #include "engine/scheduler.h"
 #include "kernels/kernels.h"
 #include "kernels/roofline.h"
-#include "kv/kv_layout.h"
+#include "kv/kv_store.h"
 #include "model/synth.h"
 #include "parallel/plan.h"
 #include "sim/hardware.h"
@@ -425,58 +425,62 @@ void profile_attention(const Shape& sh, int ranks, bool quick, const ProfileSetu
         const Case& cs = cases[ci];
         const int ctx = cs.before + cs.chunk, n_tok = cs.batch * cs.chunk;
         const int blocks_per_seq = (ctx + block - 1) / block;
-        KvLayout lay;
-        lay.n_layers = 1;
-        lay.n_kv_heads = hk;
-        lay.head_dim = dh;
-        lay.block_size = block;
-        lay.num_blocks = int64_t(blocks_per_seq) * cs.batch;
-        // One arena per model layer (as many as the budget allows): a step reads each layer's
-        // KV once.
-        const int64_t arena = lay.floats_per_layer() * 2 * int64_t(sizeof(float));
+        // The engine's paged store (kv/kv_store.h): one page per (sequence, layer, KV head,
+        // block), for one layer per model layer as the budget allows (a step reads each layer's
+        // KV once).
+        const int64_t pages_per_layer = int64_t(hk) * blocks_per_seq * cs.batch;
+        const int64_t page_bytes = 2 * int64_t(block) * dh * int64_t(sizeof(float));
         const int copies =
-            int(std::clamp<int64_t>(ps.budget / std::max<int64_t>(1, arena * ranks), 1, c.n_layers));
-        std::vector<std::vector<float>> kc(static_cast<size_t>(copies)), vc(static_cast<size_t>(copies));
-        for (int i = 0; i < copies; ++i)
-          kc[size_t(i)] = random_floats(size_t(lay.floats_per_layer()), rng), vc[size_t(i)] = kc[size_t(i)];
+            int(std::clamp<int64_t>(ps.budget / std::max<int64_t>(1, pages_per_layer * page_bytes * ranks), 1,
+                                    c.n_layers));
+        KvStore store(copies, hk, dh, block, pages_per_layer * copies);
+        // Pages handed out in a scattered order, as a running engine's are.
+        for (int b = blocks_per_seq - 1; b >= 0; --b)
+          for (int cp = 0; cp < copies; ++cp)
+            for (int s = 0; s < cs.batch; ++s)
+              for (int h = 0; h < hk; ++h) {
+                const int32_t page = store.ensure_page(s, cp, h, b);
+                std::vector<float> fill = random_floats(size_t(block) * dh, rng);
+                std::memcpy(store.k(page), fill.data(), fill.size() * sizeof(float));
+                std::memcpy(store.v(page), fill.data(), fill.size() * sizeof(float));
+              }
         std::vector<float> q = random_floats(size_t(n_tok) * hq * dh, rng),
                            k = random_floats(size_t(n_tok) * hk * dh, rng), v = k, out(size_t(n_tok) * hq * dh);
-        std::vector<int32_t> table(static_cast<size_t>(lay.num_blocks)), pos(static_cast<size_t>(n_tok));
-        for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(table.size() - 1 - i);  // scattered pages
+        std::vector<int32_t> pos(static_cast<size_t>(n_tok));
         for (int s = 0; s < cs.batch; ++s)
           for (int i = 0; i < cs.chunk; ++i) pos[size_t(s * cs.chunk + i)] = cs.before + i;
         const float scale = 1.0f / std::sqrt(float(dh));
         const int64_t ldq = int64_t(hq) * dh, ldkv = int64_t(hk) * dh;
+        const int group = hq / hk;
         const double sec = cr.time(rank, ps.reps, copies, [&] {
           for (int cp = 0; cp < copies; ++cp) {
-            float* kl = kc[size_t(cp)].data();
-            float* vl = vc[size_t(cp)].data();
-            // engine/attention_stage.cpp: scatter the new K/V rows into the pages, then one kernel
-            // call per sequence.
-            for (int s = 0; s < cs.batch; ++s) {
-              const int32_t* bt = table.data() + s * blocks_per_seq;
+            // engine/stage_attention.cpp: scatter the new K/V rows into their pages, then one
+            // kernel call per (sequence, KV head) over its page table.
+            for (int s = 0; s < cs.batch; ++s)
               for (int i = 0; i < cs.chunk; ++i) {
                 const int64_t tk = s * cs.chunk + i, p = cs.before + i;
                 for (int h = 0; h < hk; ++h) {
-                  const int64_t off = lay.offset_in_layer(bt[p / block], h, int(p % block));
-                  std::memcpy(kl + off, k.data() + tk * ldkv + h * dh, size_t(dh) * sizeof(float));
-                  std::memcpy(vl + off, v.data() + tk * ldkv + h * dh, size_t(dh) * sizeof(float));
+                  const int32_t page = store.page(s, cp, h, p / block);
+                  std::memcpy(store.k(page) + (p % block) * dh, k.data() + tk * ldkv + h * dh, size_t(dh) * sizeof(float));
+                  std::memcpy(store.v(page) + (p % block) * dh, v.data() + tk * ldkv + h * dh, size_t(dh) * sizeof(float));
                 }
               }
-            }
-            for (int s = 0; s < cs.batch; ++s) {
-              kernels::KvView view;
-              view.k = kl;
-              view.v = vl;
-              view.block_table = table.data() + s * blocks_per_seq;
-              view.block_size = block;
-              view.block_stride = lay.floats_per_block();
-              view.head_stride = lay.floats_per_head_block();
-              view.pos_stride = dh;
-              const int64_t t0 = int64_t(s) * cs.chunk;
-              kernels::attention(q.data() + t0 * ldq, cs.chunk, ldq, pos.data() + t0, view, 0, ctx,
-                                 kernels::AttentionShape{hq, hk, dh, scale}, out.data() + t0 * ldq, ldq, nullptr, pool);
-            }
+            for (int s = 0; s < cs.batch; ++s)
+              for (int h = 0; h < hk; ++h) {
+                const std::span<const int32_t> table = store.table(s, cp, h);
+                kernels::KvView view;
+                view.k = store.k_base();
+                view.v = store.v_base();
+                view.block_table = table.data();
+                view.block_size = block;
+                view.block_stride = store.page_floats();
+                view.head_stride = 0;
+                view.pos_stride = dh;
+                const int64_t t0 = int64_t(s) * cs.chunk;
+                kernels::attention(q.data() + t0 * ldq + int64_t(h) * group * dh, cs.chunk, ldq, pos.data() + t0, view,
+                                   0, ctx, kernels::AttentionShape{group, 1, dh, scale},
+                                   out.data() + t0 * ldq + int64_t(h) * group * dh, ldq, nullptr, pool);
+              }
           }
         });
         if (rank == 0) secs[ci] = sec;
