@@ -21,6 +21,7 @@ void register_info(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_sim(CLI::App& app);
 void register_plan(CLI::App& app);
+void register_profile(CLI::App& app);  // cmd_profile.cpp
 void register_bench_offline(CLI::App& bench);  // under `loom bench`
 void register_bench_serve(CLI::App& bench);    // under `loom bench`
 void register_serve(CLI::App& app);

@@ -5,10 +5,14 @@
 #include <fstream>
 #include <iostream>
 
+#include "engine/policy.h"
 #include "engine/trace.h"
+#include "parallel/plan.h"
 #include "sim/experiments.h"
 #include "sim/model_catalog.h"
 #include "sim/simulator.h"
+#include "sim/profile.h"
+#include "sim/validate_engine.h"
 
 #include "cli/cli.h"
 #include "core/error.h"
@@ -24,17 +28,27 @@ namespace {
 struct ValidateArgs {
   std::string hardware = "a100-80gb";
   std::string dir;
+  std::string calibrate_on;        // transfer: fit on this folder, predict `dir` on `hardware`
+  std::string calibrate_hardware;  // what `calibrate_on` was measured on (default: measurement_hardware)
   bool json = false;
+  bool by_op = false;
 };
 
 void run_validate(const ValidateArgs& a) {
-  const auto rows = sim::validate_measurements(a.hardware, a.dir);
+  std::string from;
+  const auto rows = [&] {
+    if (a.calibrate_on.empty()) return sim::validate_measurements(a.hardware, a.dir);
+    from = a.calibrate_hardware.empty() ? sim::measurement_hardware(a.calibrate_on) : a.calibrate_hardware;
+    return sim::validate_transfer(from, a.calibrate_on, a.hardware, a.dir);
+  }();
   if (a.json) {
-    std::printf("[");
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::printf("%s{\"file\": \"%s\", \"median\": %.6f, \"p90\": %.6f, \"samples\": %d}", i ? ", " : "",
-                  rows[i].file.c_str(), rows[i].median, rows[i].p90, rows[i].samples);
-    std::printf("]\n");
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& r : rows) {
+      nlohmann::json x = {{"file", r.file}, {"median", r.median}, {"p90", r.p90}, {"samples", r.samples}};
+      if (r.analytic_median >= 0) x["analytic_median"] = r.analytic_median;
+      j.push_back(x);
+    }
+    std::printf("%s\n", j.dump().c_str());
     return;
   }
   std::printf("%-40s %8s %9s %9s %s\n", "file", "samples", "median", "p90", "analytic-median");
@@ -42,31 +56,57 @@ void run_validate(const ValidateArgs& a) {
     std::printf("%-40s %8d %8.1f%% %8.1f%%", r.file.c_str(), r.samples, r.median * 100, r.p90 * 100);
     if (r.analytic_median >= 0) std::printf(" %8.1f%%", r.analytic_median * 100);
     std::printf("\n");
+    if (a.by_op)
+      for (const auto& [op, x] : r.by_op)
+        std::printf("  %-38s %8d %8.1f%%\n", op.c_str(), x.first, x.second * 100);
   }
-  std::printf("(|predicted - measured| / measured, out of sample: mlp files leave-one-file-out, collectives 2-fold)\n");
+  if (a.calibrate_on.empty())
+    std::printf("(|predicted - measured| / measured, out of sample: mlp and attention files leave-one-file-out, "
+                "collectives 2-fold)\n");
+  else
+    std::printf("(|predicted - measured| / measured: efficiencies fitted on %s (%s), %s priced from its datasheet "
+                "entry alone; collectives by the analytical model)\n",
+                a.calibrate_on.c_str(), sim::find_gpu(from).name.c_str(), sim::find_gpu(a.hardware).name.c_str());
+}
+
+void print_calibration(const sim::Calibration& c) {
+  std::printf("gemm: eff_max %.4f m_half %.2f mem_eff %.4f latency_us %.2f cache_gain %.3f cache_fraction %.3f\n",
+              c.gemm.eff_max, c.gemm.m_half, c.gemm.mem_eff, c.gemm.latency_s * 1e6, c.gemm.cache_gain,
+              c.gemm.cache_fraction);
+  auto e = [](const char* n, const sim::ElementwiseCalibration& x) {
+    std::printf("%s: bw_eff %.4f latency_us %.2f\n", n, x.bw_eff, x.latency_s * 1e6);
+  };
+  e("norm", c.norm), e("add", c.add), e("act", c.act), e("rope", c.rope), e("emb", c.emb);
+  std::printf("attention: compute_eff %.4f mem_eff %.4f latency_us %.2f\n", c.attn_compute_eff, c.attn_mem_eff,
+              c.attn_latency_s * 1e6);
+  auto k = [](const char* n, const sim::CollectiveCalibration& x) {
+    std::printf("%s: latency_us %.2f hop_latency_us %.2f bw_eff %.4f\n", n, x.latency_s * 1e6, x.hop_latency_s * 1e6,
+                x.bw_eff);
+  };
+  k("all_reduce", c.all_reduce), k("all_gather", c.all_gather), k("all_to_all", c.all_to_all),
+      k("send_recv", c.send_recv), k("broadcast", c.broadcast), k("net", c.net);
+  std::printf("step overhead: %.2f us + %.3f us per sequence + %.4f us per token\n", c.step_overhead_s * 1e6,
+              c.step_overhead_per_seq_s * 1e6, c.step_overhead_per_token_s * 1e6);
 }
 
 void run_calibrate(const ValidateArgs& a) {
   const auto files = sim::read_measurements(a.dir);
   std::vector<const sim::MeasurementFile*> all;
   for (const auto& f : files) all.push_back(&f);
-  const auto c = sim::fit_calibration(all, sim::find_gpu(a.hardware), sim::default_calibration());
-  std::printf("gemm: eff_max %.4f m_half %.2f mem_eff %.4f latency_us %.2f\n", c.gemm.eff_max, c.gemm.m_half,
-              c.gemm.mem_eff, c.gemm.latency_s * 1e6);
-  auto e = [](const char* n, const sim::ElementwiseCalibration& x) {
-    std::printf("%s: bw_eff %.4f latency_us %.2f\n", n, x.bw_eff, x.latency_s * 1e6);
-  };
-  e("norm", c.norm), e("add", c.add), e("act", c.act), e("rope", c.rope), e("emb", c.emb);
-  auto k = [](const char* n, const sim::CollectiveCalibration& x) {
-    std::printf("%s: latency_us %.2f bw_eff %.4f\n", n, x.latency_s * 1e6, x.bw_eff);
-  };
-  k("all_reduce", c.all_reduce), k("send_recv", c.send_recv), k("net", c.net);
+  print_calibration(sim::fit_calibration(all, sim::find_gpu(a.hardware), sim::default_calibration()));
+}
+
+// The dtype a run prices: --dtype, or its default for the hardware (sim/profile.h).
+std::string dtype_shown(const std::string& dtype, const std::string& hardware) {
+  if (!dtype.empty()) return dtype;
+  return sim::is_profile_hardware(hardware) ? "f32" : "fp8";
 }
 
 struct RunArgs {
   std::string model = "llama-3-70b";
   std::string hardware = "h200x8";
-  std::string dtype = "fp8";
+  std::string dtype;  // "": fp8 on GPUs, f32 on a loom profile
+  std::string comm = "local";  // loom profile hardware: the collectives' backend
   std::string plan = "tp=8";
   std::string policy = "fixed";
   std::string trace;
@@ -123,24 +163,28 @@ std::vector<TraceRequest> load_trace(const RunArgs& a) {
                           LengthDist::fixed(a.output_len), a.seed + 2);
 }
 
-sim::SimPlan plan_with_policy(const RunArgs& a) {
-  sim::SimPlan p = sim::SimPlan::parse(a.plan);
-  if (a.policy == "shift") {
-    if (p.base.sp == 1) fail("--policy shift needs an sp x tp plan (e.g. --plan sp=8), found ", a.plan);
-    p.shift = true;
-  } else if (a.policy != "fixed") {
-    fail("unknown --policy '", a.policy, "' (fixed, shift)");
-  }
-  if (p.shift) p.shift_threshold = a.threshold;
-  return p;
+// The plan in loom::Plan's string form (the engine's); the Shift threshold is an option of the
+// policy, not a plan key.
+Plan parse_sim_plan(const std::string& text) {
+  if (text.find("threshold=") != std::string::npos)
+    fail("plan '", text, "': the Shift threshold is not a plan key; give --policy shift --threshold N");
+  return Plan::parse(text);
+}
+
+void set_plan_and_policy(const RunArgs& a, sim::SimConfig& cfg) {
+  cfg.plan = parse_sim_plan(a.plan);
+  cfg.policy = a.policy;
+  if (a.threshold < 0) fail("--threshold must be >= 0 tokens, got ", a.threshold);
+  cfg.shift_threshold = a.threshold;
+  cfg.plan_set();  // names a bad policy, or shift without an sp x tp plan, up front
+  // loom's CPU engine (a profile) steps its DP replicas together; GPU engines run them apart.
+  if (sim::is_profile_hardware(a.hardware)) cfg.dp_mode = sim::DpMode::Lockstep;
 }
 
 void run_sim(const RunArgs& a) {
-  sim::CostModelOptions opt;
-  opt.weight_dtype = sim::parse_sim_dtype(a.dtype);
-  const sim::CostModel cm(sim::find_model(a.model), sim::parse_node(a.hardware), opt);
   sim::SimConfig cfg;
-  cfg.plan = plan_with_policy(a);
+  set_plan_and_policy(a, cfg);
+  const sim::CostModel cm = sim::hardware_cost_model(sim::find_model(a.model), a.hardware, a.dtype, cfg.plan, a.comm);
   cfg.max_tokens_per_step = a.max_tokens_per_step;
   cfg.max_num_seqs = a.max_num_seqs;
   const auto trace = load_trace(a);
@@ -172,7 +216,8 @@ void run_sim(const RunArgs& a) {
   }
   const auto& s = r.summary;
   std::printf("%s on %s (%s), plan %s: %lld requests, %lld completed, %lld rejected\n", a.model.c_str(),
-              cm.node().name().c_str(), a.dtype.c_str(), cfg.plan.name().c_str(), (long long)s.num_requests,
+              cm.node().name().c_str(), dtype_shown(a.dtype, a.hardware).c_str(), cfg.describe().c_str(),
+              (long long)s.num_requests,
               (long long)s.num_completed, (long long)s.num_rejected);
   std::printf("  TTFT ms  p50 %.1f  p90 %.1f  p99 %.1f\n", s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99);
   std::printf("  TPOT ms  p50 %.2f  p90 %.2f  p99 %.2f\n", s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99);
@@ -180,9 +225,79 @@ void run_sim(const RunArgs& a) {
               s.output_tokens_per_s, r.total_tokens_per_s, (long long)s.num_steps, (long long)s.num_preemptions);
   std::printf("  memory: %.1f GB weights per GPU, KV for %lld tokens per replica x %d replicas\n",
               r.memory.weight_bytes_per_gpu / 1e9, (long long)r.memory.kv_capacity_tokens, r.num_replicas);
-  for (const auto& u : r.plan_use)
-    std::printf("  config %-12s %lld steps, %.1f s busy\n", u.config.c_str(), (long long)u.steps, u.busy_s);
+  for (const auto& u : r.plan_use) {
+    std::printf("  plan %-18s %lld steps, %.1f s busy", u.config.c_str(), (long long)u.steps, u.busy_s);
+    if (u.switches_to > 0)
+      std::printf(", %lld switches into it moving %lld KV bytes in %.3f s", (long long)u.switches_to,
+                  (long long)u.kv_bytes_moved, u.switch_s);
+    std::printf("\n");
+  }
   std::printf("  simulated %.0f requests per second (%.2f s host time)\n", r.sim_requests_per_s, r.wall_s);
+}
+
+struct ValidateEngineArgs {
+  std::string model;
+  std::string profile;
+  std::string trace;
+  std::string synthetic;  // as sim run: poisson:RATE | gamma:RATE:CV | bursty:RATE:ON:OFF | batch
+  int64_t num_requests = 24;
+  int prompt_len = 64, output_len = 16;
+  double rate_scale = 1.0;
+  uint64_t seed = 1;
+  std::vector<std::string> plans;
+  std::string policy = "fixed";
+  int64_t threshold = -1;
+  int max_num_seqs = 16;
+  int max_tokens_per_step = 256;
+  int64_t kv_cache_bytes = 64 << 20;
+  int max_model_len = 0;
+  bool json = false;
+};
+
+void run_validate_engine(const ValidateEngineArgs& a) {
+  if (a.profile.empty())
+    fail("give --profile DIR (a profile of this machine: `loom profile -o DIR --model ", a.model, "`)");
+  if (a.plans.empty()) fail("give at least one --plan (e.g. --plan tp=2 --plan dp=2 --plan sp=2@shift)");
+  const sim::MachineProfile profile = sim::read_profile(a.profile);
+  const ModelConfig mc = sim::find_model(a.model);
+  sim::EngineValidationOptions o;
+  o.model_path = a.model;
+  o.seed = a.seed;
+  o.max_num_seqs = a.max_num_seqs;
+  o.max_tokens_per_step = a.max_tokens_per_step;
+  o.kv_cache_bytes = a.kv_cache_bytes;
+  o.max_model_len = a.max_model_len;
+  o.shift_threshold = a.threshold;
+  // The trace, clipped to the model's context (both sides run the clipped lengths).
+  RunArgs ra;
+  ra.trace = a.trace;
+  ra.synthetic = a.synthetic;
+  ra.num_requests = a.num_requests;
+  ra.prompt_len = a.prompt_len;
+  ra.output_len = a.output_len;
+  ra.seed = a.seed;
+  ra.rate_scale = a.rate_scale;
+  ra.max_requests = a.trace.empty() ? -1 : a.num_requests;
+  std::vector<TraceRequest> trace = load_trace(ra);
+  TraceOptions clip;
+  clip.max_context = a.max_model_len > 0 ? a.max_model_len : mc.max_seq_len;
+  clip.clip = true;
+  apply_trace_options(&trace, clip);
+  o.trace = std::move(trace);
+  std::vector<sim::EnginePlan> plans;
+  for (const auto& p : a.plans) plans.push_back(sim::EnginePlan::parse(p, a.policy));
+  const auto rows = sim::validate_engine(profile, o, plans, [&](const std::string& line) {
+    if (!a.json) std::fprintf(stderr, "[validate-engine] %s\n", line.c_str());
+  });
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model}, {"profile", a.profile}, {"requests", o.trace.size()}};
+    j["plans"] = nlohmann::json::array();
+    for (const auto& r : rows) j["plans"].push_back(sim::to_json(r));
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s: %zu requests, profile %s; error = (simulated - engine) / engine\n%s", a.model.c_str(),
+              o.trace.size(), a.profile.c_str(), sim::to_text(rows).c_str());
 }
 
 struct ExperimentArgs {
@@ -204,26 +319,33 @@ void run_experiment(const ExperimentArgs& a) {
 struct PlanArgs {
   std::string model = "llama-3-70b";
   std::string hardware = "h200x8";
-  std::string dtype = "fp8";
+  std::string dtype;  // "": fp8 on GPUs, f32 on a loom profile
   int input_tokens = 4096, output_tokens = 250, num_requests = 512;
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
   bool json = false;
 };
 
-// Every plan shape for n GPUs: dp x (tp, sp x tp, pp, tp x pp), and Shift over each sp x tp.
-std::vector<std::string> candidate_plans(int n) {
-  std::vector<std::string> out;
+struct Candidate {
+  std::string plan;    // loom::Plan string form
+  std::string policy;  // fixed | shift
+  std::string label() const { return policy == "fixed" ? plan : plan + " +shift"; }
+};
+
+// Every plan shape for n GPUs: dp x (tp, sp x tp, pp, tp x pp), and the Shift policy over each
+// sp x tp.
+std::vector<Candidate> candidate_plans(int n) {
+  std::vector<Candidate> out;
   for (int dp = 1; dp <= n; dp *= 2) {
     const int g = n / dp;
     if (dp * g != n) continue;
     const std::string pre = dp > 1 ? cat("dp=", dp, ",") : "";
     for (int tp = 1; tp <= g; tp *= 2) {
       const int rest = g / tp;
-      if (rest == 1) out.push_back(pre + cat("tp=", tp));
+      if (rest == 1) out.push_back({pre + cat("tp=", tp), "fixed"});
       else {
-        out.push_back(pre + cat("sp=", rest, ",tp=", tp));
-        out.push_back(cat("shift:", pre, "sp=", rest, ",tp=", tp));
-        out.push_back(pre + cat("tp=", tp, ",pp=", rest));
+        out.push_back({pre + cat("sp=", rest, ",tp=", tp), "fixed"});
+        out.push_back({pre + cat("sp=", rest, ",tp=", tp), "shift"});
+        out.push_back({pre + cat("tp=", tp, ",pp=", rest), "fixed"});
       }
     }
   }
@@ -233,7 +355,7 @@ std::vector<std::string> candidate_plans(int n) {
 void run_plan(const PlanArgs& a) {
   const sim::NodeSpec node = sim::parse_node(a.hardware);
   struct Point {
-    std::string plan;
+    Candidate c;
     sim::LatencyThroughput v;
   };
   std::vector<Point> pts;
@@ -241,14 +363,15 @@ void run_plan(const PlanArgs& a) {
   int done = 0;
   for (const auto& p : cands) {
     ++done;
-    std::fprintf(stderr, "\r[%d/%zu] %-24s", done, cands.size(), p.c_str());
+    if (!a.json) std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
     try {
-      pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p, a.input_tokens, a.output_tokens, a.num_requests)});
+      pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p.plan, p.policy, a.input_tokens,
+                                          a.output_tokens, a.num_requests)});
     } catch (const Error& e) {
       // A plan that does not divide the model or whose weights do not fit is not a candidate.
     }
   }
-  std::fprintf(stderr, "\n");
+  if (!a.json) std::fprintf(stderr, "\n");
   auto dominates = [](const sim::LatencyThroughput& x, const sim::LatencyThroughput& y) {
     const bool ge = x.ttft_ms <= y.ttft_ms && x.tpot_ms <= y.tpot_ms && x.throughput_tok_s >= y.throughput_tok_s;
     const bool gt = x.ttft_ms < y.ttft_ms || x.tpot_ms < y.tpot_ms || x.throughput_tok_s > y.throughput_tok_s;
@@ -270,17 +393,17 @@ void run_plan(const PlanArgs& a) {
     nlohmann::json j;
     j["pareto"] = nlohmann::json::array();
     for (const auto& p : pareto)
-      j["pareto"].push_back({{"plan", p.plan}, {"ttft_ms", p.v.ttft_ms}, {"tpot_ms", p.v.tpot_ms}, {"throughput_tok_s", p.v.throughput_tok_s}});
-    j["best"] = best ? nlohmann::json(best->plan) : nlohmann::json(nullptr);
+      j["pareto"].push_back({{"plan", p.c.plan}, {"policy", p.c.policy}, {"ttft_ms", p.v.ttft_ms}, {"tpot_ms", p.v.tpot_ms}, {"throughput_tok_s", p.v.throughput_tok_s}});
+    j["best"] = best ? nlohmann::json{{"plan", best->c.plan}, {"policy", best->c.policy}} : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("%s on %s (%s), %d in / %d out: %zu plans priced, %zu on the Pareto set over (TTFT, TPOT, throughput):\n",
-              a.model.c_str(), node.name().c_str(), a.dtype.c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
+              a.model.c_str(), node.name().c_str(), dtype_shown(a.dtype, a.hardware).c_str(), a.input_tokens, a.output_tokens, pts.size(), pareto.size());
   std::printf("  %-26s %10s %10s %14s\n", "plan", "TTFT ms", "TPOT ms", "tok/s");
   for (const auto& p : pareto)
-    std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.plan.c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
-  if (best) std::printf("best for SLO (TTFT <= %g ms, TPOT <= %g ms; 0 = none): %s\n", a.slo_ttft_ms, a.slo_tpot_ms, best->plan.c_str());
+    std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.c.label().c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
+  if (best) std::printf("best for SLO (TTFT <= %g ms, TPOT <= %g ms; 0 = none): %s\n", a.slo_ttft_ms, a.slo_tpot_ms, best->c.label().c_str());
   else std::printf("no plan meets the SLO (TTFT <= %g ms, TPOT <= %g ms)\n", a.slo_ttft_ms, a.slo_tpot_ms);
 }
 
@@ -292,9 +415,20 @@ void register_sim(CLI::App& app) {
 
   auto* val = sim->add_subcommand("validate", "Cost model error against measured operator/collective times");
   auto va = std::make_shared<ValidateArgs>();
-  val->add_option("--hardware", va->hardware, "GPU the measurements were taken on")->capture_default_str();
-  val->add_option("--measurements", va->dir, "Folder of mlp_*.csv / all_reduce_*.csv / send_recv_*.csv")->required();
-  val->add_flag("--json", va->json, "One JSON object per file: file, median, p90");
+  val->add_option("--hardware", va->hardware,
+                  "GPU the measurements were taken on (catalog name, hardware entry JSON or loom profile folder); "
+                  "with --calibrate-on: the GPU to predict")
+      ->capture_default_str();
+  val->add_option("--measurements", va->dir,
+                  "Folder of mlp_*, attention_*, <collective>_* and step_overhead_* .csv files")
+      ->required();
+  val->add_option("--calibrate-on", va->calibrate_on,
+                  "Fit the efficiencies on this folder instead (another machine's measurements) and predict "
+                  "--measurements from --hardware's datasheet entry alone");
+  val->add_option("--calibrate-hardware", va->calibrate_hardware,
+                  "What --calibrate-on was measured on (default: its hardware.json, or its folder name)");
+  val->add_flag("--json", va->json, "One JSON object per file: file, median, p90, samples");
+  val->add_flag("--by-op", va->by_op, "Also the median error of each operation");
   set_action(val, [va] { run_validate(*va); });
 
   auto* calib = sim->add_subcommand("calibrate", "Fit the cost model's calibration to measurements and print it");
@@ -306,10 +440,19 @@ void register_sim(CLI::App& app) {
   auto* run = sim->add_subcommand("run", "Simulate a trace on a model, hardware and plan");
   auto ra = std::make_shared<RunArgs>();
   run->add_option("--model", ra->model, "Catalog name or path to an HF config.json")->capture_default_str();
-  run->add_option("--hardware", ra->hardware, "Node: GPU x count (h200x8, a100x4:pairwise, l4x2)")->capture_default_str();
-  run->add_option("--dtype", ra->dtype, "Weights: bf16, fp8, fp4")->capture_default_str();
-  run->add_option("--plan", ra->plan, "Layout: tp=8, dp=8, sp=8, sp=4,tp=2, pp=2, tp=2,pp=2, shift:sp=8")->capture_default_str();
-  run->add_option("--policy", ra->policy, "fixed, or shift (Shift over an sp x tp plan)")->capture_default_str();
+  run->add_option("--hardware", ra->hardware,
+                  "Node: GPU x count (h200x8, a100x4:pairwise, l4x2), a hardware entry JSON, or a loom profile "
+                  "folder (loom's CPU engine on that machine)")
+      ->capture_default_str();
+  run->add_option("--dtype", ra->dtype, "Weights: bf16, fp8 (default), fp4; on a loom profile f32 (default), f16, bf16, q8_0");
+  run->add_option("--comm", ra->comm, "On a loom profile: the collectives' backend, local or mpi")->capture_default_str();
+  run->add_option("--plan", ra->plan,
+                  "Layout, as the engine's --plan: tp=8, dp=8, sp=8, sp=4,tp=2, pp=2, tp=2,pp=2, "
+                  "shift:sp=8 (the shift config alone)")
+      ->capture_default_str();
+  run->add_option("--policy", ra->policy,
+                  "fixed, shift (Shift Algorithm 2 over an sp x tp plan), cycle:N, or alternate | random:SEED")
+      ->capture_default_str();
   run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
   run->add_option("--trace", ra->trace, "Azure CSV, Mooncake JSONL or lengths CSV");
   run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
@@ -326,6 +469,30 @@ void register_sim(CLI::App& app) {
   run->add_flag("--quiet", ra->quiet, "No progress bar");
   set_action(run, [ra] { run_sim(*ra); });
 
+  auto* ve = sim->add_subcommand("validate-engine",
+                                 "Run the same requests through the real engine and the profile-calibrated simulator "
+                                 "and print the relative error per plan");
+  auto vea = std::make_shared<ValidateEngineArgs>();
+  ve->add_option("--model", vea->model, "Model file loom can load (llama2.c, GGUF, safetensors)")->required();
+  ve->add_option("--profile", vea->profile, "Profile of this machine (`loom profile -o DIR --model PATH`)");
+  ve->add_option("--trace", vea->trace, "Azure CSV, Mooncake JSONL or lengths CSV (clipped to the context)");
+  ve->add_option("--synthetic", vea->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
+  ve->add_option("--num-requests", vea->num_requests, "Synthetic: requests; trace: the first N")->capture_default_str();
+  ve->add_option("--prompt-len", vea->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
+  ve->add_option("--output-len", vea->output_len, "Synthetic: output tokens")->capture_default_str();
+  ve->add_option("--rate-scale", vea->rate_scale, "Multiply the arrival rate")->capture_default_str();
+  ve->add_option("--seed", vea->seed, "Seed of the synthetic arrivals, lengths and prompt ids")->capture_default_str();
+  ve->add_option("--plan", vea->plans, "Plan to compare, PLAN or PLAN@POLICY (repeatable: --plan tp=2 --plan dp=2 "
+                                       "--plan sp=2@shift)");
+  ve->add_option("--policy", vea->policy, "Policy of plans without @POLICY")->capture_default_str();
+  ve->add_option("--shift-threshold", vea->threshold, "Shift threshold (default: from the profile's cost model)");
+  ve->add_option("--max-num-seqs", vea->max_num_seqs, "Running sequences per replica")->capture_default_str();
+  ve->add_option("--max-tokens-per-step", vea->max_tokens_per_step, "Chunked-prefill budget")->capture_default_str();
+  ve->add_option("--kv-cache-bytes", vea->kv_cache_bytes, "KV cache per rank (both sides)")->capture_default_str();
+  ve->add_option("--max-model-len", vea->max_model_len, "Context limit (0: the model's)");
+  ve->add_flag("--json", vea->json, "Machine-readable output");
+  set_action(ve, [vea] { run_validate_engine(*vea); });
+
   auto* exp = sim->add_subcommand("experiment", "Named reproductions of papers' figures");
   auto ea = std::make_shared<ExperimentArgs>();
   exp->add_option("name", ea->name, "Experiment name (see --list)");
@@ -338,8 +505,9 @@ void register_plan(CLI::App& app) {
   auto* plan = app.add_subcommand("plan", "Search layouts: Pareto set over TTFT, TPOT, throughput, best for SLOs");
   auto pa = std::make_shared<PlanArgs>();
   plan->add_option("--model", pa->model, "Catalog name or path to an HF config.json")->capture_default_str();
-  plan->add_option("--hardware", pa->hardware, "Node, e.g. h200x8")->capture_default_str();
-  plan->add_option("--dtype", pa->dtype, "bf16, fp8, fp4")->capture_default_str();
+  plan->add_option("--hardware", pa->hardware, "Node, e.g. h200x8, or a loom profile folder (DIR or DIRxN ranks)")
+      ->capture_default_str();
+  plan->add_option("--dtype", pa->dtype, "bf16, fp8 (default), fp4; on a loom profile f32 (default), f16, bf16, q8_0");
   plan->add_option("--input-tokens", pa->input_tokens, "Prompt tokens per request")->capture_default_str();
   plan->add_option("--output-tokens", pa->output_tokens, "Output tokens per request")->capture_default_str();
   plan->add_option("--num-requests", pa->num_requests, "Requests in the throughput run")->capture_default_str();

@@ -1,6 +1,7 @@
 #include "cli/layout_cli.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "engine/policy.h"
@@ -8,6 +9,7 @@
 #include "kernels/roofline.h"
 #include "model/weights.h"
 #include "parallel/plan_set.h"
+#include "sim/profile.h"
 #include "sim/shift_threshold.h"
 
 namespace loom::cli {
@@ -29,12 +31,16 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "Weights of plans whose shards overlap (the Shift pair): separate (own copies, w/t + w/P) or "
                   "slice (views of the first copy, w/t)")
       ->capture_default_str();
+  sub->add_option("--profile", a.profile,
+                  "Profile of this machine (loom profile -o DIR): the default --shift-threshold from its cost model");
 }
 
 int layout_ranks(const LayoutArgs& a, int ranks, int block_size) {
   check_policy_name(a.policy);
   parse_shift_weights(a.weights);
   if (a.threshold < -1) fail("--shift-threshold must be >= 0 tokens, got ", a.threshold);
+  if (!a.profile.empty() && !sim::is_profile(a.profile))
+    fail("--profile ", a.profile, " is not a loom profile folder (no hardware.json from `loom profile -o DIR`)");
   if (a.plans.empty()) return ranks;
   const std::vector<Plan> plans = policy_plans(a.policy, PlanSet::parse(a.plans));
   check_block_sizes(plans, block_size);
@@ -48,19 +54,27 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
   o.policy = a.policy;
   o.shift_threshold = a.threshold;
   o.shift_weights = a.weights;
-  o.default_shift_threshold = [](const Model& m, const Plan& plan, int threads) -> int64_t {
+  const std::string profile = a.profile;
+  o.default_shift_threshold = [profile](const Model& m, const Plan& plan, int threads) -> int64_t {
+    const DType wdt = m.layers.at(0).w_up.dtype;
+    const int max_tokens = 8192;
+    if (!profile.empty()) {
+      // The ranks talk over MPI when mpirun started this process (the profile's mpi collectives).
+      const std::string backend = std::getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "local";
+      const sim::ShiftThreshold t = sim::default_shift_threshold(m.config, wdt, plan, profile, backend, 0, 0, max_tokens);
+      std::fprintf(stderr, "[shift threshold %lld tokens: %s; --shift-threshold overrides]\n", (long long)t.threshold,
+                   t.explain.c_str());
+      return t.threshold;
+    }
     // This machine's roofline, one rank's share: `threads` cores (64 MiB buffers: a quick probe).
     kernels::Roofline roof(threads, size_t(64) << 20);
     const double bw = roof.memcpy_bandwidth(threads, 3), flops = roof.peak_flops(threads, 3);
-    const WeightView& up = m.layers.at(0).w_up;
-    const double weight_bytes = double(up.bytes()) / double(up.rows * up.cols);
-    const sim::CostModel cm = sim::cpu_cost_model(m.config, weight_bytes, bw, flops, 0, plan.size());
-    const int max_tokens = 8192;
-    const sim::ShiftThreshold t = sim::derive_shift_threshold(cm, plan.sp, plan.tp, max_tokens);
+    const sim::ShiftThreshold t = sim::default_shift_threshold(m.config, wdt, plan, "", "local", bw, flops, max_tokens);
     std::fprintf(stderr,
                  "[shift threshold %lld tokens: %s; measured per rank: memcpy %.1f GB/s, peak %.1f GFLOP/s, "
-                 "%.2f bytes per weight; --shift-threshold overrides]\n",
-                 (long long)t.threshold, t.explain.c_str(), bw / 1e9, flops / 1e9, weight_bytes);
+                 "%s weights; --shift-threshold overrides, --profile DIR calibrates]\n",
+                 (long long)t.threshold, t.explain.c_str(), bw / 1e9, flops / 1e9,
+                 std::string(dtype_name(wdt)).c_str());
     return t.threshold;
   };
 }

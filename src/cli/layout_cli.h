@@ -7,6 +7,8 @@
 //                            measured memcpy bandwidth and peak FLOP/s, kernels/roofline.h, as a
 //                            CPU device of the simulator, sim/shift_threshold.h), printed at start
 //   --shift-weights separate|slice                        engine/shard_weights.h
+//   --profile DIR            the default threshold from the cost model calibrated by a loom profile
+//                            of this machine (`loom profile -o DIR`, sim/profile.h) instead
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,6 +27,7 @@ struct LayoutArgs {
   std::string policy = "fixed";
   int64_t threshold = -1;
   std::string weights = "separate";
+  std::string profile;
   // Anything beyond one rank running tp=1 with the fixed policy.
   bool given() const {
     return !(plans.empty() || (plans.size() == 1 && plans[0] == "tp=1")) || policy != "fixed" || threshold >= 0 ||

@@ -19,6 +19,7 @@ void register_all(CLI::App& app) {
   register_synth(app);
   register_sim(app);
   register_plan(app);
+  register_profile(app);
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: offline throughput, or a live server over HTTP");
   bench->require_subcommand(1);
   register_bench_offline(*bench);

@@ -81,19 +81,68 @@ Elementwise elementwise_kind(const std::string& op) {
   return Elementwise::Emb;
 }
 
-MeasurementFile read_mlp(const std::string& path) {
-  const Csv csv = read_csv(path);
-  MeasurementFile f;
-  f.path = path;
-  f.name = std::filesystem::path(path).filename().string();
-  f.kind = MeasurementFile::Mlp;
-  auto need = [&](const char* name) {
+// Output columns of a GEMM sample in all (QKV: query + 2 KV; gated gate+up: twice).
+double gemm_columns(const OpSample& s) {
+  if (s.op == "attn_pre_proj") return s.n + 2 * s.n2;
+  if (s.op == "mlp_up_proj") return s.n2 != 0 ? 2 * s.n : s.n;
+  return s.n;
+}
+
+// Column lookup that names the file and the column when it is missing.
+struct Columns {
+  const Csv& csv;
+  const std::string& path;
+  int need(const char* name) const {
     const int c = csv.find(name);
     if (c < 0) fail("measurement file '", path, "': missing column '", name, "'");
     return c;
+  }
+};
+
+MeasurementFile new_file(const std::string& path, MeasurementFile::Kind kind) {
+  MeasurementFile f;
+  f.path = path;
+  f.name = std::filesystem::path(path).filename().string();
+  f.kind = kind;
+  return f;
+}
+
+// The optional engine columns of loom's profiles (first data row; constant in a file).
+void read_engine_columns(const Csv& csv, MeasurementFile& f) {
+  if (csv.rows.empty()) return;
+  const auto& row = csv.rows.front();
+  auto text = [&](const char* name) -> std::string {
+    const int c = csv.find(name);
+    return c >= 0 && c < int(row.size()) ? row[size_t(c)] : std::string();
   };
-  const int c_h = need("n_head"), c_kv = need("n_kv_head"), c_d = need("n_embd"), c_f = need("n_expanded_embd"),
-            c_g = need("use_gated_mlp"), c_m = need("num_tokens"), c_tp = need("num_tensor_parallel_workers");
+  auto num = [&](const char* name, double dflt) {
+    const std::string t = text(name);
+    if (t.empty()) return dflt;
+    const double v = to_num(t, f.path, name);
+    if (!(v > 0)) fail("measurement file '", f.path, "': ", name, " = ", v, " must be > 0");
+    return v;
+  };
+  f.weight_bytes = num("weight_bytes", 2.0);
+  f.concurrent_ranks = int(num("concurrent_ranks", 1.0));
+  f.act_bytes = num("act_bytes", 2.0);
+  f.kv_bytes = num("kv_bytes", f.act_bytes);
+  if (const std::string w = text("weight_dtype"); !w.empty()) f.weight_dtype = w;
+  const std::string k = text("kernels");
+  if (k == "loom_cpu") f.kernels = StepKernels::LoomCpu;
+  else if (k.empty() || k == "fused_gpu") f.kernels = StepKernels::FusedGpu;
+  else fail("measurement file '", f.path, "': kernels '", k, "' is not fused_gpu or loom_cpu");
+}
+
+MeasurementFile read_mlp(const std::string& path) {
+  const Csv csv = read_csv(path);
+  MeasurementFile f = new_file(path, MeasurementFile::Mlp);
+  read_engine_columns(csv, f);
+  const Columns cols{csv, path};
+  const int c_h = cols.need("n_head"), c_kv = cols.need("n_kv_head"), c_d = cols.need("n_embd"),
+            c_f = cols.need("n_expanded_embd"), c_g = cols.need("use_gated_mlp"), c_m = cols.need("num_tokens"),
+            c_tp = cols.need("num_tensor_parallel_workers");
+  const double ab = f.act_bytes;
+  const int c_ws = csv.find("working_set_bytes");
   for (int r = 0; r < int(csv.rows.size()); ++r) {
     const auto& row = csv.rows[r];
     if (row.size() < csv.header.size()) continue;
@@ -111,36 +160,71 @@ MeasurementFile read_mlp(const std::string& path) {
       s.op = op;
       s.measured_s = ms * 1e-3;
       s.row = r;
+      if (c_ws >= 0 && !row[c_ws].empty()) s.working_set = num(c_ws);
       const std::string o = op;
-      if (o == "attn_pre_proj") s.m = m, s.k = d, s.n = (h / tp + 2 * kv_tp) * hd;
+      if (o == "attn_pre_proj") s.m = m, s.k = d, s.n = h / tp * hd, s.n2 = kv_tp * hd;
       else if (o == "attn_post_proj") s.m = m, s.k = h / tp * hd, s.n = d;
-      else if (o == "mlp_up_proj") s.m = m, s.k = d, s.n = (gated ? 2 : 1) * F / tp;
+      else if (o == "mlp_up_proj") s.m = m, s.k = d, s.n = F / tp, s.n2 = gated ? 1 : 0;
       else if (o == "mlp_down_proj") s.m = m, s.k = F / tp, s.n = d;
-      // Element-wise bytes (bf16): read + write of each tensor, as CostModel::price() uses them.
-      else if (o == "input_layernorm" || o == "post_attention_layernorm") s.k = m * d * 2 * 2;
-      else if (o == "add") s.k = m * d * 3 * 2;
-      else if (o == "mlp_act") s.k = m * (F / tp) * (gated ? 3 : 2) * 2;
-      else if (o == "attn_rope") s.k = m * (h / tp + kv_tp) * hd * 2 * 2;
-      else if (o == "emb") s.k = m * d * 2 * 2;
+      // Element-wise bytes: read + write of each tensor, as CostModel::price() uses them.
+      else if (o == "input_layernorm" || o == "post_attention_layernorm") s.k = m * d * ab * 2;
+      else if (o == "add") s.k = m * d * ab * 3;
+      else if (o == "mlp_act") s.k = m * (F / tp) * (gated ? 3 : 2) * ab;
+      else if (o == "attn_rope") s.k = m * (h / tp + kv_tp) * hd * ab * 2;
+      else if (o == "emb") s.k = m * d * ab * 2;
       f.samples.push_back(s);
     }
   }
   return f;
 }
 
+MeasurementFile read_attention(const std::string& path) {
+  const Csv csv = read_csv(path);
+  MeasurementFile f = new_file(path, MeasurementFile::Attention);
+  read_engine_columns(csv, f);
+  const Columns cols{csv, path};
+  const int c_h = cols.need("n_q_head"), c_kv = cols.need("n_kv_head"), c_d = cols.need("n_embd"),
+            c_tp = cols.need("num_tensor_parallel_workers"),
+            c_b = cols.need("batch_size"), c_chunk = cols.need("prefill_chunk_size"),
+            c_ctx = cols.need("kv_cache_size"), c_pf = cols.need("is_prefill");
+  const int c_pf_t = csv.find("time_stats.attn_prefill.median"), c_dec_t = csv.find("time_stats.attn_decode.median");
+  if (c_pf_t < 0 && c_dec_t < 0)
+    fail("measurement file '", path, "': missing column 'time_stats.attn_prefill.median' or 'time_stats.attn_decode.median'");
+  for (int r = 0; r < int(csv.rows.size()); ++r) {
+    const auto& row = csv.rows[r];
+    if (row.size() < csv.header.size()) continue;
+    auto num = [&](int c) { return to_num(row[c], path, csv.header[c]); };
+    const bool prefill = num(c_pf) != 0;
+    const int tc = prefill ? c_pf_t : c_dec_t;
+    if (tc < 0 || row[tc].empty()) continue;
+    const double ms = num(tc);
+    if (!(ms > 0)) continue;
+    const double tp = num(c_tp);
+    OpSample s;
+    s.op = prefill ? "attn_prefill" : "attn_decode";
+    s.measured_s = ms * 1e-3;
+    s.row = r;
+    s.batch = int(num(c_b));
+    s.new_tokens = prefill ? int(num(c_chunk)) : 1;
+    s.context = int(num(c_ctx)) + s.new_tokens;
+    s.q_heads = int(num(c_h) / tp);
+    s.kv_heads = std::max(1, int(num(c_kv) / tp));
+    s.head_dim = int(num(c_d) / num(c_h));
+    if (s.batch < 1 || s.new_tokens < 1 || s.q_heads < 1)
+      fail("measurement file '", path, "': row ", r + 1, " has batch_size ", s.batch, ", ", s.new_tokens,
+           " new tokens and ", s.q_heads, " query heads per GPU (each must be >= 1)");
+    f.samples.push_back(s);
+  }
+  return f;
+}
+
 MeasurementFile read_collective(const std::string& path) {
   const Csv csv = read_csv(path);
-  MeasurementFile f;
-  f.path = path;
-  f.name = std::filesystem::path(path).filename().string();
-  f.kind = MeasurementFile::Collective;
-  auto need = [&](const char* name) {
-    const int c = csv.find(name);
-    if (c < 0) fail("measurement file '", path, "': missing column '", name, "'");
-    return c;
-  };
-  const int c_coll = need("collective"), c_n = need("num_workers"), c_dpn = need("devices_per_node"),
-            c_size = need("size");
+  MeasurementFile f = new_file(path, MeasurementFile::Collective);
+  if (f.name.find("pairwise") != std::string::npos) f.topology = Topology::PairwiseNvlink;
+  const Columns cols{csv, path};
+  const int c_coll = cols.need("collective"), c_n = cols.need("num_workers"), c_dpn = cols.need("devices_per_node"),
+            c_size = cols.need("size");
   for (int r = 0; r < int(csv.rows.size()); ++r) {
     const auto& row = csv.rows[r];
     if (row.size() < csv.header.size()) continue;
@@ -161,12 +245,46 @@ MeasurementFile read_collective(const std::string& path) {
   return f;
 }
 
+MeasurementFile read_overhead(const std::string& path) {
+  const Csv csv = read_csv(path);
+  MeasurementFile f = new_file(path, MeasurementFile::Overhead);
+  const Columns cols{csv, path};
+  const int c_s = cols.need("num_seqs"), c_t = cols.need("num_tokens"),
+            c_ms = cols.need("time_stats.step_overhead.median");
+  for (int r = 0; r < int(csv.rows.size()); ++r) {
+    const auto& row = csv.rows[r];
+    if (row.size() < csv.header.size()) continue;
+    const double ms = to_num(row[c_ms], path, csv.header[c_ms]);
+    if (!(ms > 0)) continue;
+    OpSample s;
+    s.op = "step_overhead";
+    s.measured_s = ms * 1e-3;
+    s.m = to_num(row[c_s], path, "num_seqs");
+    s.k = to_num(row[c_t], path, "num_tokens");
+    s.row = r;
+    f.samples.push_back(s);
+  }
+  return f;
+}
+
 Collective collective_of(const std::string& op) {
   if (op == "all_reduce") return Collective::AllReduce;
   if (op == "send_recv") return Collective::SendRecv;
   if (op == "all_to_all") return Collective::AllToAll;
   if (op == "all_gather") return Collective::AllGather;
+  if (op == "broadcast") return Collective::Broadcast;
   fail("unknown collective '", op, "' in a measurement file");
+}
+
+CollectiveCalibration& calibration_of(Calibration& cal, Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return cal.all_reduce;
+    case Collective::AllToAll: return cal.all_to_all;
+    case Collective::AllGather: return cal.all_gather;
+    case Collective::SendRecv: return cal.send_recv;
+    case Collective::Broadcast: return cal.broadcast;
+  }
+  return cal.all_reduce;
 }
 
 // Median of a vector (reorders it).
@@ -184,24 +302,19 @@ double quantile_of(std::vector<double> v, double q) {
   return v[i];
 }
 
-// A model object for priming primitives: shapes are irrelevant to them.
-CostModel primitive_model(const GpuSpec& gpu, const Calibration& cal) {
-  NodeSpec node;
-  node.gpu = gpu;
-  node.gpus_per_node = 8;
-  node.topology = gpu.nvlink ? Topology::NvSwitch : Topology::Pcie;
-  CostModelOptions opt;
-  opt.custom_all_reduce = false;  // the measurements are plain NCCL
-  return CostModel(model_catalog().front().config, node, opt, cal);
-}
-
-// Minimises f over each parameter in turn on a grid around the current value.
+// Minimises f over each parameter in turn on a grid: the first pass over the whole bounds, each
+// later pass over half the previous width around the best value so far (so small parameters,
+// e.g. microsecond latencies of a CPU, are resolved as finely as large ones).
 void coordinate_search(std::vector<double*> params, std::vector<std::pair<double, double>> bounds,
-                       const std::function<double()>& f, int passes = 4, int steps = 24) {
+                       const std::function<double()>& f, int passes = 6, int steps = 24) {
   double best = f();
+  std::vector<double> width(params.size());
+  for (size_t i = 0; i < params.size(); ++i) width[i] = bounds[i].second - bounds[i].first;
   for (int pass = 0; pass < passes; ++pass) {
     for (size_t i = 0; i < params.size(); ++i) {
-      const auto [lo, hi] = bounds[i];
+      const auto [lo_b, hi_b] = bounds[i];
+      const double lo = std::max(lo_b, pass == 0 ? lo_b : *params[i] - width[i] / 2);
+      const double hi = std::min(hi_b, pass == 0 ? hi_b : *params[i] + width[i] / 2);
       double keep = *params[i];
       for (int k = 0; k <= steps; ++k) {
         *params[i] = lo + (hi - lo) * k / steps;
@@ -209,8 +322,88 @@ void coordinate_search(std::vector<double*> params, std::vector<std::pair<double
         if (v < best) best = v, keep = *params[i];
       }
       *params[i] = keep;
+      width[i] /= 2;
     }
   }
+}
+
+// A sample and the file it comes from (its element sizes and kernels matter to the prediction).
+struct Sample {
+  const MeasurementFile* file;
+  const OpSample* s;
+};
+
+// Median relative error of `cal` over `samples`, each predicted with a model for its file.
+double median_error(const std::vector<Sample>& samples, const GpuSpec& gpu, const Calibration& cal) {
+  std::map<const MeasurementFile*, CostModel> models;
+  std::vector<double> errs;
+  errs.reserve(samples.size());
+  for (const Sample& x : samples) {
+    auto it = models.find(x.file);
+    if (it == models.end()) it = models.emplace(x.file, measurement_model(gpu, cal, *x.file)).first;
+    errs.push_back(std::abs(predict_sample(it->second, *x.file, *x.s) - x.s->measured_s) / x.s->measured_s);
+  }
+  return median_of(errs);
+}
+
+// Least squares on relative errors: theta minimising sum_i ((x_i . theta - y_i) / y_i)^2 with
+// every coefficient >= 0 (a negative one is dropped, i.e. fixed at 0, and the rest refitted).
+std::vector<double> relative_least_squares(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
+  const size_t p = x.empty() ? 0 : x.front().size();
+  std::vector<size_t> use(p);
+  for (size_t i = 0; i < p; ++i) use[i] = i;
+  std::vector<double> coef(p, 0.0);
+  while (!use.empty()) {
+    const size_t n = use.size();
+    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+    for (size_t s = 0; s < x.size(); ++s) {
+      const double w = 1.0 / (y[s] * y[s]);
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) a[i][j] += w * x[s][use[i]] * x[s][use[j]];
+        a[i][n] += w * x[s][use[i]] * y[s];
+      }
+    }
+    // Gauss-Jordan with partial pivoting.
+    for (size_t c = 0; c < n; ++c) {
+      size_t piv = c;
+      for (size_t r = c + 1; r < n; ++r)
+        if (std::abs(a[r][c]) > std::abs(a[piv][c])) piv = r;
+      std::swap(a[c], a[piv]);
+      if (std::abs(a[c][c]) < 1e-300) continue;
+      for (size_t r = 0; r < n; ++r) {
+        if (r == c) continue;
+        const double f = a[r][c] / a[c][c];
+        for (size_t k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
+      }
+    }
+    std::fill(coef.begin(), coef.end(), 0.0);
+    std::vector<size_t> keep;
+    for (size_t i = 0; i < n; ++i) {
+      const double v = std::abs(a[i][i]) < 1e-300 ? 0.0 : a[i][n] / a[i][i];
+      coef[use[i]] = v;
+      if (v >= 0) keep.push_back(use[i]);
+    }
+    if (keep.size() == n) break;
+    use = keep;
+  }
+  for (auto& c : coef) c = std::max(0.0, c);
+  return coef;
+}
+
+// t = a + b * seqs + c * tokens (relative least squares).
+void fit_overhead(const std::vector<Sample>& samples, Calibration& cal) {
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  for (const Sample& s : samples) x.push_back({1.0, s.s->m, s.s->k}), y.push_back(s.s->measured_s);
+  const std::vector<double> c = relative_least_squares(x, y);
+  cal.step_overhead_s = c[0];
+  cal.step_overhead_per_seq_s = c[1];
+  cal.step_overhead_per_token_s = c[2];
+}
+
+// Keeps the calibration with the lower median error over `samples` of two candidates.
+void keep_better(Calibration& cal, const Calibration& other, const std::vector<Sample>& samples, const GpuSpec& gpu) {
+  if (median_error(samples, gpu, other) < median_error(samples, gpu, cal)) cal = other;
 }
 
 }  // namespace
@@ -219,63 +412,129 @@ std::vector<MeasurementFile> read_measurements(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail("measurements folder '", dir, "' does not exist");
+  static const char* kPrefixes[] = {"mlp_",        "attention_", "all_reduce_", "all_gather_",
+                                    "all_to_all_", "send_recv_", "broadcast_",  "step_overhead_"};
   std::vector<std::string> paths;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (e.path().extension() != ".csv") continue;
-    if (n.rfind("mlp_", 0) == 0 || n.rfind("all_reduce_", 0) == 0 || n.rfind("send_recv_", 0) == 0)
-      paths.push_back(e.path().string());
+    for (const char* p : kPrefixes)
+      if (n.rfind(p, 0) == 0) {
+        paths.push_back(e.path().string());
+        break;
+      }
   }
   std::sort(paths.begin(), paths.end());
-  if (paths.empty()) fail("measurements folder '", dir, "' holds no mlp_*.csv, all_reduce_*.csv or send_recv_*.csv");
+  if (paths.empty())
+    fail("measurements folder '", dir,
+         "' holds no mlp_*, attention_*, <collective>_* or step_overhead_* .csv file");
   std::vector<MeasurementFile> out;
   for (const auto& p : paths) {
     const std::string n = fs::path(p).filename().string();
-    out.push_back(n.rfind("mlp_", 0) == 0 ? read_mlp(p) : read_collective(p));
+    if (n.rfind("mlp_", 0) == 0) out.push_back(read_mlp(p));
+    else if (n.rfind("attention_", 0) == 0) out.push_back(read_attention(p));
+    else if (n.rfind("step_overhead_", 0) == 0) out.push_back(read_overhead(p));
+    else out.push_back(read_collective(p));
   }
   return out;
 }
 
+CostModel measurement_model(const GpuSpec& gpu, const Calibration& cal, const MeasurementFile& file) {
+  NodeSpec node;
+  node.gpu = gpu;
+  node.gpus_per_node = 8;
+  node.topology = !gpu.nvlink ? Topology::Pcie : file.topology;
+  if (!gpu.nvlink) node.net_bw = gpu.link_bw;
+  CostModelOptions opt;
+  opt.custom_all_reduce = false;  // the measurements are plain NCCL (or loom's communicators)
+  opt.weight_bytes = file.weight_bytes;
+  opt.act_bytes = file.act_bytes;
+  opt.kv_bytes = file.kv_bytes;
+  opt.kernels = file.kernels;
+  opt.concurrent_ranks = file.concurrent_ranks;
+  // Shapes are irrelevant to the primitives: any valid model.
+  return CostModel(model_catalog().front().config, node, opt, cal);
+}
+
 double predict_sample(const CostModel& model, const MeasurementFile& file, const OpSample& s) {
-  if (file.kind == MeasurementFile::Collective)
-    return model.collective_s(collective_of(s.op), s.k, int(s.m), int(s.n));
-  if (is_gemm(s.op)) return model.gemm_s(s.m, s.k, s.n, SimDType::BF16, 2.0, 2.0);
+  switch (file.kind) {
+    case MeasurementFile::Collective: return model.collective_s(collective_of(s.op), s.k, int(s.m), int(s.n));
+    case MeasurementFile::Attention: {
+      const std::vector<SeqWork> seqs(size_t(s.batch), SeqWork{s.new_tokens, s.context, false});
+      return model.attention_s(seqs, s.q_heads, s.kv_heads, s.head_dim);
+    }
+    case MeasurementFile::Overhead: {
+      const Calibration& c = model.calibration();
+      return c.step_overhead_s + c.step_overhead_per_seq_s * s.m + c.step_overhead_per_token_s * s.k;
+    }
+    case MeasurementFile::Mlp: break;
+  }
+  const double ws = s.working_set;
+  if (s.op == "attn_pre_proj") return model.qkv_proj_s(s.m, s.k, s.n, s.n2, ws);
+  if (s.op == "mlp_up_proj")
+    return s.n2 != 0 ? model.gate_up_s(s.m, s.k, s.n, ws)
+                     : model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes, ws);
+  if (is_gemm(s.op))
+    return model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes, ws);
   return model.elementwise_s(elementwise_kind(s.op), s.k);
 }
 
 Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, const GpuSpec& gpu,
                             const Calibration& start) {
   Calibration cal = start;
-  std::vector<const OpSample*> gemm;
-  std::map<Elementwise, std::vector<const OpSample*>> elem;
-  std::map<Collective, std::vector<const OpSample*>> intra;
-  std::vector<const OpSample*> inter;
+  std::vector<Sample> gemm, attention, overhead, inter;
+  std::map<Elementwise, std::vector<Sample>> elem;
+  std::map<Collective, std::vector<Sample>> intra;
   for (const auto* f : files)
     for (const auto& s : f->samples) {
-      if (f->kind == MeasurementFile::Mlp) {
-        if (is_gemm(s.op)) gemm.push_back(&s);
-        else elem[elementwise_kind(s.op)].push_back(&s);
-      } else if (s.n >= s.m) {
-        intra[collective_of(s.op)].push_back(&s);
-      } else if (s.n == 1) {
-        inter.push_back(&s);  // one GPU per node: the network alone
+      const Sample x{f, &s};
+      switch (f->kind) {
+        case MeasurementFile::Mlp: (is_gemm(s.op) ? gemm : elem[elementwise_kind(s.op)]).push_back(x); break;
+        case MeasurementFile::Attention: attention.push_back(x); break;
+        case MeasurementFile::Overhead: overhead.push_back(x); break;
+        case MeasurementFile::Collective:
+          if (s.n >= s.m) intra[collective_of(s.op)].push_back(x);
+          else if (s.n == 1) inter.push_back(x);  // one GPU per node: the network alone
+          break;
       }
     }
-  std::vector<double> errs;
-  auto median_error = [&](const std::vector<const OpSample*>& samples, const std::function<double(const OpSample&)>& f) {
-    errs.clear();
-    for (const auto* s : samples) errs.push_back(std::abs(f(*s) - s->measured_s) / s->measured_s);
-    return median_of(errs);
-  };
   if (!gemm.empty()) {
-    auto& g = cal.gemm;
-    double lat_us = g.latency_s * 1e6;
-    coordinate_search({&g.eff_max, &g.m_half, &g.mem_eff, &lat_us}, {{0.3, 0.95}, {1, 240}, {0.4, 1.0}, {0, 24}}, [&] {
+    auto search = [&](Calibration& c) {
+      auto& g = c.gemm;
+      double lat_us = g.latency_s * 1e6;
+      std::vector<double*> params = {&g.eff_max, &g.m_half, &g.mem_eff, &lat_us};
+      std::vector<std::pair<double, double>> bounds = {{0.05, 0.98}, {0.25, 240}, {0.05, 2.0}, {0, 40}};
+      if (gpu.cache_bytes > 0) {
+        params.push_back(&g.cache_gain), bounds.push_back({0, 30});
+        params.push_back(&g.cache_fraction), bounds.push_back({0.01, 1.0});
+      }
+      coordinate_search(params, bounds, [&] {
+        g.latency_s = lat_us * 1e-6;
+        return median_error(gemm, gpu, c);
+      });
       g.latency_s = lat_us * 1e-6;
-      const CostModel cm = primitive_model(gpu, cal);
-      return median_error(gemm, [&](const OpSample& s) { return cm.gemm_s(s.m, s.k, s.n, SimDType::BF16, 2, 2); });
-    });
-    g.latency_s = lat_us * 1e-6;
+    };
+    // Start 2: the sum form t = latency + flops / rate + bytes / bandwidth by least squares
+    // gives the scales of a machine far from the defaults (a CPU's sub-microsecond latencies).
+    Calibration alt = cal;
+    {
+      std::vector<std::vector<double>> x;
+      std::vector<double> y;
+      for (const Sample& s : gemm) {
+        const double cols = gemm_columns(*s.s);
+        const double bytes = s.file->weight_bytes * s.s->k * cols + s.file->act_bytes * s.s->m * (s.s->k + cols);
+        x.push_back({1.0, 2.0 * s.s->m * s.s->k * cols, bytes});
+        y.push_back(s.s->measured_s);
+      }
+      const std::vector<double> c = relative_least_squares(x, y);
+      alt.gemm.latency_s = std::min(c[0], 40e-6);
+      if (c[1] > 0) alt.gemm.eff_max = std::clamp(1.0 / (c[1] * gpu.flops_bf16), 0.05, 0.98);
+      if (c[2] > 0) alt.gemm.mem_eff = std::clamp(1.0 / (c[2] * gpu.hbm_bw), 0.05, 2.0);
+      alt.gemm.m_half = 1.0;
+    }
+    search(cal);
+    search(alt);
+    keep_better(cal, alt, gemm, gpu);
   }
   for (auto& [kind, samples] : elem) {
     ElementwiseCalibration* c = kind == Elementwise::Norm  ? &cal.norm
@@ -283,40 +542,105 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
                                 : kind == Elementwise::Act ? &cal.act
                                 : kind == Elementwise::Rope ? &cal.rope
                                                             : &cal.emb;
-    double lat_us = c->latency_s * 1e6;
-    coordinate_search({&c->bw_eff, &lat_us}, {{0.05, 1.0}, {0, 15}}, [&] {
-      c->latency_s = lat_us * 1e-6;
-      const CostModel cm = primitive_model(gpu, cal);
-      return median_error(samples, [&](const OpSample& s) { return cm.elementwise_s(kind, s.k); });
-    });
-    c->latency_s = lat_us * 1e-6;
-  }
-  for (auto& [kind, samples] : intra) {
-    CollectiveCalibration* c = kind == Collective::AllReduce ? &cal.all_reduce : &cal.send_recv;
-    double lat_us = c->latency_s * 1e6;
-    coordinate_search({&c->bw_eff, &lat_us}, {{0.02, 1.0}, {0, 100}}, [&] {
-      c->latency_s = lat_us * 1e-6;
-      const CostModel cm = primitive_model(gpu, cal);
-      return median_error(samples, [&](const OpSample& s) { return cm.collective_s(kind, s.k, int(s.m), int(s.n)); });
-    });
-    c->latency_s = lat_us * 1e-6;
-    if (kind == Collective::AllReduce) {
-      // No all-to-all / all-gather measurements: they share NCCL's ring bandwidth and latency.
-      cal.all_to_all = cal.all_gather = *c;
+    // Start from t = latency + bytes / bandwidth by relative least squares.
+    {
+      std::vector<std::vector<double>> x;
+      std::vector<double> y;
+      for (const Sample& s : samples) x.push_back({1.0, s.s->k}), y.push_back(s.s->measured_s);
+      const std::vector<double> ls = relative_least_squares(x, y);
+      c->latency_s = std::min(ls[0], 20e-6);
+      if (ls[1] > 0) c->bw_eff = std::clamp(1.0 / (ls[1] * gpu.hbm_bw), 0.01, 20.0);
     }
+    double lat_us = c->latency_s * 1e6;
+    // Above 1: activations served from cache (a CPU's small tensors).
+    coordinate_search({&c->bw_eff, &lat_us}, {{0.01, 20.0}, {0, 20}}, [&] {
+      c->latency_s = lat_us * 1e-6;
+      return median_error(samples, gpu, cal);
+    });
+    c->latency_s = lat_us * 1e-6;
   }
+  if (!attention.empty()) {
+    // Start from the sum form t = calls * latency + flops / rate + bytes / bandwidth.
+    Calibration alt = cal;
+    {
+      std::vector<std::vector<double>> x;
+      std::vector<double> y;
+      for (const Sample& s : attention) {
+        const CostModel cm = measurement_model(gpu, cal, *s.file);
+        const std::vector<SeqWork> seqs(size_t(s.s->batch), SeqWork{s.s->new_tokens, s.s->context, false});
+        const CostModel::AttentionWork w = cm.attention_work(seqs, s.s->q_heads, s.s->kv_heads, s.s->head_dim);
+        x.push_back({double(w.prefill) + double(w.decode), w.prefill_flops + w.decode_flops,
+                     w.prefill_bytes + w.decode_bytes});
+        y.push_back(s.s->measured_s);
+      }
+      const std::vector<double> ls = relative_least_squares(x, y);
+      alt.attn_latency_s = std::min(ls[0], 100e-6);
+      if (ls[1] > 0) alt.attn_compute_eff = std::clamp(1.0 / (ls[1] * gpu.flops_bf16), 0.01, 1.0);
+      if (ls[2] > 0) alt.attn_mem_eff = std::clamp(1.0 / (ls[2] * gpu.hbm_bw), 0.01, 20.0);
+      keep_better(cal, alt, attention, gpu);
+    }
+    double lat_us = cal.attn_latency_s * 1e6;
+    coordinate_search({&cal.attn_compute_eff, &cal.attn_mem_eff, &lat_us}, {{0.01, 1.0}, {0.01, 20.0}, {0, 100}}, [&] {
+      cal.attn_latency_s = lat_us * 1e-6;
+      return median_error(attention, gpu, cal);
+    });
+    cal.attn_latency_s = lat_us * 1e-6;
+  }
+  if (!overhead.empty()) fit_overhead(overhead, cal);
+  for (auto& [kind, samples] : intra) {
+    CollectiveCalibration* c = &calibration_of(cal, kind);
+    {
+      // Start from t = latency + hop * (n - 2) + wire / (link * bw_eff) by relative least squares;
+      // the wire time at bw_eff 1 comes from the model itself (algorithm, topology, link).
+      Calibration unit = cal;
+      calibration_of(unit, kind) = CollectiveCalibration{0.0, 1.0, 0.0};
+      std::map<const MeasurementFile*, CostModel> models;
+      std::vector<std::vector<double>> x;
+      std::vector<double> y;
+      for (const Sample& s : samples) {
+        auto it = models.find(s.file);
+        if (it == models.end()) it = models.emplace(s.file, measurement_model(gpu, unit, *s.file)).first;
+        x.push_back({1.0, s.s->m - 2, it->second.collective_s(kind, s.s->k, int(s.s->m), int(s.s->n))});
+        y.push_back(s.s->measured_s);
+      }
+      const std::vector<double> ls = relative_least_squares(x, y);
+      Calibration alt = cal;
+      CollectiveCalibration& a = calibration_of(alt, kind);
+      a.latency_s = std::min(ls[0], 200e-6);
+      a.hop_latency_s = std::min(ls[1], 50e-6);
+      if (ls[2] > 0) a.bw_eff = std::clamp(1.0 / ls[2], 0.01, 2.0);
+      keep_better(cal, alt, samples, gpu);
+    }
+    double lat_us = c->latency_s * 1e6, hop_us = c->hop_latency_s * 1e6;
+    bool several_groups = false;
+    for (const Sample& x : samples) several_groups = several_groups || x.s->m != samples.front().s->m;
+    std::vector<double*> params = {&c->bw_eff, &lat_us};
+    std::vector<std::pair<double, double>> bounds = {{0.01, 2.0}, {0, 200}};
+    if (several_groups) params.push_back(&hop_us), bounds.push_back({0, 50});
+    coordinate_search(params, bounds, [&] {
+      c->latency_s = lat_us * 1e-6;
+      c->hop_latency_s = hop_us * 1e-6;
+      return median_error(samples, gpu, cal);
+    });
+    c->latency_s = lat_us * 1e-6;
+    c->hop_latency_s = hop_us * 1e-6;
+  }
+  // Collectives without measurements share the all-reduce's ring figures (NCCL's algorithms
+  // are rings over the same links).
+  if (intra.count(Collective::AllReduce))
+    for (Collective k : {Collective::AllToAll, Collective::AllGather, Collective::Broadcast})
+      if (!intra.count(k)) calibration_of(cal, k) = cal.all_reduce;
   if (!inter.empty()) {
-    double lat_us = cal.net.latency_s * 1e6;
-    coordinate_search({&cal.net.bw_eff, &lat_us}, {{0.02, 1.0}, {0, 200}}, [&] {
+    double lat_us = cal.net.latency_s * 1e6, hop_us = cal.net.hop_latency_s * 1e6;
+    coordinate_search({&cal.net.bw_eff, &lat_us, &hop_us}, {{0.01, 1.0}, {0, 200}, {0, 50}}, [&] {
       cal.net.latency_s = lat_us * 1e-6;
-      const CostModel cm = primitive_model(gpu, cal);
-      return median_error(inter, [&](const OpSample& s) {
-        return cm.collective_s(collective_of(s.op), s.k, int(s.m), int(s.n));
-      });
+      cal.net.hop_latency_s = hop_us * 1e-6;
+      return median_error(inter, gpu, cal);
     });
     cal.net.latency_s = lat_us * 1e-6;
+    cal.net.hop_latency_s = hop_us * 1e-6;
   }
-  cal.fitted_on = "fit_calibration over " + std::to_string(files.size()) + " measurement files";
+  cal.fitted_on = cat("fit_calibration over ", files.size(), " measurement files on ", gpu.name);
   return cal;
 }
 
@@ -349,23 +673,50 @@ std::map<CollectiveKey, CollectiveCurve> fit_collective_curves(const std::vector
   return out;
 }
 
+namespace {
+
+// Relative errors of `samples`, in order; op_errs (optional) collects them per operation.
+std::vector<double> errors(const CostModel& cm, const MeasurementFile& f, const std::vector<OpSample>& samples,
+                           std::map<std::string, std::vector<double>>* op_errs = nullptr) {
+  std::vector<double> e;
+  for (const auto& s : samples) {
+    e.push_back(std::abs(predict_sample(cm, f, s) - s.measured_s) / s.measured_s);
+    if (op_errs) (*op_errs)[s.op].push_back(e.back());
+  }
+  return e;
+}
+
+FileValidation summarize_errors(const std::string& file, std::vector<double> errs,
+                                std::map<std::string, std::vector<double>> op_errs = {}) {
+  FileValidation v;
+  for (auto& [op, e] : op_errs) v.by_op[op] = {int(e.size()), median_of(e)};
+  v.file = file;
+  v.samples = int(errs.size());
+  v.p90 = quantile_of(errs, 0.9);
+  v.median = median_of(errs);
+  return v;
+}
+
+}  // namespace
+
 std::vector<FileValidation> validate_measurements(const std::string& hardware, const std::string& dir) {
-  const GpuSpec& gpu = find_gpu(hardware);
+  const GpuSpec gpu = find_gpu(hardware);
   const auto files = read_measurements(dir);
-  std::vector<const MeasurementFile*> mlp, coll;
-  for (const auto& f : files) (f.kind == MeasurementFile::Mlp ? mlp : coll).push_back(&f);
+  std::vector<const MeasurementFile*> coll;
+  for (const auto& f : files)
+    if (f.kind == MeasurementFile::Collective) coll.push_back(&f);
   // Analytical collective parameters from every collective file (used for the analytic column
   // and as the fallback when no curve matches).
   const Calibration base = fit_calibration(coll, gpu, default_calibration());
   std::vector<FileValidation> out;
   for (const auto& f : files) {
-    FileValidation v;
-    v.file = f.name;
     std::vector<double> errs;
-    if (f.kind == MeasurementFile::Mlp) {
+    std::map<std::string, std::vector<double>> op_errs;
+    if (f.kind != MeasurementFile::Collective) {
+      // Leave one file out among the files of its kind.
       std::vector<const MeasurementFile*> train;
-      for (const auto* o : mlp)
-        if (o != &f) train.push_back(o);
+      for (const auto& o : files)
+        if (&o != &f && o.kind == f.kind) train.push_back(&o);
       if (train.empty()) {
         // One file: two folds by row parity.
         for (int fold = 0; fold < 2; ++fold) {
@@ -373,34 +724,63 @@ std::vector<FileValidation> validate_measurements(const std::string& hardware, c
           half.samples.clear();
           other.samples.clear();
           for (const auto& s : f.samples) (s.row % 2 == fold ? other : half).samples.push_back(s);
-          const CostModel cm = primitive_model(gpu, fit_calibration({&half}, gpu, base));
-          for (const auto& s : other.samples)
-            errs.push_back(std::abs(predict_sample(cm, f, s) - s.measured_s) / s.measured_s);
+          const CostModel cm = measurement_model(gpu, fit_calibration({&half}, gpu, base), f);
+          for (double e : errors(cm, f, other.samples, &op_errs)) errs.push_back(e);
         }
       } else {
-        const CostModel cm = primitive_model(gpu, fit_calibration(train, gpu, base));
-        for (const auto& s : f.samples) errs.push_back(std::abs(predict_sample(cm, f, s) - s.measured_s) / s.measured_s);
+        errs = errors(measurement_model(gpu, fit_calibration(train, gpu, base), f), f, f.samples, &op_errs);
       }
-    } else {
-      std::vector<double> analytic;
-      const CostModel plain = primitive_model(gpu, base);
-      for (int fold = 0; fold < 2; ++fold) {
-        CostModel cm = primitive_model(gpu, base);
-        cm.set_collective_curves(fit_collective_curves({&f}, [fold](int row) { return row % 2 != fold; }));
-        for (const auto& s : f.samples) {
-          if (s.row % 2 != fold) continue;
-          errs.push_back(std::abs(predict_sample(cm, f, s) - s.measured_s) / s.measured_s);
-          analytic.push_back(std::abs(predict_sample(plain, f, s) - s.measured_s) / s.measured_s);
-        }
-      }
-      v.analytic_median = median_of(analytic);
+      out.push_back(summarize_errors(f.name, std::move(errs), std::move(op_errs)));
+      continue;
     }
-    v.samples = int(errs.size());
-    v.p90 = quantile_of(errs, 0.9);
-    v.median = median_of(errs);
+    std::vector<double> analytic;
+    const CostModel plain = measurement_model(gpu, base, f);
+    for (int fold = 0; fold < 2; ++fold) {
+      CostModel cm = measurement_model(gpu, base, f);
+      cm.set_collective_curves(fit_collective_curves({&f}, [fold](int row) { return row % 2 != fold; }));
+      for (const auto& s : f.samples) {
+        if (s.row % 2 != fold) continue;
+        errs.push_back(std::abs(predict_sample(cm, f, s) - s.measured_s) / s.measured_s);
+        analytic.push_back(std::abs(predict_sample(plain, f, s) - s.measured_s) / s.measured_s);
+      }
+    }
+    FileValidation v = summarize_errors(f.name, std::move(errs));
+    v.analytic_median = median_of(analytic);
     out.push_back(v);
   }
   return out;
+}
+
+std::vector<FileValidation> validate_transfer(const std::string& calibrate_hardware, const std::string& calibrate_dir,
+                                              const std::string& hardware, const std::string& dir) {
+  const GpuSpec from = find_gpu(calibrate_hardware), to = find_gpu(hardware);
+  const auto train_files = read_measurements(calibrate_dir);
+  std::vector<const MeasurementFile*> train;
+  for (const auto& f : train_files) train.push_back(&f);
+  // Efficiencies fitted on the calibration machine; the target is priced from its datasheet.
+  const Calibration cal = fit_calibration(train, from, default_calibration());
+  std::vector<FileValidation> out;
+  for (const auto& f : read_measurements(dir)) {
+    std::map<std::string, std::vector<double>> op_errs;
+    std::vector<double> errs = errors(measurement_model(to, cal, f), f, f.samples, &op_errs);
+    FileValidation v = summarize_errors(f.name, std::move(errs), std::move(op_errs));
+    if (f.kind == MeasurementFile::Collective) v.analytic_median = v.median;
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string measurement_hardware(const std::string& dir) {
+  if (is_hardware_entry(dir)) return dir;  // a loom profile folder: its hardware.json
+  std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
+  if (name.empty()) name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+  try {
+    find_gpu(name);
+    return name;
+  } catch (const Error&) {
+  }
+  fail("measurements folder '", dir, "' has no hardware.json and its name '", name,
+       "' is no catalog GPU: name the hardware it was measured on (--calibrate-hardware)");
 }
 
 }  // namespace loom::sim

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "parallel/kv_migration.h"
+#include "parallel/sharding.h"
 
 namespace loom::sim {
 
@@ -19,6 +21,7 @@ const char* collective_name(Collective c) {
     case Collective::AllToAll: return "all_to_all";
     case Collective::AllGather: return "all_gather";
     case Collective::SendRecv: return "send_recv";
+    case Collective::Broadcast: return "broadcast";
   }
   return "?";
 }
@@ -44,18 +47,47 @@ CostModel::CostModel(const ModelConfig& model, const NodeSpec& node, CostModelOp
                      Calibration calibration)
     : model_(model), node_(node), opt_(options), cal_(std::move(calibration)) {
   model_.validate();
+  shape_ = ModelShape::from(model_, opt_.weight_block);
   node_.gpu.flops(opt_.weight_dtype);  // throws when the GPU lacks the precision
+  if (opt_.weight_bytes < 0) fail("weight bytes per element ", opt_.weight_bytes, " must be >= 0");
 }
 
-double CostModel::gemm_s(double m, double k, double n, SimDType compute, double weight_bytes,
-                         double act_bytes) const {
+double CostModel::weight_bytes() const {
+  return opt_.weight_bytes > 0 ? opt_.weight_bytes : sim_dtype_bytes(opt_.weight_dtype);
+}
+
+double CostModel::qkv_proj_s(double m, double d, double q_cols, double kv_cols, double ws) const {
+  const SimDType dt = opt_.weight_dtype;
+  const double wb = weight_bytes(), ab = opt_.act_bytes;
+  if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, q_cols + 2 * kv_cols, dt, wb, ab, ws);
+  // Measured as the three calls together: the working set is all three matrices.
+  if (ws <= 0) ws = d * (q_cols + 2 * kv_cols) * wb;
+  return gemm_s(m, d, q_cols, dt, wb, ab, ws) + 2 * gemm_s(m, d, kv_cols, dt, wb, ab, ws);
+}
+
+double CostModel::gate_up_s(double m, double d, double ffn, double ws) const {
+  const SimDType dt = opt_.weight_dtype;
+  const double wb = weight_bytes(), ab = opt_.act_bytes;
+  if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, 2 * ffn, dt, wb, ab, ws);
+  if (ws <= 0) ws = 2 * d * ffn * wb;
+  return 2 * gemm_s(m, d, ffn, dt, wb, ab, ws);
+}
+
+double CostModel::gemm_s(double m, double k, double n, SimDType compute, double weight_bytes, double act_bytes,
+                         double working_set) const {
   if (m <= 0 || k <= 0 || n <= 0) return 0.0;
   const auto& g = cal_.gemm;
   double eff = g.eff_max * m / (m + g.m_half);
   if (compute != SimDType::BF16) eff *= cal_.low_precision_gemm_factor;
   const double compute_s = 2.0 * m * k * n / (node_.gpu.flops(compute) * eff);
-  const double bytes = k * n * weight_bytes + m * k * act_bytes + m * n * 2.0;
-  const double memory_s = bytes / (node_.gpu.hbm_bw * g.mem_eff);
+  const double bytes = k * n * weight_bytes + m * k * act_bytes + m * n * act_bytes;
+  double bw = node_.gpu.hbm_bw * g.mem_eff;
+  if (g.cache_gain > 0 && node_.gpu.cache_bytes > 0) {
+    const double c = node_.gpu.cache_bytes * g.cache_fraction;
+    const double w = (working_set > 0 ? working_set : bytes) * std::max(1, opt_.concurrent_ranks);
+    bw *= 1.0 + g.cache_gain / (1.0 + (w / c) * (w / c));
+  }
+  const double memory_s = bytes / bw;
   return std::max(compute_s, memory_s) + g.latency_s;
 }
 
@@ -94,87 +126,124 @@ double CostModel::collective_s(Collective kind, double bytes, int group, int per
       case Collective::AllToAll: return double(n - 1) / n * bytes;
       case Collective::AllGather: return double(n - 1) / n * bytes;
       case Collective::SendRecv: return bytes;
+      case Collective::Broadcast: return bytes;  // pipelined ring / tree: the message once per link
     }
     return bytes;
   };
   const CollectiveCalibration& c = kind == Collective::AllReduce   ? cal_.all_reduce
                                    : kind == Collective::AllToAll  ? cal_.all_to_all
                                    : kind == Collective::AllGather ? cal_.all_gather
+                                   : kind == Collective::Broadcast ? cal_.broadcast
                                                                    : cal_.send_recv;
+  // Latency of a group of n: the fixed part plus one hop per rank beyond a pair.
+  auto latency = [&](const CollectiveCalibration& k, int n) { return k.latency_s + k.hop_latency_s * (n - 2); };
   if (per_node >= group) {
-    double latency = c.latency_s;
+    double lat = latency(c, group);
     if (kind == Collective::AllReduce && opt_.custom_all_reduce && node_.topology == Topology::NvSwitch &&
         node_.gpu.nvlink && bytes <= cal_.custom_all_reduce_max_bytes)
-      latency = cal_.custom_all_reduce_latency_s;
-    return latency + wire(group) / (link_bw(group) * c.bw_eff);
+      lat = cal_.custom_all_reduce_latency_s;
+    return lat + wire(group) / (link_bw(group) * c.bw_eff);
   }
   // Crosses nodes: the NICs bound the ring (one NIC per GPU); the intra-node part adds its own.
-  const double inter = cal_.net.latency_s + wire(group) / (node_.net_bw * cal_.net.bw_eff);
-  const double intra = per_node > 1 ? c.latency_s + wire(per_node) / (link_bw(per_node) * c.bw_eff) : 0.0;
+  const double inter = latency(cal_.net, group) + wire(group) / (node_.net_bw * cal_.net.bw_eff);
+  const double intra = per_node > 1 ? latency(c, per_node) + wire(per_node) / (link_bw(per_node) * c.bw_eff) : 0.0;
   return inter + intra;
 }
 
-double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads) const {
-  const double hd = model_.head_dim;
-  double pf_flops = 0, pf_bytes = 0, dec_flops = 0, dec_bytes = 0;
-  bool any_pf = false, any_dec = false;
+CostModel::AttentionWork CostModel::attention_work(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads,
+                                                   int head_dim) const {
+  const double hd = head_dim > 0 ? head_dim : model_.head_dim;
+  AttentionWork w;
   for (const auto& s : seqs) {
     const double q = s.new_tokens, c = s.context_len;
     // Causal (query, key) pairs: earlier context fully, the new block as a triangle.
     const double pairs = q * (c - q) + q * (q + 1) / 2;
     const double flops = 4.0 * hd * q_heads * pairs;
-    const double bytes = c * 2.0 * kv_heads * hd * opt_.kv_bytes + q * (2.0 * q_heads + 2.0 * kv_heads) * hd * 2.0;
+    // K and V of the context read; Q, the new K and V, and the output written / read.
+    const double bytes = c * 2.0 * kv_heads * hd * opt_.kv_bytes + q * (2.0 * q_heads + 2.0 * kv_heads) * hd * opt_.act_bytes;
     if (s.new_tokens > 1) {
-      pf_flops += flops;
-      pf_bytes += bytes;
-      any_pf = true;
+      w.prefill_flops += flops;
+      w.prefill_bytes += bytes;
+      w.prefill = true;
     } else {
-      dec_flops += flops;
-      dec_bytes += bytes;
-      any_dec = true;
+      w.decode_flops += flops;
+      w.decode_bytes += bytes;
+      w.decode = true;
     }
   }
+  return w;
+}
+
+double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim) const {
+  const AttentionWork w = attention_work(seqs, q_heads, kv_heads, head_dim);
   const double peak = node_.gpu.flops(SimDType::BF16) * cal_.attn_compute_eff;
   const double bw = node_.gpu.hbm_bw * cal_.attn_mem_eff;
   double t = 0;
-  if (any_pf) t += std::max(pf_flops / peak, pf_bytes / bw) + cal_.attn_latency_s;
-  if (any_dec) t += std::max(dec_flops / peak, dec_bytes / bw) + cal_.attn_latency_s;
+  if (w.prefill) t += std::max(w.prefill_flops / peak, w.prefill_bytes / bw) + cal_.attn_latency_s;
+  if (w.decode) t += std::max(w.decode_flops / peak, w.decode_bytes / bw) + cal_.attn_latency_s;
   return t;
 }
 
-void CostModel::check_config(const ParallelConfig& cfg) const {
-  const int H = model_.n_heads, K = model_.n_kv_heads;
-  if (cfg.tp < 1 || cfg.sp < 1 || cfg.pp < 1) fail("plan ", cfg.name(), ": degrees must be >= 1");
-  const int heads_split = cfg.tp * cfg.sp;
-  if (H % heads_split != 0)
-    fail("plan ", cfg.name(), ": ", H, " query heads do not divide over tp*sp = ", heads_split);
-  if (cfg.tp <= K ? K % cfg.tp != 0 : cfg.tp % K != 0)
-    fail("plan ", cfg.name(), ": tp = ", cfg.tp, " and ", K, " KV heads (need K % tp == 0 or tp % K == 0)");
-  if (model_.ffn_dim % cfg.tp != 0) fail("plan ", cfg.name(), ": ffn width ", model_.ffn_dim, " does not divide by tp");
-  if (cfg.pp > model_.n_layers) fail("plan ", cfg.name(), ": pp = ", cfg.pp, " > ", model_.n_layers, " layers");
+PricedPlan CostModel::prepare(const Plan& plan_in) const {
+  const Plan full = plan_in.normalized();
+  Plan plan = full;
+  plan.dp = 1;
+  const std::string name = full.to_string();
+  if (plan.helix()) fail("plan ", name, ": Helix (kvp) plans are not priced by the simulator yet");
+  if (plan.weights == WeightSource::FetchFromOwner)
+    fail("plan ", name, ": weights=owner (SiDP) is not priced by the simulator yet");
+  validate(full, shape_);  // the engine's rule (parallel/plan.h), naming the sizes
+  PricedPlan p;
+  p.full = full;
+  p.plan = plan;
+  p.name = name;
+  p.dp = full.dp;
+  p.world_ranks = full.size();
+  p.ranks = plan.size();
+  p.sp = plan.shift ? 1 : plan.sp;
+  p.tp_group = plan.ffn_degree();
+  p.pp = plan.pp;
+  // A replica may span nodes only through its pipeline stages (the TP / SP groups stay inside
+  // one node).
+  const int per_stage = p.ranks / p.pp;
+  if (per_stage > node_.gpus_per_node)
+    fail("plan ", name, " needs ", per_stage, " GPUs per pipeline stage; a ", node_.name(), " node has ",
+         node_.gpus_per_node);
+  for (int r = 0; r < p.ranks; ++r) {
+    const RankLayout l = rank_layout(plan, shape_, r);
+    p.proj_q_heads = std::max(p.proj_q_heads, int(l.proj_q_heads.size()));
+    p.proj_kv_heads = std::max(p.proj_kv_heads, int(l.proj_kv_heads.size()));
+    p.q_heads = std::max(p.q_heads, int(l.q_heads.size()));
+    p.kv_heads = std::max(p.kv_heads, int(l.kv_heads.size()));
+    p.out_heads = std::max(p.out_heads, int(l.out_heads.size()));
+    p.ffn = std::max(p.ffn, l.ffn.size());
+    p.max_layers = std::max(p.max_layers, int(l.layers.size()));
+    // Its layer shards and the embedding and classifier rows it reads (vocabulary-parallel on
+    // GPU engines, the whole classifier on loom's sampling rank).
+    const double classifier = double(model_.vocab_size) * model_.d_model /
+                              (opt_.kernels == StepKernels::FusedGpu ? p.tp_group : 1);
+    p.weight_bytes = std::max(p.weight_bytes, (double(weight_shards(plan, shape_, r).elems()) + classifier) * weight_bytes());
+  }
+  return p;
 }
 
-StepCost CostModel::price(const ParallelConfig& cfg, const std::vector<SeqWork>& seqs) const {
+StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs) const {
   StepCost cost;
-  cost.config = cfg;
-  cost.overhead_s = cal_.step_overhead_s;
+  cost.plan = pl.name;
+  int n_seqs = 0, n_all = 0;
+  for (const auto& w : seqs) ++n_seqs, n_all += w.new_tokens;
+  cost.overhead_s = cal_.step_overhead_s + cal_.step_overhead_per_seq_s * n_seqs +
+                    cal_.step_overhead_per_token_s * n_all;
   if (seqs.empty()) {
     cost.total_s = cost.overhead_s;
     return cost;
   }
-  const int t = cfg.tp, s = cfg.sp, p = cfg.pp;
-  const double d = model_.d_model, hd = model_.head_dim, F = model_.ffn_dim, V = model_.vocab_size;
-  const int H = model_.n_heads, K = model_.n_kv_heads;
-  const double wb = sim_dtype_bytes(opt_.weight_dtype), ab = opt_.act_bytes;
+  const int t = pl.tp_group, s = pl.sp, p = pl.pp;
+  const double d = model_.d_model, hd = model_.head_dim, V = model_.vocab_size;
+  const double wb = weight_bytes(), ab = opt_.act_bytes;
   const SimDType dt = opt_.weight_dtype;
   const int per_node = node_.gpus_per_node;
-
-  // Query/KV heads of a TP rank (TP replicates a KV head over t/K ranks when t > K), and of a GPU
-  // after the Ulysses all-to-all (GQA replication inside the send buffer when fewer than s).
-  const double q_tp = double(H) / t;
-  const double kv_tp = std::max(1.0, double(K) / t);
-  const int q_gpu = H / (t * s);
-  const int kv_gpu = std::max(1, K / (t * s));
+  const bool cpu = opt_.kernels == StepKernels::LoomCpu;
 
   // Pipeline micro-batches: contiguous groups of sequences, priced at the largest one.
   const int mb = std::max(1, std::min<int>(p, int(seqs.size())));
@@ -204,43 +273,66 @@ StepCost CostModel::price(const ParallelConfig& cfg, const std::vector<SeqWork>&
   // Ulysses pads the step to a multiple of sp (Shift 3.2.1) and gives each rank n/sp tokens.
   const double m = s > 1 ? double(ceil_div(n, s)) : double(n);
 
-  // One layer on one GPU.
+  // One layer on one GPU (the busiest rank's shard sizes, from rank_layout).
+  const double q_cols = pl.proj_q_heads * hd, kv_cols = pl.proj_kv_heads * hd, F = double(pl.ffn);
+  const double ws = pl.weight_bytes;  // every weight of the rank comes back once per step
   double gemm = 0, elem = 0, comm = 0;
-  gemm += gemm_s(m, d, (q_tp + 2 * kv_tp) * hd, dt, wb, ab);  // QKV projection
-  gemm += gemm_s(m, q_tp * hd, d, dt, wb, ab);                // O projection
-  gemm += gemm_s(m, d, 2 * F / t, dt, wb, ab);                // gate + up
-  gemm += gemm_s(m, F / t, d, dt, wb, ab);                    // down
-  elem += 2 * elementwise_s(Elementwise::Norm, m * d * 2 * 2);
-  elem += 2 * elementwise_s(Elementwise::Add, m * d * 3 * 2);
-  elem += elementwise_s(Elementwise::Act, m * (F / t) * 3 * 2);
-  elem += elementwise_s(Elementwise::Rope, m * (q_tp + kv_tp) * hd * 2 * 2);
-  const double attn = attention_s(group, q_gpu, kv_gpu);
+  gemm += qkv_proj_s(m, d, q_cols, kv_cols, ws);            // QKV projection
+  gemm += gemm_s(m, pl.out_heads * hd, d, dt, wb, ab, ws);  // O projection
+  gemm += gate_up_s(m, d, F, ws);                           // gate + up
+  gemm += gemm_s(m, F, d, dt, wb, ab, ws);                  // down
+  elem += 2 * elementwise_s(Elementwise::Norm, m * d * ab * 2);
+  elem += 2 * elementwise_s(Elementwise::Add, m * d * ab * 3);
+  elem += elementwise_s(Elementwise::Act, m * F * ab * 3);
+  elem += elementwise_s(Elementwise::Rope, m * (q_cols + kv_cols) * ab * 2);
+  const double attn = attention_s(group, pl.q_heads, pl.kv_heads);
   const int tp_node = std::min(t, per_node);
   if (t > 1) comm += 2 * collective_s(Collective::AllReduce, m * d * ab, t, tp_node);
   if (s > 1) {
     // Shift Algorithm 1 lines 4 and 6: tokens -> heads and back, over the SP group (ranks with
-    // equal tp index, stride t: on one node when t*s fits).
-    const double qkv_send = double(s) * m * (q_gpu + 2.0 * kv_gpu) * hd * ab;
-    const double o_send = double(s) * m * q_gpu * hd * ab;
-    const int sp_node = std::max(1, std::min(s, per_node / std::min(t, per_node)));
+    // equal tp index, stride tp: on one node when tp*sp fits).
+    const double qkv_send = double(s) * m * (pl.q_heads + 2.0 * pl.kv_heads) * hd * ab;
+    const double o_send = double(s) * m * pl.q_heads * hd * ab;
+    const int tp = pl.plan.tp;
+    const int sp_node = std::max(1, std::min(s, per_node / std::min(tp, per_node)));
     comm += collective_s(Collective::AllToAll, qkv_send, s, sp_node);
     comm += collective_s(Collective::AllToAll, o_send, s, sp_node);
   }
-  const int layers = ceil_div(model_.n_layers, p);
+  const int layers = pl.max_layers;
   double stage_gemm = gemm * layers, stage_elem = elem * layers, stage_attn = attn * layers,
          stage_comm = comm * layers;
 
-  // Embedding lookup, final norm, LM head on the sampled rows (vocab split over tp), split
-  // across stages as first/last; SP gathers the sampled hidden states (Algorithm 1 line 13).
+  // Embedding lookup, final norm, LM head on the sampled rows, split across stages as first /
+  // last; SP gathers the sampled hidden states (Algorithm 1 line 13). FusedGpu: the norm over
+  // every token and the vocabulary split over tp; LoomCpu: the norm and the whole classifier
+  // for the sampled rows on the sampling rank.
   const double sampled_rank = s > 1 ? std::ceil(double(sampled) / s) : double(sampled);
-  double ends = elementwise_s(Elementwise::Emb, m * d * 2 * 2) + elementwise_s(Elementwise::Norm, m * d * 2 * 2);
-  double ends_gemm = sampled > 0 ? gemm_s(sampled_rank, d, V / t, dt, wb, ab) : 0.0;
+  const double norm_rows = cpu ? double(sampled) : m;
+  double ends = elementwise_s(Elementwise::Emb, m * d * ab * 2) +
+                (norm_rows > 0 ? elementwise_s(Elementwise::Norm, norm_rows * d * ab * 2) : 0.0);
+  double ends_gemm = 0.0;
+  if (sampled > 0)
+    ends_gemm = cpu ? gemm_s(sampled, d, V, dt, wb, ab, ws) : gemm_s(sampled_rank, d, V / t, dt, wb, ab, ws);
   double ends_comm = s > 1 && sampled > 0 ? collective_s(Collective::AllGather, sampled * d * ab, s, s) : 0.0;
 
   // Pipeline: mb micro-batches through p stages, filled and drained within the step.
   const double slots = p > 1 ? double(mb + p - 1) : 1.0;
-  const double pp_send = p > 1 ? (p - 1) * collective_s(Collective::SendRecv, m * d * ab, 2, per_node >= 2 * t ? 2 : 1)
-                               : 0.0;
+  const int stage_ranks = pl.ranks / p;
+  const double pp_send =
+      p > 1 ? (p - 1) * collective_s(Collective::SendRecv, m * d * ab, 2, per_node >= 2 * stage_ranks ? 2 : 1) : 0.0;
+  // loom's CPU engine: world rank 0 broadcasts the step descriptor to every rank
+  // (engine/plan_executor.h: 4 KiB inline, the rest in a second message; the whole step's
+  // sequences, all replicas'), and with DP the sampled tokens come back in a world all-gather.
+  if (cpu && pl.world_ranks > 1) {
+    int64_t desc = 64;
+    for (const auto& w : seqs) desc += 48 + 4 * int64_t(w.new_tokens);
+    desc *= pl.dp;  // the other replicas' shares travel too (about as large)
+    constexpr int64_t kInline = 4096;
+    const int world = pl.world_ranks, node = std::min(world, per_node);
+    ends_comm += collective_s(Collective::Broadcast, double(kInline), world, node);
+    if (desc > kInline) ends_comm += collective_s(Collective::Broadcast, double(desc - kInline), world, node);
+    if (pl.dp > 1) ends_comm += collective_s(Collective::AllGather, 16.0 * world * std::max(sampled, 1), world, node);
+  }
   cost.gemm_s = stage_gemm * slots + ends_gemm;
   cost.elementwise_s = stage_elem * slots + ends;
   cost.attention_s = stage_attn * slots;
@@ -249,33 +341,106 @@ StepCost CostModel::price(const ParallelConfig& cfg, const std::vector<SeqWork>&
   return cost;
 }
 
-StepCost CostModel::price_step(const SimPlan& plan, const std::vector<SeqWork>& seqs) const {
-  int n = 0;
-  for (const auto& w : seqs) n += w.new_tokens;
-  return price(plan.config_for(n), seqs);
+StepCost CostModel::price_lockstep(const PricedPlan& pl, const std::vector<std::vector<SeqWork>>& replica_seqs) const {
+  StepCost worst;
+  bool any = false;
+  for (const auto& seqs : replica_seqs) {
+    if (seqs.empty()) continue;
+    const StepCost c = price(pl, seqs);
+    if (!any || c.total_s > worst.total_s) worst = c;
+    any = true;
+  }
+  if (!any) worst = price(pl, {});
+  return worst;
 }
 
-MemoryPlan CostModel::memory(const SimPlan& plan) const {
-  check_config(plan.base);
-  if (plan.shift) check_config(plan.shift_config());
-  if (plan.base.gpus() > node_.gpus_per_node && plan.base.tp * plan.base.sp > node_.gpus_per_node)
-    fail("plan ", plan.name(), ": tp*sp = ", plan.base.tp * plan.base.sp, " exceeds the ", node_.gpus_per_node,
-         " GPUs of a ", node_.name(), " node");
+bool CostModel::same_kv_placement(const PricedPlan& from, const PricedPlan& to) const {
+  if (from.world_ranks != to.world_ranks) return false;
+  return kv_placement(from.full, shape_) == kv_placement(to.full, shape_);
+}
+
+double CostModel::switch_s(const PricedPlan& from, const PricedPlan& to, const std::vector<SeqExtent>& seqs,
+                           int block_tokens, int64_t* bytes) const {
+  if (bytes) *bytes = 0;
+  if (from.world_ranks != to.world_ranks)
+    fail("switch ", from.name, " -> ", to.name, ": the plans have ", from.world_ranks, " and ", to.world_ranks,
+         " ranks (a plan set shares one rank count)");
+  // Per token, per KV head, per layer: K and V of head_dim elements (kv_bytes_per_token for the
+  // engine's dtypes; here the simulated KV element size).
+  const int64_t per_token = std::max<int64_t>(1, int64_t(std::llround(2.0 * model_.head_dim * opt_.kv_bytes)));
+  const KvMigration mig =
+      kv_migration(kv_placement(from.full, shape_), kv_placement(to.full, shape_), seqs, block_tokens, per_token);
+  if (bytes) *bytes = mig.total_bytes;
+  if (mig.total_bytes == 0) return 0.0;
+  // Each rank's sends and receives (one message per peer), then the busiest rank.
+  std::vector<double> rank_s(size_t(from.world_ranks), 0.0), rank_bytes(size_t(from.world_ranks), 0.0);
+  const int per_node = node_.gpus_per_node;
+  for (const auto& [pair, b] : mig.bytes_by_pair) {
+    const auto [src, dst] = pair;
+    const bool same_node = src / per_node == dst / per_node;
+    const double msg = collective_s(Collective::SendRecv, double(b), 2, same_node ? 2 : 1);
+    rank_s[size_t(src)] += msg;
+    rank_s[size_t(dst)] += msg;
+    rank_bytes[size_t(src)] += double(b);
+    rank_bytes[size_t(dst)] += double(b);
+  }
+  double worst = 0;
+  for (size_t r = 0; r < rank_s.size(); ++r) {
+    // Packing fragmented blocks into a contiguous buffer and unpacking them (a read and a write
+    // of every byte on each side) at memory bandwidth.
+    const double pack = 2.0 * rank_bytes[r] / (node_.gpu.hbm_bw * cal_.add.bw_eff);
+    worst = std::max(worst, rank_s[r] + pack);
+  }
+  return worst;
+}
+
+MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
+  LOOM_CHECK(!resident.empty(), "memory() of no plan");
+  const double wb = weight_bytes();
+  // Weights outside the layer matrices (embedding, classifier, norms): split over the TP group
+  // of a vocabulary-parallel engine, whole on every rank otherwise.
+  int64_t layer_elems = 0;
+  {
+    const WeightShards all = weight_shards(Plan::make_tp(1), shape_, 0);
+    layer_elems = all.elems();
+  }
+  const double other_elems = double(model_.param_count() - layer_elems);
+  const bool vocab_split = opt_.kernels == StepKernels::FusedGpu;
+  const int ranks = resident.front().world_ranks;
   MemoryPlan mem;
-  const double total = double(model_.param_count()) * sim_dtype_bytes(opt_.weight_dtype);
-  const auto& b = plan.base;
-  mem.weight_bytes_per_gpu = total / (b.tp * b.pp);
-  if (plan.shift) mem.weight_bytes_per_gpu += total / (b.tp * b.sp * b.pp);  // Shift 3.3.2, eq. (1)
-  const double kv_heads_gpu = std::max(1, model_.n_kv_heads / (b.tp * b.sp));
-  const int layers = ceil_div(model_.n_layers, b.pp);
-  mem.kv_bytes_per_token_per_gpu = 2.0 * layers * kv_heads_gpu * model_.head_dim * opt_.kv_bytes;
+  std::string names;
+  for (const auto& pl : resident) names += (names.empty() ? "" : " + ") + pl.name;
+  for (int r = 0; r < ranks; ++r) {
+    double elems = 0;
+    bool full_counted = false;
+    for (const auto& pl : resident) {
+      if (pl.world_ranks != ranks)
+        fail("plans ", names, " have different rank counts (", ranks, " and ", pl.world_ranks, ")");
+      if (pl.plan.weights == WeightSource::SliceOfFull) {
+        // Nitsum 3.2.1: every rank maps the whole model and computes with views of it, once
+        // for every plan that does.
+        if (!full_counted) elems += double(model_.param_count());
+        full_counted = true;
+        continue;
+      }
+      const WeightShards w = weight_shards(pl.full, shape_, r);
+      elems += double(w.elems()) + other_elems / double(vocab_split ? pl.tp_group * pl.pp : 1);
+    }
+    mem.weight_bytes_per_gpu = std::max(mem.weight_bytes_per_gpu, elems * wb);
+    double kv_per_token = 0;
+    for (const auto& pl : resident) {
+      const RankLayout l = rank_layout(pl.full, shape_, r);
+      kv_per_token = std::max(kv_per_token, 2.0 * double(l.layers.size()) * double(l.kv_heads.size()) *
+                                                model_.head_dim * opt_.kv_bytes);
+    }
+    mem.kv_bytes_per_token_per_gpu = std::max(mem.kv_bytes_per_token_per_gpu, kv_per_token);
+  }
   const double usable = node_.gpu.hbm_bytes * opt_.memory_utilization;
   mem.free_bytes_per_gpu = usable - mem.weight_bytes_per_gpu - opt_.activation_reserve_bytes;
   if (mem.free_bytes_per_gpu <= 0)
-    fail("plan ", plan.name(), ": weights need ", mem.weight_bytes_per_gpu / 1e9, " GB per GPU but a ",
-         node_.gpu.name, " offers ", usable / 1e9, " GB (", opt_.memory_utilization * 100, "% of ",
-         node_.gpu.hbm_bytes / 1e9, " GB) less ", opt_.activation_reserve_bytes / 1e9,
-         " GB for activations: the weights do not fit");
+    fail("plan ", names, ": weights need ", mem.weight_bytes_per_gpu / 1e9, " GB per GPU but a ", node_.gpu.name,
+         " offers ", usable / 1e9, " GB (", opt_.memory_utilization * 100, "% of ", node_.gpu.hbm_bytes / 1e9,
+         " GB) less ", opt_.activation_reserve_bytes / 1e9, " GB for activations: the weights do not fit");
   // Every GPU of an SP x TP group stores the KV of all tokens for its heads, so one replica's
   // token capacity is one GPU's free bytes over its per-token share.
   mem.kv_capacity_tokens = int64_t(mem.free_bytes_per_gpu / mem.kv_bytes_per_token_per_gpu);

@@ -12,11 +12,15 @@
 //    algorithm (ring all-reduce 2(n-1)/n, all-to-all and all-gather (n-1)/n, send/recv 1) and
 //    group size; across nodes the NIC bandwidth; or a measured curve when one is loaded;
 //  - a per-step overhead (scheduler, sampling, input preparation).
-// Layouts (one replica): TP (Megatron, all-reduce after Wo and W_down), Ulysses SP x TP (Shift
+// Layouts: every replica plan is a loom::Plan (src/parallel/plan.h), validated by the engine's
+// own validate() and reduced to per-rank sizes by the engine's own rank_layout() (one pricing path,
+// ARCHITECTURE.md): TP (Megatron, all-reduce after Wo and W_down), Ulysses SP x TP (Shift
 // Algorithm 1: token slices, two all-to-alls around attention, GQA KV replication when the KV
-// heads per TP rank are fewer than SP, padding to a multiple of SP), PP (micro-batches through
-// stages, fill and drain every step), Shift (the base config for steps above the threshold, full
-// TP otherwise; Shift 3.3 Algorithm 2). DP replicas are priced one at a time by the simulator.
+// heads per TP rank are fewer than SP, padding to a multiple of SP), the Shift config (TP(sp*tp)
+// in the Shift 3.3.1 order), PP (micro-batches through stages, fill and drain every step). The
+// layout policy (engine/policy.h) picks the plan of each step; DP replicas are priced one at a
+// time by the simulator. A switch between plans with different KV placements is priced with the
+// bytes of kv_migration() (parallel/kv_migration.h), the engine's own count.
 //
 // Units: seconds and bytes. Thread-safety: const methods are safe to call concurrently.
 #pragma once
@@ -27,8 +31,9 @@
 #include <vector>
 
 #include "model/config.h"
+#include "parallel/kv_placement.h"
+#include "parallel/plan.h"
 #include "sim/hardware.h"
-#include "sim/sim_plan.h"
 
 namespace loom::sim {
 
@@ -40,6 +45,29 @@ struct SeqWork {
   bool sample = true;
 };
 
+// One replica plan as the cost model prices it, built once by CostModel::prepare() and priced
+// per step: the plan validated against the model by loom::validate() and reduced, through
+// rank_layout(), to the sizes of its busiest rank (a step is as slow as its slowest rank; for an
+// even split every rank is the busiest).
+struct PricedPlan {
+  Plan full;         // the plan as given (normalised): its KV placement, migrations, world size
+  Plan plan;         // one replica of it (dp == 1): what one step of one replica is priced on
+  std::string name;  // full.to_string(): the name StepBatch::plan and StepMetrics::plan carry
+  int dp = 1;        // replicas
+  int world_ranks = 1;  // full.size()
+  int ranks = 1;     // plan.size(): one replica
+  int sp = 1;        // Ulysses degree: tokens split by position (1 for a shift config)
+  int tp_group = 1;  // ranks of the Wo / W_down all-reduce group (Plan::ffn_degree())
+  int pp = 1;        // pipeline stages
+  int max_layers = 0;  // layers of the largest stage
+  // The busiest rank (maxima over rank_layout of every rank):
+  int proj_q_heads = 0, proj_kv_heads = 0;  // heads projected on the rank's tokens (Wq, Wk/Wv rows)
+  int q_heads = 0, kv_heads = 0;            // heads attended (after the SP all-to-all); KV stored
+  int out_heads = 0;                        // heads of its Wo input columns
+  int64_t ffn = 0;                          // FFN columns (uneven shards: the larger one)
+  double weight_bytes = 0;  // weights the busiest rank reads every step (its working set)
+};
+
 struct StepCost {
   double total_s = 0;
   double gemm_s = 0;
@@ -47,10 +75,12 @@ struct StepCost {
   double elementwise_s = 0;
   double comm_s = 0;
   double overhead_s = 0;
-  ParallelConfig config;  // the config that ran the step (Shift: base or shift)
+  double switch_s = 0;          // KV migration before the step (plans with different placements)
+  int64_t kv_bytes_moved = 0;   // by that migration (KvMigration::total_bytes)
+  std::string plan;             // PricedPlan::name of the plan that ran the step
 };
 
-enum class Collective { AllReduce, AllToAll, AllGather, SendRecv };
+enum class Collective { AllReduce, AllToAll, AllGather, SendRecv, Broadcast };
 enum class Elementwise { Norm, Add, Act, Rope, Emb };
 const char* collective_name(Collective c);
 
@@ -62,7 +92,8 @@ struct CollectiveCurve {
 };
 using CollectiveKey = std::tuple<Collective, int, int>;  // (kind, group, per_node)
 
-// Memory of one replica's GPUs under a plan (Shift 3.3.2 eq. 1 for the shift copy).
+// Memory of one replica's GPUs under a set of resident plans (Shift 3.3.2 eq. 1 for the shift
+// copy).
 struct MemoryPlan {
   double weight_bytes_per_gpu = 0;
   double kv_bytes_per_token_per_gpu = 0;  // all layers the GPU holds
@@ -70,15 +101,33 @@ struct MemoryPlan {
   int64_t kv_capacity_tokens = 0;         // tokens of KV one replica holds
 };
 
+// Which kernels one layer step runs.
+enum class StepKernels {
+  // A vLLM-class GPU engine: one fused QKV GEMM, one fused gate+up GEMM, the final norm over
+  // every token and a vocabulary-parallel LM head (V / tp columns per rank).
+  FusedGpu,
+  // loom's CPU engine (engine/transformer.cpp, engine/ulysses.cpp): Wq, Wk, Wv and W_gate, W_up
+  // as separate matmuls; the final norm and the whole classifier only for the sampled rows, on
+  // the sampling rank.
+  LoomCpu,
+};
+
 struct CostModelOptions {
-  SimDType weight_dtype = SimDType::BF16;
-  double kv_bytes = 2;               // per element (bf16 KV; 1 for fp8 KV)
-  double act_bytes = 2;              // activations on the wire (bf16)
+  SimDType weight_dtype = SimDType::BF16;  // compute precision (tensor-core peak)
+  double weight_bytes = 0;           // bytes per weight element; 0: sim_dtype_bytes(weight_dtype)
+  int weight_block = 1;              // columns per weight block (ModelShape::weight_block: 32 for q8_0)
+  double kv_bytes = 2;               // per element (bf16 KV; 1 for fp8 KV; 4 for loom's f32 cache)
+  double act_bytes = 2;              // activations in memory and on the wire (bf16; 4 for loom's f32)
   double memory_utilization = 0.90;  // of HBM the engine may use (vLLM's default)
   double activation_reserve_bytes = 2e9;  // activations, CUDA graphs, workspace per GPU
   // Price small intra-node all-reduces as vLLM's custom all-reduce (Calibration); off when
   // predicting plain NCCL measurements.
   bool custom_all_reduce = true;
+  // Ranks computing at once that share the cache (GpuSpec::cache_bytes): 1 on GPUs (each its own
+  // L2); on a CPU every rank of the machine (all replicas of a DP plan).
+  int concurrent_ranks = 1;
+  // Kernel granularity of the engine being simulated (see StepKernels).
+  StepKernels kernels = StepKernels::FusedGpu;
 };
 
 class CostModel {
@@ -87,42 +136,79 @@ class CostModel {
             Calibration calibration = default_calibration());
 
   const ModelConfig& model() const { return model_; }
+  const ModelShape& shape() const { return shape_; }
   const NodeSpec& node() const { return node_; }
   const Calibration& calibration() const { return cal_; }
   const CostModelOptions& options() const { return opt_; }
+  double weight_bytes() const;  // per element
 
   // Replaces the analytical collective model by measured curves where a key matches.
   void set_collective_curves(std::map<CollectiveKey, CollectiveCurve> curves) { curves_ = std::move(curves); }
+  const std::map<CollectiveKey, CollectiveCurve>& collective_curves() const { return curves_; }
 
   // ---- primitives (one GPU) ----
   // [m, k] x [k, n] with weights of `weight_bytes` per element and activations of act_bytes.
-  double gemm_s(double m, double k, double n, SimDType compute, double weight_bytes, double act_bytes) const;
+  // `working_set`: the bytes the operands come back from (GemmCalibration's cache term); 0: the
+  // GEMM's own bytes (an operation repeated on its own, as measurements do).
+  double gemm_s(double m, double k, double n, SimDType compute, double weight_bytes, double act_bytes,
+                double working_set = 0) const;
+  // The QKV projection of m tokens ([m, d] x [d, (q + 2 kv) * head_dim]) and the gate + up
+  // projection ([m, d] x [d, 2 * ffn]) at the engine's granularity (fused or separate GEMMs),
+  // in the model's weight dtype.
+  double qkv_proj_s(double m, double d, double q_cols, double kv_cols, double working_set = 0) const;
+  double gate_up_s(double m, double d, double ffn, double working_set = 0) const;
   double elementwise_s(Elementwise kind, double bytes) const;
   // `bytes`: all-reduce: the buffer; all-to-all: what one rank sends in total (all peers, its
-  // own chunk included); all-gather: the gathered output; send/recv: the message.
+  // own chunk included); all-gather: the gathered output; send/recv, broadcast: the message.
   // group: ranks; per_node: ranks of the group on one node (== group when inside a node).
   double collective_s(Collective kind, double bytes, int group, int per_node) const;
-  // One layer's attention on one GPU holding q_heads query heads and kv_heads KV heads.
-  double attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads) const;
+  // One layer's attention on one GPU holding q_heads query heads and kv_heads KV heads of
+  // head_dim (0: the model's).
+  double attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim = 0) const;
+  // Its two parts by FLOPs and bytes (prefill chunks, then decodes), for fitting.
+  struct AttentionWork {
+    double prefill_flops = 0, prefill_bytes = 0, decode_flops = 0, decode_bytes = 0;
+    bool prefill = false, decode = false;
+  };
+  AttentionWork attention_work(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim = 0) const;
+
+  // ---- plans ----
+  // Validates `plan` (loom::validate against the model, plus: a replica fits the node, no
+  // Helix or weights=owner yet) and derives the per-rank sizes of one replica (a step of each
+  // replica is priced on them). Throws loom::Error naming the value and the limit.
+  PricedPlan prepare(const Plan& plan) const;
 
   // ---- a step ----
-  // Prices one replica step under `config` (throws loom::Error when the config does not divide
-  // the model or exceeds the node).
-  StepCost price(const ParallelConfig& config, const std::vector<SeqWork>& seqs) const;
-  // The plan's choice for this step (Shift: by scheduled tokens), then price().
-  StepCost price_step(const SimPlan& plan, const std::vector<SeqWork>& seqs) const;
+  // Prices one replica step under `plan` (`seqs`: that replica's sequences).
+  StepCost price(const PricedPlan& plan, const std::vector<SeqWork>& seqs) const;
+  // A lockstep step of every replica (DpMode::Lockstep): replica r computes the sequences with
+  // id % dp == r; the step lasts as long as the busiest (`replica_seqs[r]`: replica r's).
+  StepCost price_lockstep(const PricedPlan& plan, const std::vector<std::vector<SeqWork>>& replica_seqs) const;
+  StepCost price(const Plan& plan, const std::vector<SeqWork>& seqs) const { return price(prepare(plan), seqs); }
 
-  // Memory of one replica; throws loom::Error naming the per-GPU weights and the HBM limit when
-  // the weights do not fit.
-  MemoryPlan memory(const SimPlan& plan) const;
+  // ---- a switch ----
+  // True when the two plans store the same KV on every rank (kv_placement equality: a Shift
+  // switch, Shift 3.3.1), so switching costs nothing.
+  bool same_kv_placement(const PricedPlan& from, const PricedPlan& to) const;
+  // Switches are between the full plans (their placements include DP).
+  // Stop-and-migrate (Nitsum 3.2.2) from `from` to `to` before a step: the KvMigration of the
+  // live sequences `seqs` (parallel/kv_migration.h, blocks of `block_tokens`), each rank's
+  // transfers priced as send/recv messages (one per peer) plus packing and unpacking at memory
+  // bandwidth; the busiest rank sets the time. Sets *bytes to the migration's total_bytes.
+  double switch_s(const PricedPlan& from, const PricedPlan& to, const std::vector<SeqExtent>& seqs,
+                  int block_tokens, int64_t* bytes = nullptr) const;
 
-  // Checks the config against the model (heads divide) and the node; throws loom::Error.
-  void check_config(const ParallelConfig& config) const;
+  // Memory of one replica whose ranks hold the weights of every plan in `resident` (Shift: the
+  // base and its shift config, Shift 3.3.2 eq. 1; weights=full: the whole model once) and the
+  // KV of the largest placement among them. Throws loom::Error naming the per-GPU weights and
+  // the HBM limit when the weights do not fit.
+  MemoryPlan memory(const std::vector<PricedPlan>& resident) const;
 
  private:
   double link_bw(int group) const;
 
   ModelConfig model_;
+  ModelShape shape_;
   NodeSpec node_;
   CostModelOptions opt_;
   Calibration cal_;

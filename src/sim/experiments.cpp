@@ -6,17 +6,18 @@
 
 #include "core/error.h"
 #include "sim/model_catalog.h"
+#include "sim/profile.h"
 #include "sim/simulator.h"
 
 namespace loom::sim {
 
 LatencyThroughput measure_plan(const std::string& model, const std::string& hardware, const std::string& dtype,
-                               const std::string& plan, int input_tokens, int output_tokens, int num_requests) {
-  CostModelOptions opt;
-  opt.weight_dtype = parse_sim_dtype(dtype);
-  const CostModel cm(find_model(model), parse_node(hardware), opt);
+                               const std::string& plan, const std::string& policy, int input_tokens,
+                               int output_tokens, int num_requests) {
   SimConfig cfg;
-  cfg.plan = SimPlan::parse(plan);
+  cfg.plan = Plan::parse(plan);
+  const CostModel cm = hardware_cost_model(find_model(model), hardware, dtype, cfg.plan);
+  cfg.policy = policy;
   cfg.max_model_len = input_tokens + output_tokens;
   const Simulator sim(cm, cfg);
   LatencyThroughput out;
@@ -59,10 +60,11 @@ ExperimentResult run_shift_431() {
   struct C {
     const char* name;
     const char* plan;
+    const char* policy;
   };
-  const C configs[] = {{"dp", "dp=8"}, {"tp", "tp=8"}, {"sp", "sp=8"}, {"shift", "shift:sp=8"}};
+  const C configs[] = {{"dp", "dp=8", "fixed"}, {"tp", "tp=8", "fixed"}, {"sp", "sp=8", "fixed"}, {"shift", "sp=8", "shift"}};
   std::map<std::string, LatencyThroughput> v;
-  for (const auto& c : configs) v[c.name] = measure_plan(model, hw, dtype, c.plan, in, out, n);
+  for (const auto& c : configs) v[c.name] = measure_plan(model, hw, dtype, c.plan, c.policy, in, out, n);
   ExperimentResult r;
   r.name = "shift-4.3.1";
   r.title = "Shift 4.3.1 / Figure 12(a): Llama-70B FP8 on 8xH200, 4096 in / 250 out";
@@ -83,7 +85,9 @@ ExperimentResult run_shift_431() {
   row("throughput_tok_s", "sp", v["sp"].throughput_tok_s, std::nullopt, "plotted only");
   row("throughput_tok_s", "shift", v["shift"].throughput_tok_s, 0.82 * dp_tput,
       "text: Shift loses 18% vs DP (anchored on simulated DP)");
-  r.notes.push_back("Plans: dp=8 (8 replicas of tp=1), tp=8, sp=8, shift:sp=8 (sp=8 base, tp=8 for steps of <= 256 tokens).");
+  r.notes.push_back(
+      "Plans: dp=8 (8 replicas of tp=1), tp=8, sp=8, and sp=8 under the shift policy (sp=8 base, its shift config "
+      "shift:sp=8 = tp=8 in the Shift order for steps of <= 256 tokens).");
   r.notes.push_back("Throughput: input+output tokens/s of 1024 requests sent at once, until the last first token.");
   r.notes.push_back("Calibration: A100 fit carried to H200 as efficiencies; see `loom sim validate`.");
   return r;

@@ -46,8 +46,10 @@ std::string to_text(const ExperimentResult& r);
 struct LatencyThroughput {
   double ttft_ms = 0, tpot_ms = 0, throughput_tok_s = 0;
 };
-// Single-request TTFT/TPOT and saturated throughput of `plan` for uniform requests.
+// Single-request TTFT/TPOT and saturated throughput of `plan` under layout `policy` (fixed,
+// shift, ...; engine/policy.h) for uniform requests.
 LatencyThroughput measure_plan(const std::string& model, const std::string& hardware, const std::string& dtype,
-                               const std::string& plan, int input_tokens, int output_tokens, int num_requests);
+                               const std::string& plan, const std::string& policy, int input_tokens,
+                               int output_tokens, int num_requests);
 
 }  // namespace loom::sim

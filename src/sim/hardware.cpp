@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -56,6 +58,15 @@ std::vector<GpuSpec> make_catalog() {
   // 2.5 PF dense per GPU; NVLink 5 1.8 TB/s per GPU in one 72-GPU NVLink domain.
   c.push_back({"gb200", "NVIDIA GB200 (one Blackwell GPU of NVL72)", 186 * kGB, 8 * kTB, 2500 * kTF,
                5000 * kTF, 10000 * kTF, 900 * kGB, true, 72, "NVIDIA GB200 NVL72 datasheet"});
+  // L2 cache sizes from NVIDIA's architecture whitepapers: GA102 (A10) 6 MB, AD104 (L4) 48 MB,
+  // GA100 (A100) 40 MB, GH100 (H100, H200, H20) 50 MB. Blackwell's is not in the datasheets
+  // used here: 0 (no cache term).
+  for (auto& g : c) {
+    if (g.name == "a10") g.cache_bytes = 6e6;
+    else if (g.name == "l4") g.cache_bytes = 48e6;
+    else if (g.name.rfind("a100", 0) == 0) g.cache_bytes = 40e6;
+    else if (g.name == "h100-sxm" || g.name == "h200" || g.name == "h20") g.cache_bytes = 50e6;
+  }
   return c;
 }
 
@@ -136,7 +147,72 @@ const std::vector<GpuSpec>& gpu_catalog() {
   return c;
 }
 
-const GpuSpec& find_gpu(const std::string& name) {
+namespace {
+
+// The JSON file of a hardware entry path: the file itself, or hardware.json in a folder.
+std::string entry_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const std::string f = (fs::path(path) / "hardware.json").string();
+    return fs::is_regular_file(f, ec) ? f : std::string();
+  }
+  return fs::is_regular_file(path, ec) ? path : std::string();
+}
+
+}  // namespace
+
+bool is_hardware_entry(const std::string& name) { return !name.empty() && !entry_file(name).empty(); }
+
+nlohmann::json hardware_entry_json(const GpuSpec& g) {
+  return {{"name", g.name},           {"description", g.description},
+          {"hbm_bytes", g.hbm_bytes}, {"hbm_bw", g.hbm_bw},
+          {"flops_bf16", g.flops_bf16}, {"flops_fp8", g.flops_fp8},
+          {"flops_fp4", g.flops_fp4}, {"link_bw", g.link_bw},
+          {"nvlink", g.nvlink},       {"default_gpus_per_node", g.default_gpus_per_node},
+          {"cache_bytes", g.cache_bytes}, {"source", g.source}};
+}
+
+GpuSpec gpu_from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) fail("hardware entry ", where, ": not a JSON object");
+  auto num = [&](const char* key, bool positive) {
+    if (!j.contains(key) || !j[key].is_number()) fail("hardware entry ", where, ": missing number '", key, "'");
+    const double v = j[key].get<double>();
+    if (positive ? !(v > 0) : !(v >= 0))
+      fail("hardware entry ", where, ": ", key, " = ", v, " must be ", positive ? "> 0" : ">= 0");
+    return v;
+  };
+  GpuSpec g;
+  g.name = j.value("name", std::string("custom"));
+  g.description = j.value("description", g.name);
+  g.hbm_bytes = num("hbm_bytes", true);
+  g.hbm_bw = num("hbm_bw", true);
+  g.flops_bf16 = num("flops_bf16", true);
+  g.flops_fp8 = j.contains("flops_fp8") ? num("flops_fp8", false) : 0.0;
+  g.flops_fp4 = j.contains("flops_fp4") ? num("flops_fp4", false) : 0.0;
+  g.link_bw = num("link_bw", true);
+  g.nvlink = j.value("nvlink", false);
+  g.default_gpus_per_node = int(j.contains("default_gpus_per_node") ? num("default_gpus_per_node", true) : 1.0);
+  g.cache_bytes = j.contains("cache_bytes") ? num("cache_bytes", false) : 0.0;
+  g.source = j.value("source", where);
+  return g;
+}
+
+GpuSpec read_hardware_entry(const std::string& path) {
+  const std::string f = entry_file(path);
+  if (f.empty()) fail("hardware entry '", path, "': no such file, and no folder with hardware.json");
+  std::ifstream in(f);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    fail("hardware entry ", f, ": not JSON (", e.what(), ")");
+  }
+  return gpu_from_json(j, f);
+}
+
+GpuSpec find_gpu(const std::string& name) {
+  if (is_hardware_entry(name)) return read_hardware_entry(name);
   std::string n = lower(name);
   n.erase(std::remove(n.begin(), n.end(), ' '), n.end());
   static const std::pair<const char*, const char*> kAliases[] = {
@@ -149,10 +225,30 @@ const GpuSpec& find_gpu(const std::string& name) {
     if (g.name == n) return g;
   std::string known;
   for (const auto& g : gpu_catalog()) known += (known.empty() ? "" : ", ") + g.name;
-  fail("unknown GPU '", name, "' (known: ", known, ")");
+  fail("unknown GPU '", name, "' (known: ", known, "; or a hardware entry: a JSON file or a loom profile folder)");
 }
 
 NodeSpec parse_node(const std::string& spec) {
+  // A hardware entry path, whole or with an "xN" suffix.
+  if (is_hardware_entry(spec)) {
+    NodeSpec node;
+    node.gpu = read_hardware_entry(spec);
+    node.gpus_per_node = node.gpu.default_gpus_per_node;
+    node.topology = node.gpu.nvlink ? Topology::NvSwitch : Topology::Pcie;
+    if (!node.gpu.nvlink) node.net_bw = node.gpu.link_bw;
+    return node;
+  }
+  if (auto x = spec.rfind('x'); x != std::string::npos && x > 0 && x + 1 < spec.size() &&
+                                std::all_of(spec.begin() + long(x) + 1, spec.end(), ::isdigit)) {
+    const std::string path = spec.substr(0, x);
+    if (is_hardware_entry(path)) {
+      NodeSpec node = parse_node(path);
+      node.gpus_per_node = std::stoi(spec.substr(x + 1));
+      if (node.gpus_per_node < 1 || node.gpus_per_node > 1024)
+        fail("node '", spec, "': count ", node.gpus_per_node, " outside [1, 1024]");
+      return node;
+    }
+  }
   std::string s = lower(spec);
   s.erase(std::remove(s.begin(), s.end(), ' '), s.end());
   std::string topo;
@@ -201,6 +297,7 @@ const Calibration& default_calibration() {
     // Not measured: all-to-all and all-gather take NCCL's ring figures of all-reduce.
     k.all_to_all = k.all_reduce;
     k.all_gather = k.all_reduce;
+    k.broadcast = k.all_reduce;
     k.send_recv = {13e-6, 0.95};
     k.net = {0.0, 0.265};
     return k;

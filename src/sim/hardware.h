@@ -8,11 +8,17 @@
 // The calibration (efficiency curves, collective latencies, per-step overhead) is fitted on A100
 // measurements (../shared/data/gpu-measurements/a100, `loom sim calibrate`) and carried to other
 // GPUs as efficiencies: a fraction of each GPU's own peak. That transfer is an assumption, stated
-// in every report the simulator prints.
+// in every report the simulator prints, and measured by `loom sim validate --calibrate-on`.
+//
+// Hardware entries outside the catalog: a JSON file (or a folder holding hardware.json, as
+// `loom profile` writes for this machine) with the GpuSpec fields by name (hardware_entry_json);
+// find_gpu and parse_node take such a path wherever they take a catalog name.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace loom::sim {
 
@@ -35,6 +41,9 @@ struct GpuSpec {
   bool nvlink = false;       // false: peers talk over PCIe
   int default_gpus_per_node = 8;
   std::string source;        // datasheet the figures come from
+  // Cache between the cores and memory that operands stay in from one use to the next (GPU: L2;
+  // a CPU: its last-level cache, shared by the ranks on it); 0 when unknown (no cache term).
+  double cache_bytes = 0;
 
   // Dense FLOP/s for `t`; throws loom::Error when the GPU lacks that precision.
   double flops(SimDType t) const;
@@ -57,13 +66,25 @@ struct NodeSpec {
 
 // All GPUs of the catalog, in a fixed order.
 const std::vector<GpuSpec>& gpu_catalog();
-// Case-insensitive lookup with aliases ("a100" = "a100-80gb", "h100" = "h100-sxm", "gb200"...).
-// Throws loom::Error listing the known names.
-const GpuSpec& find_gpu(const std::string& name);
+// Case-insensitive lookup with aliases ("a100" = "a100-80gb", "h100" = "h100-sxm", "gb200"...),
+// or a hardware entry: a path to a JSON file, or to a folder holding hardware.json. Throws
+// loom::Error listing the known names.
+GpuSpec find_gpu(const std::string& name);
+// True when `name` is a path to a hardware entry (file, or folder with hardware.json).
+bool is_hardware_entry(const std::string& name);
 
-// Parses a node: "h200x8", "h200", "a100-80gb x4", "a100x4:pairwise", "l4x2". The GPU count
-// defaults to the GPU's default_gpus_per_node; the topology to NvSwitch for NVLink GPUs and Pcie
-// otherwise. Throws loom::Error naming the value.
+// A hardware entry as JSON: {"name", "description", "hbm_bytes", "hbm_bw", "flops_bf16",
+// "flops_fp8", "flops_fp4", "link_bw", "nvlink", "default_gpus_per_node", "cache_bytes", "source"} (units as in
+// GpuSpec). Reading checks every figure (> 0 where the cost model divides by it) and ignores
+// other keys (loom profile adds a "profile" object).
+nlohmann::json hardware_entry_json(const GpuSpec& g);
+GpuSpec gpu_from_json(const nlohmann::json& j, const std::string& where);
+GpuSpec read_hardware_entry(const std::string& path);
+
+// Parses a node: "h200x8", "h200", "a100-80gb x4", "a100x4:pairwise", "l4x2", or a hardware
+// entry path with an optional "xN" ("prof/x2"). The GPU count defaults to the GPU's
+// default_gpus_per_node; the topology to NvSwitch for NVLink GPUs and Pcie otherwise. Throws
+// loom::Error naming the value.
 NodeSpec parse_node(const std::string& spec);
 
 // This machine's CPU as a simulator device (one rank = one core), built from figures measured at
@@ -80,12 +101,21 @@ NodeSpec cpu_node(const GpuSpec& cpu, int ranks);
 
 // GEMM time on one GPU (t = max(compute, memory) + latency):
 //   compute = 2*m*k*n / (peak * eff_max * m / (m + m_half))   (efficiency rises with tokens m)
-//   memory  = bytes / (hbm_bw * mem_eff)
+//   memory  = bytes / (hbm_bw * mem_eff * (1 + cache_gain / (1 + (W / (cache_fraction * C))^2)))
+// where C = GpuSpec::cache_bytes and W the working set the operands come back from, over every
+// rank sharing that cache: the bytes each rank re-reads every step (its weights) times the ranks
+// computing at once in a simulated step; the operation's own bytes (or the weight copies it
+// cycles through) times the concurrent ranks in a measurement. A working set far above the
+// cache streams at mem_eff of the datasheet bandwidth; one well inside it is served up to
+// (1 + cache_gain) times faster; cache_fraction is the part of the cache that behaves so (a
+// last-level cache shared with other tenants, or holding other data).
 struct GemmCalibration {
   double eff_max = 0.72;
   double m_half = 24;
   double mem_eff = 0.80;
   double latency_s = 6e-6;
+  double cache_gain = 0;
+  double cache_fraction = 1;
 };
 
 // Memory-bound element-wise kernel: t = latency + bytes / (hbm_bw * bw_eff).
@@ -94,11 +124,13 @@ struct ElementwiseCalibration {
   double latency_s = 2e-6;
 };
 
-// Collective on one group: t = latency + algorithm_bytes / (link_bw * bw_eff), where
-// algorithm_bytes is what one GPU sends on its busiest link (ring all-reduce: 2(n-1)/n * size).
+// Collective on one group of n ranks: t = latency_s + hop_latency_s * (n - 2) + algorithm_bytes /
+// (link_bw * bw_eff), where algorithm_bytes is what one GPU sends on its busiest link (ring
+// all-reduce: 2(n-1)/n * size) and hop_latency_s the latency each further rank adds (ring steps).
 struct CollectiveCalibration {
   double latency_s = 20e-6;
   double bw_eff = 0.6;
+  double hop_latency_s = 0;
 };
 
 struct Calibration {
@@ -111,7 +143,7 @@ struct Calibration {
   double attn_mem_eff = 0.75;
   double attn_latency_s = 8e-6;
   // Intra-node (NVLink/NVSwitch or PCIe) and inter-node collectives.
-  CollectiveCalibration all_reduce, all_to_all, all_gather, send_recv;
+  CollectiveCalibration all_reduce, all_to_all, all_gather, send_recv, broadcast;
   CollectiveCalibration net;  // any collective that crosses nodes (bandwidth = net_bw)
   // vLLM's custom all-reduce (one kernel over NVLink peer memory, used inside an NVSwitch node
   // for messages up to 8 MiB, CUDA-graph captured) replaces NCCL's launch-bound latency for
@@ -121,6 +153,10 @@ struct Calibration {
   // Per-step time outside the forward pass: scheduling, input preparation, sampling, detokenise
   // (a vLLM-class engine with CUDA graphs).
   double step_overhead_s = 2.0e-3;
+  // Per sequence and per token of the step on top of it (0 for the GPU engines; measured for
+  // loom's CPU engine by `loom profile`: scheduling, step descriptor, sampling).
+  double step_overhead_per_seq_s = 0;
+  double step_overhead_per_token_s = 0;
   // FP8/FP4 GEMMs reach a lower fraction of their (doubled) peak than BF16 ones; multiplies
   // eff_max for those precisions.
   double low_precision_gemm_factor = 0.85;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.h"
 #include "sim/cost_model.h"
 
 namespace loom::sim {
@@ -31,5 +32,13 @@ ShiftThreshold derive_shift_threshold(const CostModel& model, int s, int t, int 
 // activations and KV cache, `ranks` ranks.
 CostModel cpu_cost_model(const ModelConfig& model, double weight_bytes, double memcpy_bytes_per_s, double peak_flops,
                          double memory_bytes, int ranks);
+
+// The default threshold of `loom generate` / `loom bench offline --policy shift` over `plan`
+// (sp x tp, one replica) for `model` with weights of `weight_dtype`: from the cost model of a loom
+// profile of this machine when `profile_dir` is given (sim/profile.h, collectives of
+// `backend`), else from cpu_cost_model with the measured memcpy bandwidth and FMA peak.
+ShiftThreshold default_shift_threshold(const ModelConfig& model, DType weight_dtype, const Plan& plan,
+                                       const std::string& profile_dir, const std::string& backend,
+                                       double memcpy_bytes_per_s, double peak_flops, int max_tokens = 8192);
 
 }  // namespace loom::sim

@@ -10,7 +10,10 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "engine/dist_engine.h"
+#include "engine/plan_executor.h"
 #include "engine/policy.h"
+#include "parallel/plan_set.h"
 #include "engine/scheduler.h"
 #include "engine/step.h"
 
@@ -18,37 +21,45 @@ namespace loom::sim {
 
 namespace {
 
-// The simulator's StepExecutor: prices the batch with the cost model under the plan's choice
-// for this step and samples token 0 for every sampling sequence (requests run with ignore_eos,
-// so lengths come from the trace).
-//
-// Shift plans: the step's config is chosen by the engine's Shift rule (engine/policy.h
-// shift_runs_base, Shift Algorithm 2), the rule `loom generate --policy shift` runs, on the same
-// StepBatch.
+// The simulator's StepExecutor: prices the batch under the plan the engine's PlanControl chose
+// (StepBatch::plan_id; a lockstep DP step as its busiest replica), plus the KV migration when the
+// step carries the KV extents of a placement change (StepBatch::kv_seqs), and samples token 0 for
+// every sampling sequence (requests run with ignore_eos, so lengths come from the trace).
 class CostModelExecutor : public StepExecutor {
  public:
-  CostModelExecutor(const CostModel& model, const SimPlan& plan) : model_(model), plan_(plan) {}
+  CostModelExecutor(const CostModel& model, const std::vector<PricedPlan>& plans, bool lockstep)
+      : model_(model), plans_(plans), lockstep_(lockstep) {}
   StepResult execute(const StepBatch& batch) override {
-    work_.clear();
     StepResult res;
+    const PricedPlan& pl = plans_.at(size_t(batch.plan_id));
+    const int replicas = lockstep_ ? pl.dp : 1;
+    work_.assign(size_t(replicas), {});
     for (const auto& s : batch.seqs) {
-      work_.push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
+      work_[size_t(replica_of(s.seq_id, replicas))].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
       if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
     }
-    if (plan_.shift) {
-      const bool base = shift_runs_base(batch.num_tokens, plan_.shift_threshold);
-      last_ = model_.price(base ? plan_.base : plan_.shift_config(), work_);
-    } else {
-      last_ = model_.price_step(plan_, work_);
+    last_ = replicas > 1 ? model_.price_lockstep(pl, work_) : model_.price(pl, work_.front());
+    last_.plan = pl.name;
+    switched_ = prev_ >= 0 && batch.plan_id != prev_;
+    if (switched_ && !batch.kv_seqs.empty()) {
+      // Stop-and-migrate before the step (Nitsum 3.2.2): the KV every sequence holds now.
+      last_.switch_s = model_.switch_s(plans_.at(size_t(prev_)), pl, batch.kv_seqs, batch.block_size,
+                                       &last_.kv_bytes_moved);
+      last_.total_s += last_.switch_s;
     }
+    prev_ = batch.plan_id;
     return res;
   }
   const StepCost& last() const { return last_; }
+  bool last_switched() const { return switched_; }
 
  private:
   const CostModel& model_;
-  const SimPlan& plan_;
-  std::vector<SeqWork> work_;
+  const std::vector<PricedPlan>& plans_;
+  bool lockstep_;
+  int prev_ = -1;
+  bool switched_ = false;
+  std::vector<std::vector<SeqWork>> work_;
   StepCost last_;
 };
 
@@ -65,9 +76,12 @@ struct Event {
   }
 };
 
+// One scheduler with its executor, clock and the engine's plan control: an independent DP
+// replica, or (lockstep) the whole world.
 struct Replica {
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<CostModelExecutor> exec;
+  std::unique_ptr<PlanControl> control;
   ManualClock clock;
   bool busy = false;
   StepBatch batch;
@@ -76,34 +90,79 @@ struct Replica {
 
 }  // namespace
 
+std::vector<Plan> SimConfig::plan_set() const {
+  std::vector<Plan> in = {plan.normalized()};
+  for (const Plan& p : more_plans) {
+    const Plan q = p.normalized();
+    if (std::find(in.begin(), in.end(), q) == in.end()) in.push_back(q);
+  }
+  check_policy_name(policy);
+  return policy_plans(policy, in);
+}
+
+std::string SimConfig::describe() const {
+  std::string s = plan.to_string();
+  for (const Plan& p : more_plans) s += " | " + p.to_string();
+  if (policy == "shift") return cat(s, ", policy shift(threshold=", shift_threshold, ")");
+  return s + ", policy " + policy;
+}
+
 Simulator::Simulator(CostModel model, SimConfig config) : model_(std::move(model)), config_(std::move(config)) {}
 
 SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   const double wall0 = now_seconds();
-  const SimPlan& plan = config_.plan;
+  const std::string plan_name = config_.describe();
+  const bool lockstep = config_.dp_mode == DpMode::Lockstep;
   SimResult out;
-  out.memory = model_.memory(plan);
-  if (plan.gpus() > model_.node().gpus_per_node && plan.base.gpus() > model_.node().gpus_per_node)
-    fail("plan ", plan.name(), " needs ", plan.base.gpus(), " GPUs per replica; a ", model_.node().name(),
-         " node has ", model_.node().gpus_per_node);
+  // The plan set, priced once; steps name plans by id. Independent replicas run the replica
+  // plans (dp = 1) of a set that shares one DP degree.
+  std::vector<Plan> set_plans = config_.plan_set();
+  const int dp = set_plans.front().dp;
+  if (!lockstep) {
+    for (Plan& p : set_plans) {
+      if (p.dp != dp)
+        fail("plans ", plan_name, " mix DP degrees (", dp, " and ", p.dp,
+             "): independent replicas share one; loom's lockstep DP (DpMode::Lockstep) does not need to");
+      p.dp = 1;
+    }
+  }
+  const PlanSet set = PlanSet::make(set_plans, model_.shape());
+  std::vector<PricedPlan> priced;
+  for (const Plan& p : set.plans()) priced.push_back(model_.prepare(p));
+  out.memory = model_.memory(priced);
+
   SchedulerConfig sc;
-  sc.max_num_seqs = config_.max_num_seqs;
-  sc.max_tokens_per_step = config_.max_tokens_per_step;
+  const int scale = lockstep ? set.max_dp() : 1;  // per-replica limits times the largest DP degree
+  sc.max_num_seqs = config_.max_num_seqs * scale;
+  sc.max_tokens_per_step = config_.max_tokens_per_step * scale;
   sc.block_size = config_.block_size;
   sc.enable_chunked_prefill = config_.enable_chunked_prefill;
   sc.max_model_len = config_.max_model_len > 0 ? config_.max_model_len : model_.model().max_seq_len;
   const int64_t blocks = out.memory.kv_capacity_tokens / config_.block_size;
   if (blocks < 1)
-    fail("plan ", plan.name(), ": no room for a single KV block after the weights (",
+    fail("plan ", plan_name, ": no room for a single KV block after the weights (",
          out.memory.free_bytes_per_gpu / 1e9, " GB free per GPU)");
-  sc.num_blocks = int(std::min<int64_t>(blocks, 1 << 30));
-  out.num_blocks_per_replica = sc.num_blocks;
-  out.num_replicas = plan.dp;
+  // As the engine sizes its cache: no more than max_num_seqs sequences of max_model_len can use.
+  const int64_t useful = int64_t(config_.max_num_seqs) * ((sc.max_model_len + sc.block_size - 1) / sc.block_size);
+  int64_t per_replica = std::min<int64_t>({blocks, useful, int64_t(1) << 30});
+  if (config_.num_blocks > 0) per_replica = std::min<int64_t>(config_.num_blocks, int64_t(1) << 30);
+  // KV pools per plan (kv/block_allocator.h): one per replica of a lockstep plan.
+  std::vector<KvPoolShape> pools;
+  for (const Plan& p : set.plans()) pools.push_back(KvPoolShape{lockstep ? p.dp : 1, 1, int(per_replica)});
+  sc.pool_shapes = pools;
+  sc.num_blocks = int(pools.front().total_blocks());
+  out.num_blocks_per_replica = per_replica;
+  out.num_replicas = dp;
 
-  std::vector<Replica> reps(size_t(plan.dp));
+  const int n_schedulers = lockstep ? 1 : dp;
+  std::vector<Replica> reps(static_cast<size_t>(n_schedulers));
   for (auto& r : reps) {
     r.sched = std::make_unique<Scheduler>(sc);
-    r.exec = std::make_unique<CostModelExecutor>(model_, plan);
+    std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config_.policy, set, config_.shift_threshold);
+    // The engine's control: the policy's choice, KV pools re-homed and the KV extents put in the
+    // step when the placement changes (engine/plan_executor.h).
+    r.control = std::make_unique<PlanControl>(set, pools, std::move(policy), *r.sched);
+    r.exec = std::make_unique<CostModelExecutor>(model_, priced, lockstep);
   }
   std::map<std::string, PlanUse> use;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
@@ -111,11 +170,12 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   for (int64_t i = 0; i < int64_t(trace.size()); ++i) q.push(Event{trace[size_t(i)].arrival_s, 1, seq++, 0, i});
 
   Metrics& metrics = out.metrics;
-  int64_t finished = 0, next_replica = 0, steps = 0;
+  int64_t finished = 0, steps = 0;
   const int64_t total = int64_t(trace.size());
 
   auto collect = [&](Replica& r, double t) {
     for (const Sequence& s : r.sched->drain_finished()) {
+      r.exec->release(s.id());
       metrics.on_finish(s, t);
       ++finished;
     }
@@ -128,15 +188,24 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     r.batch = r.sched->schedule();
     collect(r, t);  // rejections at admission
     if (r.batch.empty()) return;
+    r.control->on_batch(r.batch);  // may preempt (rehome) and empty the batch
+    collect(r, t);
+    if (r.batch.empty()) return;
     r.exec->execute(r.batch);  // result re-derived at completion (sampled = every sample seq)
     const StepCost& c = r.exec->last();
-    r.batch.plan = c.config.name();
     r.busy = true;
     r.step_start = t;
     auto& u = use[r.batch.plan];
     u.config = r.batch.plan;
     ++u.steps;
     u.busy_s += c.total_s;
+    if (r.exec->last_switched()) {
+      ++u.switches_to;
+      u.kv_bytes_moved += c.kv_bytes_moved;
+      u.switch_s += c.switch_s;
+      ++out.num_switches;
+      out.kv_bytes_moved += c.kv_bytes_moved;
+    }
     q.push(Event{t + c.total_s, 0, seq++, ri, 0});
   };
 
@@ -151,7 +220,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
       req.max_tokens = std::max(1, tr.output_len);
       req.stop.ignore_eos = true;
       req.arrival_s = tr.arrival_s;
-      const int ri = int(next_replica++ % plan.dp);
+      const int ri = lockstep ? 0 : replica_of(req.id, dp);  // the engine's routing (dist_engine.h)
       metrics.on_arrival(req, e.t);
       Replica& r = reps[size_t(ri)];
       r.clock.set(std::max(r.clock.now(), e.t));
@@ -209,7 +278,8 @@ nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
   j["model"] = m.model().summary();
   j["hardware"] = m.node().name();
   j["dtype"] = sim_dtype_name(m.options().weight_dtype);
-  j["plan"] = sim.config().plan.name();
+  j["plan"] = sim.config().plan.to_string();
+  j["policy"] = sim.config().describe();
   j["calibration"] = m.calibration().fitted_on;
   j["summary"] = to_json(r.summary);
   j["makespan_s"] = r.makespan_s;
@@ -220,8 +290,12 @@ nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
                  {"kv_blocks_per_replica", r.num_blocks_per_replica},
                  {"replicas", r.num_replicas}};
   nlohmann::json use = nlohmann::json::array();
-  for (const auto& u : r.plan_use) use.push_back({{"config", u.config}, {"steps", u.steps}, {"busy_s", u.busy_s}});
+  for (const auto& u : r.plan_use)
+    use.push_back({{"config", u.config}, {"steps", u.steps}, {"busy_s", u.busy_s}, {"switches_to", u.switches_to},
+                   {"kv_bytes_moved", u.kv_bytes_moved}, {"switch_s", u.switch_s}});
   j["plan_use"] = use;
+  j["switches"] = r.num_switches;
+  j["kv_bytes_moved"] = r.kv_bytes_moved;
   j["wall_s"] = r.wall_s;
   j["simulated_requests_per_s"] = r.sim_requests_per_s;
   return j;

@@ -6,11 +6,22 @@
 // order, so a run is a pure function of its inputs. Every random source has its own seed (the
 // trace generators in engine/trace.h take theirs; DP routing is round-robin, not random).
 //
-// DP: `plan.dp` replicas, each its own Scheduler, KV cache (memory model: HBM * utilisation -
-// weights - activation reserve, in blocks) and clock; arrivals go to replicas round-robin.
+// Plans are loom::Plan values priced through CostModel::prepare (the engine's validate() and
+// rank_layout()). The plan of each step is chosen by the engine's own layout policy
+// (engine/policy.h: fixed, shift, cycle:N, alternate, random:SEED), on the same
+// StepBatch the engine's loop hands it, and the step carries that plan's name
+// (StepMetrics::plan), as in the engine.
+// DP (SimConfig::dp_mode): independent replicas, each its own Scheduler, KV cache (memory model:
+// HBM * utilisation - weights - activation reserve, in blocks) and clock, or loom's lockstep
+// replicas under one scheduler; either way request `id` runs on replica id % dp (the engine's
+// routing, dist_engine.h replica_of). The plan of each step is chosen, and the scheduler's KV
+// pools re-homed on a placement change, by the engine's own PlanControl (plan_executor.h).
 // Shift: each step runs the base (SP x TP) config when it schedules more than the threshold's
-// tokens, the shift (full TP) config otherwise (Shift 3.3 Algorithm 2); both share one KV
-// placement, so switching is free (Shift 3.3.1) and the memory model holds both weight copies.
+// tokens, the shift config otherwise (Shift 3.3 Algorithm 2); both share one KV placement, so
+// switching is free (Shift 3.3.1) and the memory model holds both weight copies.
+// Any other switch between plans whose KV placements differ migrates the KV of every live
+// sequence before the step (stop-and-migrate, Nitsum 3.2.2), priced with the bytes of
+// kv_migration() (CostModel::switch_s).
 #pragma once
 
 #include <functional>
@@ -19,40 +30,74 @@
 #include <vector>
 
 #include "engine/metrics.h"
+#include "engine/policy.h"
 #include "engine/trace.h"
 #include "sim/cost_model.h"
 
 namespace loom::sim {
 
+// How DP replicas run.
+enum class DpMode {
+  // Independent engines (vLLM-class GPU serving): each replica its own scheduler, KV cache and
+  // clock; the plans of a set share one DP degree.
+  Independent,
+  // loom's engine (engine/dist_engine.h): one scheduler for the world whose per-step limits are
+  // the replica's times the largest DP degree of the set, KV pools per replica; each step the
+  // replicas compute their token share (sequence id % dp) together and the step lasts as long
+  // as the busiest replica; a plan set may mix DP degrees.
+  Lockstep,
+};
+
 struct SimConfig {
-  SimPlan plan;
+  Plan plan;  // the initial plan
+  // The rest of the plan set a policy may switch to (same rank count; parallel/plan_set.h). Their
+  // weights are resident on every rank (memory model), like those of a switching Shift policy's
+  // two configs.
+  std::vector<Plan> more_plans;
+  std::string policy = "fixed";    // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED
+  int64_t shift_threshold = 256;   // tokens per step above which "shift" runs the base
+  DpMode dp_mode = DpMode::Independent;
   int max_num_seqs = 256;           // per replica (vLLM's default)
-  int max_tokens_per_step = 8192;   // chunked-prefill token budget per step
+  int max_tokens_per_step = 8192;   // chunked-prefill token budget per step, per replica
   bool enable_chunked_prefill = true;
   int max_model_len = 0;            // 0: the model's context length
   int block_size = 16;
+  // KV blocks of one replica; 0: from the memory model (MemoryPlan::kv_capacity_tokens, at most
+  // what max_num_seqs sequences of max_model_len can use). validate-engine gives the engine's.
+  int64_t num_blocks = 0;
   // Called every `progress_every` steps with (simulated time, requests finished, total).
   std::function<void(double, int64_t, int64_t)> progress;
   int64_t progress_every = 20000;
+
+  // The plan set: `plan`, `more_plans`, and what the policy adds (engine/policy.h policy_plans:
+  // the shift config of an sp x tp plan for shift / alternate / random); no repeats.
+  std::vector<Plan> plan_set() const;
+  // "sp=8, policy shift(threshold=256)" for reports.
+  std::string describe() const;
 };
 
 struct PlanUse {
-  std::string config;  // ParallelConfig::name()
+  std::string config;  // Plan::to_string() of the plan that ran the steps
   int64_t steps = 0;
   double busy_s = 0;
+  int64_t switches_to = 0;      // switches into this plan
+  int64_t kv_bytes_moved = 0;   // by those switches (KvMigration::total_bytes)
+  double switch_s = 0;          // time the migrations took
 };
 
 struct SimResult {
   Metrics metrics;  // per request and per step (steps of every replica, by start time)
   MetricsSummary summary;
   MemoryPlan memory;
-  int num_replicas = 1;
+  int num_replicas = 1;             // of the initial plan
   int64_t num_blocks_per_replica = 0;
   double makespan_s = 0;         // first arrival to last finish
   double total_tokens_per_s = 0;  // (prompt + output tokens) / makespan
   double wall_s = 0;             // host time of the run
   double sim_requests_per_s = 0;  // requests simulated per host second
-  std::vector<PlanUse> plan_use;  // steps and busy time per config
+  std::vector<PlanUse> plan_use;  // steps, busy time and switches per plan
+  int64_t num_switches = 0;       // plan changes between consecutive steps of a replica
+  int64_t kv_bytes_moved = 0;     // by all of them
   std::vector<int> step_replica;  // replica of metrics.steps()[i]
 };
 

@@ -69,7 +69,9 @@ TEST(ShiftPolicy, SimulatorUsesTheEnginePolicy) {
   const ModelConfig mc = synth_shape("gqa-24x6").config;
   const sim::CostModel cm = sim::cpu_cost_model(mc, 4.0, 10e9, 50e9, 16e9, 2);
   sim::SimConfig sc;
-  sc.plan = sim::SimPlan::parse("shift:sp=2,threshold=37");
+  sc.plan = Plan::parse("sp=2");
+  sc.policy = "shift";
+  sc.shift_threshold = 37;
   sc.max_tokens_per_step = 64;
   sim::Simulator simulator(cm, sc);
   std::vector<TraceRequest> trace;
@@ -78,7 +80,7 @@ TEST(ShiftPolicy, SimulatorUsesTheEnginePolicy) {
   int64_t base = 0, shift = 0;
   for (const StepMetrics& s : r.metrics.steps()) {
     const bool want_base = shift_runs_base(s.num_tokens, 37);
-    EXPECT_EQ(s.plan, want_base ? "sp=2" : "tp=2") << "step " << s.index << ", " << s.num_tokens << " tokens";
+    EXPECT_EQ(s.plan, want_base ? "sp=2" : "shift:sp=2") << "step " << s.index << ", " << s.num_tokens << " tokens";
     (want_base ? base : shift) += 1;
   }
   EXPECT_GT(base, 0);
@@ -94,7 +96,7 @@ TEST(ShiftPolicy, ThresholdFromTheCostModel) {
     const sim::ShiftThreshold t = sim::derive_shift_threshold(cm, 2, 2, 4096);
     ASSERT_TRUE(t.crossed) << t.explain;
     auto price = [&](int tp, int sp, int n) {
-      return cm.price(sim::ParallelConfig{tp, sp, 1}, {sim::SeqWork{n, n, true}}).total_s;
+      return cm.price(sp > 1 ? Plan::make_sp_tp(sp, tp) : Plan::make_shift(2, 2), {sim::SeqWork{n, n, true}}).total_s;
     };
     const int n = int(t.threshold) + 1;
     EXPECT_LT(price(2, 2, n), price(4, 1, n)) << t.explain;

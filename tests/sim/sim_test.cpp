@@ -67,19 +67,49 @@ TEST(SimCatalog, Models) {
   EXPECT_EQ(c.head_dim, 16);
 }
 
-TEST(SimPlanParse, Forms) {
-  EXPECT_EQ(SimPlan::parse("tp=8").base.tp, 8);
-  const SimPlan s = SimPlan::parse("shift:sp=3,tp=2,threshold=97");
-  EXPECT_TRUE(s.shift);
-  EXPECT_EQ(s.base.sp, 3);
-  EXPECT_EQ(s.base.tp, 2);
-  EXPECT_EQ(s.shift_threshold, 97);
-  EXPECT_EQ(s.config_for(97).tp, 6);   // small step: shift config TP(sp*tp)
-  EXPECT_EQ(s.config_for(98).sp, 3);   // large step: base
-  EXPECT_EQ(SimPlan::parse("tp=2,pp=2").base.pp, 2);
-  EXPECT_EQ(SimPlan::parse("dp=2").dp, 2);
-  EXPECT_THROW(SimPlan::parse("tp=x"), Error);
-  EXPECT_THROW(SimPlan::parse("shift:tp=8"), Error);
+// The simulator prices loom::Plan values through the engine's validate() and rank_layout():
+// what the engine accepts, the cost model prices, and what it rejects, the cost model rejects
+// with the same message.
+TEST(SimPlans, EngineRulesAndSizes) {
+  CostModelOptions o;
+  o.weight_dtype = SimDType::FP8;
+  const CostModel cm(find_model("llama-3-70b"), parse_node("h200x8"), o);
+  const PricedPlan ulysses = cm.prepare(Plan::parse("sp=4,tp=2"));
+  EXPECT_EQ(ulysses.sp, 4);
+  EXPECT_EQ(ulysses.tp_group, 2);
+  EXPECT_EQ(ulysses.proj_q_heads, 32);  // H / tp
+  EXPECT_EQ(ulysses.q_heads, 8);        // H / (sp * tp) after the all-to-all
+  EXPECT_EQ(ulysses.kv_heads, 1);       // K = 8 over 8 ranks
+  const PricedPlan shift = cm.prepare(Plan::parse("shift:sp=4,tp=2"));
+  EXPECT_EQ(shift.sp, 1);  // the shift config replicates tokens
+  EXPECT_EQ(shift.tp_group, 8);
+  EXPECT_EQ(shift.q_heads, 8);
+  EXPECT_EQ(shift.ffn, 28672 / 8);
+  EXPECT_EQ(cm.prepare(Plan::parse("dp=2,tp=4")).ranks, 4);  // one replica
+  EXPECT_EQ(cm.prepare(Plan::parse("tp=2,pp=2")).max_layers, 40);
+  // The engine's message for a layout that does not divide the model.
+  for (const char* bad : {"tp=3", "sp=3", "pp=3"}) {
+    std::string engine_msg, sim_msg;
+    try {
+      validate(Plan::parse(bad), ModelShape::from(find_model("llama-3-70b")));
+    } catch (const Error& e) {
+      engine_msg = e.what();
+    }
+    try {
+      cm.prepare(Plan::parse(bad));
+    } catch (const Error& e) {
+      sim_msg = e.what();
+    }
+    EXPECT_FALSE(engine_msg.empty()) << bad;
+    EXPECT_EQ(sim_msg, engine_msg) << bad;
+  }
+  // The engine runs plain TP over a KV head count it does not divide (KV heads held by two
+  // ranks): so does the simulator, pricing the busier rank's two KV heads.
+  const ModelConfig gqa6 = ModelConfig::from_dims("llama", 192, 2, 24, 6, 8, 320, 512, 256, 10000.0f);
+  const CostModel small(gqa6, parse_node("h200x8"), o);
+  EXPECT_EQ(small.prepare(Plan::parse("tp=4")).proj_kv_heads, 2);
+  EXPECT_THROW(small.prepare(Plan::parse("tp=16")), Error);       // more ranks than the node
+  EXPECT_THROW(cm.prepare(Plan::parse("kvp=2,tpa=2")), Error);   // Helix: not priced yet
 }
 
 CostModel h200_70b(SimDType dt = SimDType::FP8) {
@@ -91,7 +121,7 @@ CostModel h200_70b(SimDType dt = SimDType::FP8) {
 TEST(SimCostModel, MonotonicInTokens) {
   const CostModel cm = h200_70b();
   for (const char* plan : {"tp=1", "tp=8", "sp=8", "sp=4,tp=2", "tp=2,pp=2"}) {
-    const ParallelConfig cfg = SimPlan::parse(plan).base;
+    const PricedPlan cfg = cm.prepare(Plan::parse(plan));
     double prev = 0;
     for (int n : {1, 7, 17, 97, 255, 1023, 4097, 8191}) {
       const double t = cm.price(cfg, {SeqWork{n, n, true}}).total_s;
@@ -107,7 +137,7 @@ TEST(SimCostModel, PerGpuComputeFallsWithTp) {
   const CostModel cm = h200_70b();
   double prev = 1e30;
   for (int tp : {1, 2, 4, 8}) {
-    const StepCost c = cm.price(ParallelConfig{tp, 1, 1}, {SeqWork{4097, 4097, true}});
+    const StepCost c = cm.price(Plan::make_tp(tp), {SeqWork{4097, 4097, true}});
     EXPECT_LT(c.gemm_s, prev) << "tp=" << tp;
     prev = c.gemm_s;
     if (tp > 1) {
@@ -132,19 +162,27 @@ TEST(SimCostModel, MemoryModelRejectsWhatDoesNotFit) {
   CostModelOptions o;
   o.weight_dtype = SimDType::BF16;
   const CostModel big(find_model("llama-3-405b"), parse_node("h200x8"), o);
-  EXPECT_THROW(big.memory(SimPlan::parse("dp=8")), Error);  // 811 GB on one 141 GB GPU
+  EXPECT_THROW(big.memory({big.prepare(Plan::parse("dp=8"))}), Error);  // 811 GB on one 141 GB GPU
   try {
-    big.memory(SimPlan::parse("tp=1"));
+    big.memory({big.prepare(Plan::parse("tp=1"))});
     FAIL() << "expected loom::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
   }
-  const MemoryPlan ok = big.memory(SimPlan::parse("tp=8"));  // 101 GB per GPU fits
+  const MemoryPlan ok = big.memory({big.prepare(Plan::parse("tp=8"))});  // 101 GB per GPU fits
   EXPECT_GT(ok.kv_capacity_tokens, 0);
   // Shift holds both copies (Shift 3.3.2 eq. 1): w/tp + w/(sp*tp).
   const CostModel cm = h200_70b();
   const double w = double(cm.model().param_count());
-  EXPECT_NEAR(cm.memory(SimPlan::parse("shift:sp=8")).weight_bytes_per_gpu, w + w / 8, 1.0);
+  EXPECT_NEAR(cm.memory({cm.prepare(Plan::parse("sp=8")), cm.prepare(Plan::parse("shift:sp=8"))}).weight_bytes_per_gpu,
+              w + w / 8, 1.0);
+  // The simulator holds both copies exactly when the policy switches.
+  SimConfig shift_cfg;
+  shift_cfg.plan = Plan::parse("sp=8");
+  shift_cfg.policy = "shift";
+  EXPECT_EQ(shift_cfg.plan_set().size(), 2u);
+  shift_cfg.policy = "fixed";
+  EXPECT_EQ(shift_cfg.plan_set().size(), 1u);
 }
 
 TEST(SimValidate, A100MediansUnder15Percent) {
@@ -167,9 +205,10 @@ std::vector<TraceRequest> same_time_trace() {
   return t;
 }
 
-std::string run_csv(const SimPlan& plan, const std::vector<TraceRequest>& trace) {
+std::string run_csv(const std::string& plan, const std::string& policy, const std::vector<TraceRequest>& trace) {
   SimConfig cfg;
-  cfg.plan = plan;
+  cfg.plan = Plan::parse(plan);
+  cfg.policy = policy;
   const Simulator sim(h200_70b(), cfg);
   const SimResult r = sim.run(trace);
   std::ostringstream os;
@@ -180,14 +219,15 @@ std::string run_csv(const SimPlan& plan, const std::vector<TraceRequest>& trace)
 
 TEST(SimDes, SimultaneousEventsAreDeterministic) {
   const auto trace = same_time_trace();
-  for (const char* p : {"tp=8", "dp=8", "shift:sp=8"}) {
-    const std::string a = run_csv(SimPlan::parse(p), trace), b = run_csv(SimPlan::parse(p), trace);
+  for (auto [p, policy] : std::vector<std::pair<const char*, const char*>>{
+           {"tp=8", "fixed"}, {"dp=8", "fixed"}, {"sp=8", "shift"}}) {
+    const std::string a = run_csv(p, policy, trace), b = run_csv(p, policy, trace);
     EXPECT_EQ(a, b) << p;
   }
   // Equal arrival times: the scheduler sees them in trace order (sequence numbers), so with
   // max_num_seqs = 1 equal requests finish strictly in id order.
   SimConfig cfg;
-  cfg.plan = SimPlan::parse("tp=8");
+  cfg.plan = Plan::parse("tp=8");
   cfg.max_num_seqs = 1;
   std::vector<TraceRequest> same(7, TraceRequest{0.5, 17, 7, {}, 0, false, false});
   const SimResult r = Simulator(h200_70b(), cfg).run(same);
@@ -200,20 +240,55 @@ TEST(SimDes, SameSeedSameOutput) {
     return synthesize_trace(97, ArrivalSpec::poisson(5.0), seed, LengthDist::uniform(17, 1023), seed + 1,
                             LengthDist::uniform(1, 97), seed + 2);
   };
-  const SimPlan plan = SimPlan::parse("shift:sp=8");
-  EXPECT_EQ(run_csv(plan, trace(7)), run_csv(plan, trace(7)));
-  EXPECT_NE(run_csv(plan, trace(7)), run_csv(plan, trace(8)));
+  EXPECT_EQ(run_csv("sp=8", "shift", trace(7)), run_csv("sp=8", "shift", trace(7)));
+  EXPECT_NE(run_csv("sp=8", "shift", trace(7)), run_csv("sp=8", "shift", trace(8)));
 }
 
 TEST(SimDes, ShiftSwitchesByStepSize) {
   SimConfig cfg;
-  cfg.plan = SimPlan::parse("shift:sp=8");
+  cfg.plan = Plan::parse("sp=8");
+  cfg.policy = "shift";
   const SimResult r = Simulator(h200_70b(), cfg).run({TraceRequest{0.0, 4096, 17, {}, 0, false, false}});
   ASSERT_EQ(r.metrics.steps().size(), 17u);
   EXPECT_EQ(r.metrics.steps()[0].plan, "sp=8");  // the 4096-token prefill runs the base
-  for (size_t i = 1; i < r.metrics.steps().size(); ++i) EXPECT_EQ(r.metrics.steps()[i].plan, "tp=8");
+  // The other steps run the shift config, named as the engine names it.
+  for (size_t i = 1; i < r.metrics.steps().size(); ++i) EXPECT_EQ(r.metrics.steps()[i].plan, "shift:sp=8");
+  EXPECT_EQ(r.num_switches, 1);
+  EXPECT_EQ(r.kv_bytes_moved, 0);  // Shift 3.3.1: equal placements
   EXPECT_NE(svg_plan_per_step(r).find("<svg"), std::string::npos);
   EXPECT_NE(svg_latency_cdf(r).find("polyline"), std::string::npos);
+}
+
+// Switching tp=4 <-> sp=2,tp=2 moves KV (their placements differ: PLANS.md), priced with the bytes
+// of kv_migration. By hand, for H = 8, K = 4: tp=4 rank r holds KV head r; sp=2,tp=2 rank
+// (sp, tp) = (r / 2, r % 2) attends query heads tp*4 + sp*2 + {0,1}, i.e. KV head 2*tp + sp. Ranks
+// 1 and 2 swap their heads, ranks 0 and 3 keep theirs: every switch moves 2 ranks x 1 head x
+// 2 layers x (live tokens) x (K and V: 2 x head_dim 8 x 2 bytes) = 128 bytes per live token.
+TEST(SimDes, SwitchBetweenPlacementsPricesTheMigration) {
+  const ModelConfig mc = ModelConfig::from_dims("llama", 64, 2, 8, 4, 8, 172, 512, 512, 10000.0f);
+  CostModelOptions o;
+  o.weight_dtype = SimDType::BF16;
+  const CostModel cm(mc, parse_node("h200x4"), o);
+  EXPECT_FALSE(cm.same_kv_placement(cm.prepare(Plan::parse("tp=4")), cm.prepare(Plan::parse("sp=2,tp=2"))));
+  EXPECT_TRUE(cm.same_kv_placement(cm.prepare(Plan::parse("sp=2,tp=2")), cm.prepare(Plan::parse("shift:sp=2,tp=2"))));
+  SimConfig cfg;
+  cfg.plan = Plan::parse("tp=4");
+  cfg.more_plans = {Plan::parse("sp=2,tp=2")};
+  cfg.policy = "alternate";  // the engine's policy: the next plan of the set every step
+  const SimResult r = Simulator(cm, cfg).run({TraceRequest{0.0, 20, 4, {}, 0, false, false}});
+  ASSERT_EQ(r.metrics.steps().size(), 4u);  // prefill, then 3 decodes
+  EXPECT_EQ(r.num_switches, 3);
+  EXPECT_EQ(r.kv_bytes_moved, 128 * (20 + 21 + 22));  // live tokens before steps 1, 2, 3
+  double switch_s = 0;
+  for (const auto& u : r.plan_use) switch_s += u.switch_s;
+  EXPECT_GT(switch_s, 0);
+  // The same alternation between placement-equal plans moves and costs nothing.
+  cfg.plan = Plan::parse("sp=2,tp=2");
+  cfg.more_plans = {};  // alternate over an sp x tp plan: it and its shift config
+  const SimResult free = Simulator(cm, cfg).run({TraceRequest{0.0, 20, 4, {}, 0, false, false}});
+  EXPECT_EQ(free.num_switches, 3);
+  EXPECT_EQ(free.kv_bytes_moved, 0);
+  for (const auto& u : free.plan_use) EXPECT_EQ(u.switch_s, 0.0);
 }
 
 TEST(SimExperiment, Shift431OrderingAndBounds) {
@@ -243,7 +318,7 @@ TEST(SimSpeed, AzureConversationTraceLlama70bH200x8) {
   const auto trace = read_trace(test::shared_dir() + "/data/traces/azure_llm_conv_2023.csv");
   ASSERT_EQ(trace.size(), 19366u);
   SimConfig cfg;
-  cfg.plan = SimPlan::parse("tp=8");
+  cfg.plan = Plan::parse("tp=8");
   const auto t0 = std::chrono::steady_clock::now();
   const SimResult r = Simulator(h200_70b(), cfg).run(trace);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,3 +5,10 @@ add_test(NAME sim_cli_experiment_json COMMAND loom sim experiment shift-4.3.1 --
 set_tests_properties(sim_cli_experiment_json PROPERTIES PASS_REGULAR_EXPRESSION "\"experiment\": \"shift-4.3.1\"")
 add_test(NAME sim_cli_bad_plan COMMAND loom sim run --plan tp=3 --synthetic poisson:1 --num-requests 7 --quiet)
 set_tests_properties(sim_cli_bad_plan PROPERTIES WILL_FAIL TRUE)
+# `loom profile --comm mpi` under mpirun, and the simulator pricing with the MPI collectives.
+if(LOOM_MPI)
+  add_test(NAME sim_mpi_profile
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_profile.sh $<TARGET_FILE:loom> ${loom_mpirun})
+  set_tests_properties(sim_mpi_profile PROPERTIES TIMEOUT 120 ENVIRONMENT "${loom_mpi_env}"
+                       PASS_REGULAR_EXPRESSION "mpi profile ok")
+endif()

@@ -1,0 +1,128 @@
+// The simulator's accuracy against the engine on this machine (issue 18's benchmark): the same
+// requests through the real engine (ranks as threads, local backend) and through the simulator
+// calibrated by a profile of this machine (`loom profile`), for tp=2, dp=2 and Shift over sp=2
+// (and tp=1 for reference); per plan the relative error of throughput, TTFT p50/p90, TPOT
+// p50/p90 and step count. Goal: median |error| <= 10%, no metric worse than 25% (printed, not
+// asserted: timings on a shared machine are noisy).
+//
+// Each workload runs `rounds` times on the engine; the error is taken against the median of the
+// engine's values over the rounds (the simulator is deterministic).
+//
+// Usage: bench_sim_fidelity [MODEL] [ROUNDS] [WORKLOAD...]
+//   MODEL     a synthetic shape name (default small, f32) or a model file
+//   WORKLOAD  batch (16 requests of 128 + 32 tokens at t = 0) and/or poisson (24 requests of
+//             uniform 32..192 + 8..48 tokens at 12 requests/s); default both
+// The profile of the model's shapes is measured right before the rounds (so both sides see the
+// same load on a shared machine) into $LOOM_BENCH_DIR (default /tmp/loom-bench)/profile-<model>;
+// LOOM_BENCH_REUSE_PROFILE=1 reuses one that is there.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "engine/metrics.h"
+#include "sim/validate_engine.h"
+
+using namespace loom;
+
+namespace {
+
+struct Workload {
+  std::string name;
+  std::vector<TraceRequest> trace;
+};
+
+Workload workload(const std::string& name) {
+  if (name == "batch")
+    return {name, synthesize_trace(16, ArrivalSpec::all_at_zero(), 1, LengthDist::fixed(128), 2, LengthDist::fixed(32), 3)};
+  if (name == "poisson")
+    return {name, synthesize_trace(24, ArrivalSpec::poisson(12.0), 11, LengthDist::uniform(32, 192), 12,
+                                   LengthDist::uniform(8, 48), 13)};
+  std::fprintf(stderr, "unknown workload '%s' (batch, poisson)\n", name.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string model_arg = argc > 1 ? argv[1] : "small";
+  const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 3;
+  std::vector<std::string> workloads;
+  for (int i = 3; i < argc; ++i) workloads.push_back(argv[i]);
+  if (workloads.empty()) workloads = {"batch", "poisson"};
+
+  const bool file = std::filesystem::exists(model_arg);
+  const std::string model = file ? model_arg : bench::ensure_model(model_arg, DType::F32);
+  const std::string stem = std::filesystem::path(model).stem().string();
+  const std::string profile = bench::bench_dir() + "/profile-" + stem;
+  const char* reuse = std::getenv("LOOM_BENCH_REUSE_PROFILE");
+  if (!(reuse && std::string(reuse) == "1" && sim::is_profile(profile))) {
+    std::filesystem::remove_all(profile);
+    const std::string cmd = std::string(LOOM_BIN) + " profile -o " + profile + " --model " + model +
+                            " --shapes '' --dtypes f32 --tokens 1,2,4,8,16,32,64,128,256 --tp 1,2 --ranks 2"
+                            " --concurrent 1,2 --reps 5";
+    std::printf("profiling this machine: %s\n", cmd.c_str());
+    std::fflush(stdout);
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "loom profile failed\n");
+      return 1;
+    }
+  }
+  const sim::MachineProfile prof = sim::read_profile(profile);
+  const std::vector<sim::EnginePlan> plans = {sim::EnginePlan::parse("tp=1"), sim::EnginePlan::parse("tp=2"),
+                                              sim::EnginePlan::parse("dp=2"), sim::EnginePlan::parse("sp=2@shift")};
+  std::printf("model %s, profile %s (%s kernels, %d thread(s) per rank), %d round(s)\n", model.c_str(),
+              profile.c_str(), prof.kernel_path.c_str(), prof.threads_per_rank, rounds);
+
+  for (const std::string& wname : workloads) {
+    const Workload w = workload(wname);
+    sim::EngineValidationOptions o;
+    o.model_path = model;
+    o.trace = w.trace;
+    o.max_num_seqs = 16;
+    o.max_tokens_per_step = 256;
+    o.kv_cache_bytes = int64_t(64) << 20;
+    bench::print_load(("before " + wname).c_str());
+    // engine values per (plan, metric) over the rounds; the simulated ones (deterministic)
+    std::vector<std::vector<sim::PlanValidation>> runs;
+    for (int r = 0; r < rounds; ++r) runs.push_back(sim::validate_engine(prof, o, plans));
+    bench::print_load(("after " + wname).c_str());
+    std::printf("\nworkload %s: %zu requests; error = (simulated - engine) / engine, engine = median of %d round(s)\n",
+                wname.c_str(), w.trace.size(), rounds);
+    std::printf("%-14s %-17s %12s %12s %9s   %s\n", "plan", "metric", "engine", "simulated", "error", "rounds' errors");
+    std::vector<double> goal_errors;
+    for (size_t p = 0; p < plans.size(); ++p) {
+      std::vector<double> abs_errors;
+      for (size_t m = 0; m < runs[0][p].metrics.size(); ++m) {
+        std::vector<double> eng;
+        std::string each;
+        for (const auto& run : runs) {
+          eng.push_back(run[p].metrics[m].engine);
+          char b[32];
+          std::snprintf(b, sizeof b, "%s%+.0f%%", each.empty() ? "" : " ", run[p].metrics[m].error() * 100);
+          each += b;
+        }
+        sim::MetricComparison c = runs[0][p].metrics[m];
+        c.engine = percentile(eng, 50);
+        const double e = c.error();
+        abs_errors.push_back(std::abs(e));
+        std::printf("%-14s %-17s %12.3f %12.3f %8.1f%%   %s\n", plans[p].label().c_str(), c.name.c_str(), c.engine,
+                    c.simulated, e * 100, each.c_str());
+      }
+      const double med = percentile(abs_errors, 50), worst = *std::max_element(abs_errors.begin(), abs_errors.end());
+      const bool goal_plan = plans[p].plan != "tp=1";
+      std::printf("%-14s median |error| %.1f%%, max %.1f%%%s%s\n", plans[p].label().c_str(), med * 100, worst * 100,
+                  goal_plan ? (med <= 0.10 && worst <= 0.25 ? "  [goal met]" : "  [goal missed]") : "  (reference)",
+                  runs[0][p].same_requests ? "" : "  REQUESTS DIFFER");
+      if (goal_plan) goal_errors.insert(goal_errors.end(), abs_errors.begin(), abs_errors.end());
+    }
+    std::printf("workload %s, tp=2 / dp=2 / shift over sp=2: median |error| %.1f%%, max %.1f%% (goal 10%% / 25%%)\n",
+                wname.c_str(), percentile(goal_errors, 50) * 100,
+                *std::max_element(goal_errors.begin(), goal_errors.end()) * 100);
+  }
+  return 0;
+}

@@ -1,0 +1,324 @@
+#include "sim/validate_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "engine/dist_engine.h"
+#include "engine/policy.h"
+#include "parallel/plan_set.h"
+#include "model/loader.h"
+#include "sim/shift_threshold.h"
+#include "sim/simulator.h"
+
+namespace loom::sim {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The engine's requests for the trace: id = trace index, prompt ids uniform over the vocabulary
+// from Rng(seed, index) (the prompts' values do not change the work), output to the trace's
+// length (ignore_eos), greedy, arrival times of the trace.
+std::vector<Request> engine_requests(const std::vector<TraceRequest>& trace, uint64_t seed, int vocab) {
+  std::vector<Request> out;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    Request r;
+    r.id = RequestId(i);
+    Rng rng(seed * 0x9e3779b97f4a7c15ull ^ uint64_t(i) * 0xd1b54a32d192ed03ull);
+    r.prompt.resize(size_t(trace[i].prompt_len));
+    for (auto& t : r.prompt) t = TokenId(rng.below(uint64_t(vocab)));
+    r.max_tokens = std::max(1, trace[i].output_len);
+    r.stop.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    r.arrival_s = trace[i].arrival_s;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+struct EngineRun {
+  Metrics metrics;
+  int64_t num_kv_blocks = 0;
+  int threads_per_rank = 0;
+  std::string backend;
+};
+
+// The one place that drives the engine (engine/dist_engine.h): the plan on plan.size() ranks as
+// threads of this process, the layout policy and threshold given, every rank's KV cache of
+// kv_cache_bytes, then the requests run to completion.
+EngineRun run_on_engine(std::shared_ptr<const Model> model, const EngineValidationOptions& o, const EnginePlan& p,
+                        int threads_per_rank, int64_t shift_threshold, std::vector<Request> requests) {
+  DistOptions d;
+  d.comm = "local";
+  d.ranks = Plan::parse(p.plan).size();
+  d.plans = {p.plan};
+  d.model_path = o.model_path;
+  d.load_model = [model](int) { return model; };
+  d.engine.threads = threads_per_rank;
+  d.engine.max_num_seqs = o.max_num_seqs;
+  d.engine.max_tokens_per_step = o.max_tokens_per_step;
+  d.engine.block_size = o.block_size;
+  d.engine.max_model_len = o.max_model_len;
+  d.engine.kv_cache_bytes = o.kv_cache_bytes;
+  d.policy = p.policy;
+  d.shift_threshold = shift_threshold;
+  EngineRun run;
+  run_distributed(d, [&](DistEngine& e) {
+    run.num_kv_blocks = e.num_kv_blocks();
+    run.threads_per_rank = e.threads_per_rank();
+    run.backend = std::string(e.backend());
+    e.run(std::move(requests));
+    run.metrics = e.metrics();
+  });
+  return run;
+}
+
+std::vector<std::pair<std::string, int64_t>> steps_per_plan(const Metrics& m) {
+  std::map<std::string, int64_t> n;
+  for (const StepMetrics& s : m.steps()) ++n[s.plan];
+  return {n.begin(), n.end()};
+}
+
+std::vector<MetricComparison> compare(const MetricsSummary& e, const MetricsSummary& s) {
+  auto tput = [](const MetricsSummary& x) {
+    return x.duration_s > 0 ? double(x.num_prompt_tokens + x.num_output_tokens) / x.duration_s : 0.0;
+  };
+  return {{"throughput_tok_s", tput(e), tput(s)}, {"ttft_p50_ms", e.ttft_ms.p50, s.ttft_ms.p50},
+          {"ttft_p90_ms", e.ttft_ms.p90, s.ttft_ms.p90},  {"tpot_p50_ms", e.tpot_ms.p50, s.tpot_ms.p50},
+          {"tpot_p90_ms", e.tpot_ms.p90, s.tpot_ms.p90},  {"steps", double(e.num_steps), double(s.num_steps)}};
+}
+
+// Median step durations (decode-only steps, steps with prefill) and gaps between consecutive
+// steps of one replica (ms).
+std::vector<MetricComparison> step_diagnostics(const Metrics& e, const Metrics& s) {
+  auto stats = [](const Metrics& m, double out[3]) {
+    std::vector<double> dec, pf, gap;
+    double prev_end = -1;
+    for (const StepMetrics& st : m.steps()) {
+      (st.num_prefill_tokens > 0 ? pf : dec).push_back((st.end_s - st.start_s) * 1e3);
+      if (prev_end >= 0 && st.start_s >= prev_end) gap.push_back((st.start_s - prev_end) * 1e3);
+      prev_end = st.end_s;
+    }
+    out[0] = percentile(dec, 50), out[1] = percentile(pf, 50), out[2] = percentile(gap, 50);
+  };
+  double a[3], b[3];
+  stats(e, a);
+  stats(s, b);
+  return {{"decode_step_p50_ms", a[0], b[0]}, {"prefill_step_p50_ms", a[1], b[1]}, {"step_gap_p50_ms", a[2], b[2]}};
+}
+
+// Same completed requests on both sides: ids, prompt lengths, output token counts.
+void check_requests(const Metrics& engine, const Metrics& sim, PlanValidation& v) {
+  struct R {
+    int prompt, output;
+    FinishReason reason;
+  };
+  auto table = [](const Metrics& m) {
+    std::map<RequestId, R> t;
+    for (const RequestMetrics& r : m.requests()) t[r.id] = R{r.prompt_len, r.num_output(), r.finish_reason};
+    return t;
+  };
+  const auto a = table(engine), b = table(sim);
+  v.num_requests = int64_t(a.size());
+  v.same_requests = true;
+  if (a.size() != b.size()) {
+    v.same_requests = false;
+    v.request_mismatch = cat("engine has ", a.size(), " requests, simulator ", b.size());
+    return;
+  }
+  for (const auto& [id, x] : a) {
+    auto it = b.find(id);
+    if (it == b.end() || it->second.prompt != x.prompt || it->second.output != x.output ||
+        it->second.reason != x.reason) {
+      v.same_requests = false;
+      v.request_mismatch =
+          it == b.end() ? cat("request ", id, " is missing in the simulator")
+                        : cat("request ", id, ": engine prompt ", x.prompt, " output ", x.output, " (",
+                              finish_reason_name(x.reason), "), simulator prompt ", it->second.prompt, " output ",
+                              it->second.output, " (", finish_reason_name(it->second.reason), ")");
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+EnginePlan EnginePlan::parse(const std::string& text, const std::string& default_policy) {
+  EnginePlan p;
+  const auto at = text.find('@');
+  p.plan = text.substr(0, at);
+  p.policy = at == std::string::npos ? default_policy : text.substr(at + 1);
+  // Names a bad plan or policy up front (before any model loads).
+  const std::vector<Plan> set = PlanSet::parse({p.plan});
+  p.plan = set.front().to_string();
+  check_policy_name(p.policy);
+  policy_plans(p.policy, set);
+  return p;
+}
+
+double MetricComparison::error() const {
+  if (!(engine != 0) || std::isnan(engine) || std::isnan(simulated)) return std::numeric_limits<double>::quiet_NaN();
+  return (simulated - engine) / engine;
+}
+
+double PlanValidation::median_abs_error() const {
+  std::vector<double> e;
+  for (const auto& m : metrics)
+    if (!std::isnan(m.error())) e.push_back(std::abs(m.error()));
+  return e.empty() ? std::numeric_limits<double>::quiet_NaN() : percentile(e, 50);
+}
+
+double PlanValidation::max_abs_error() const {
+  double worst = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& m : metrics)
+    if (!std::isnan(m.error())) worst = std::isnan(worst) ? std::abs(m.error()) : std::max(worst, std::abs(m.error()));
+  return worst;
+}
+
+std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const EngineValidationOptions& o,
+                                            const std::vector<EnginePlan>& plans,
+                                            const std::function<void(const std::string&)>& progress) {
+  if (o.trace.empty()) fail("validate-engine: the trace holds no request");
+  if (plans.empty()) fail("validate-engine: give at least one --plan");
+  std::shared_ptr<const Model> model = load_model(o.model_path);
+  const ModelConfig& mc = model->config;
+  const DType weight_dtype = model->layers.at(0).w_up.dtype;
+  const int max_len = o.max_model_len > 0 ? o.max_model_len : mc.max_seq_len;
+  for (size_t i = 0; i < o.trace.size(); ++i)
+    if (o.trace[i].prompt_len + o.trace[i].output_len > max_len)
+      fail("validate-engine: request ", i, " needs ", o.trace[i].prompt_len + o.trace[i].output_len,
+           " tokens, the context is ", max_len, " (clip the trace)");
+  // Every plan against the model before anything runs (the engine's rule and message).
+  const ModelShape shape = ModelShape::from(mc, dtype_block_elems(weight_dtype));
+  for (const EnginePlan& p : plans) validate(Plan::parse(p.plan), shape);
+  std::vector<PlanValidation> out;
+  for (const EnginePlan& p : plans) {
+    const Plan plan = Plan::parse(p.plan);
+    PlanValidation v;
+    v.plan = p;
+    v.ranks = plan.size();
+    Plan replica = plan;
+    replica.dp = 1;
+    // The cost model of this machine for the plan's ranks, calibrated by the profile.
+    const CostModel cm = profile_cost_model(profile, mc, weight_dtype, replica.size(), "local", plan.size());
+    // (the node has a replica's ranks; all plan.size() ranks compute at once)
+    int64_t threshold = o.shift_threshold;
+    if (p.policy == "shift" && threshold < 0)
+      threshold = derive_shift_threshold(cm, replica.sp, replica.tp, o.max_tokens_per_step).threshold;
+    v.shift_threshold = p.policy == "shift" ? threshold : -1;
+
+    // The engine.
+    const auto t0 = std::chrono::steady_clock::now();
+    EngineRun er = run_on_engine(model, o, p, profile.threads_per_rank, std::max<int64_t>(threshold, 0),
+                                 engine_requests(o.trace, o.seed, mc.vocab_size));
+    v.engine_wall_s = seconds_since(t0);
+    v.backend = er.backend;
+    v.threads_per_rank = er.threads_per_rank;
+    v.num_kv_blocks = er.num_kv_blocks;
+
+    // The simulator with the engine's limits and cache size.
+    SimConfig sc;
+    sc.plan = plan;
+    sc.policy = p.policy;
+    sc.dp_mode = DpMode::Lockstep;  // loom's engine steps its DP replicas together
+    sc.shift_threshold = std::max<int64_t>(threshold, 0);
+    sc.max_num_seqs = o.max_num_seqs;
+    sc.max_tokens_per_step = o.max_tokens_per_step;
+    sc.block_size = o.block_size;
+    sc.max_model_len = max_len;
+    sc.num_blocks = er.num_kv_blocks / plan.dp;  // the engine's blocks under the plan, all replicas
+    const auto t1 = std::chrono::steady_clock::now();
+    const SimResult sr = Simulator(cm, sc).run(o.trace);
+    v.sim_wall_s = seconds_since(t1);
+
+    v.engine_summary = er.metrics.summary();
+    v.simulated_summary = sr.summary;
+    v.metrics = compare(v.engine_summary, v.simulated_summary);
+    v.diagnostics = step_diagnostics(er.metrics, sr.metrics);
+    v.engine_plan_steps = steps_per_plan(er.metrics);
+    v.simulated_plan_steps = steps_per_plan(sr.metrics);
+    check_requests(er.metrics, sr.metrics, v);
+    if (progress)
+      progress(cat(p.label(), ": engine ", v.engine_wall_s, " s, simulator ", v.sim_wall_s, " s, median |error| ",
+                   v.median_abs_error() * 100, "%"));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+nlohmann::json to_json(const PlanValidation& v) {
+  nlohmann::json m = nlohmann::json::array();
+  for (const auto& x : v.metrics) {
+    const double e = x.error();
+    m.push_back({{"metric", x.name},
+                 {"engine", x.engine},
+                 {"simulated", x.simulated},
+                 {"error", std::isnan(e) ? nlohmann::json(nullptr) : nlohmann::json(e)}});
+  }
+  auto steps = [](const std::vector<std::pair<std::string, int64_t>>& s) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, n] : s) j[k.empty() ? "default" : k] = n;
+    return j;
+  };
+  nlohmann::json diag = nlohmann::json::array();
+  for (const auto& x : v.diagnostics) diag.push_back({{"metric", x.name}, {"engine", x.engine}, {"simulated", x.simulated}});
+  nlohmann::json j = {{"plan", v.plan.plan},
+                      {"diagnostics", diag},
+                      {"policy", v.plan.policy},
+                      {"backend", v.backend},
+                      {"ranks", v.ranks},
+                      {"threads_per_rank", v.threads_per_rank},
+                      {"kv_blocks_per_rank", v.num_kv_blocks},
+                      {"num_requests", v.num_requests},
+                      {"same_requests", v.same_requests},
+                      {"metrics", m},
+                      {"median_abs_error", std::isnan(v.median_abs_error()) ? nlohmann::json(nullptr)
+                                                                            : nlohmann::json(v.median_abs_error())},
+                      {"max_abs_error", std::isnan(v.max_abs_error()) ? nlohmann::json(nullptr)
+                                                                      : nlohmann::json(v.max_abs_error())},
+                      {"engine_steps_per_plan", steps(v.engine_plan_steps)},
+                      {"simulated_steps_per_plan", steps(v.simulated_plan_steps)},
+                      {"engine_wall_s", v.engine_wall_s},
+                      {"sim_wall_s", v.sim_wall_s}};
+  if (v.shift_threshold >= 0) j["shift_threshold"] = v.shift_threshold;
+  if (!v.same_requests) j["request_mismatch"] = v.request_mismatch;
+  return j;
+}
+
+std::string to_text(const std::vector<PlanValidation>& all) {
+  std::ostringstream os;
+  char b[256];
+  for (const auto& v : all) {
+    os << "plan " << v.plan.label() << " (" << v.ranks << " rank(s), " << v.backend << ", " << v.threads_per_rank
+       << " thread(s) per rank, " << v.num_kv_blocks << " KV blocks per rank";
+    if (v.shift_threshold >= 0) os << ", shift threshold " << v.shift_threshold;
+    os << "): " << v.num_requests << " requests, " << (v.same_requests ? "same on both sides" : v.request_mismatch)
+       << "\n";
+    std::snprintf(b, sizeof b, "  %-18s %14s %14s %9s\n", "metric", "engine", "simulated", "error");
+    os << b;
+    for (const auto& m : v.metrics) {
+      std::snprintf(b, sizeof b, "  %-18s %14.3f %14.3f %8.1f%%\n", m.name.c_str(), m.engine, m.simulated,
+                    m.error() * 100);
+      os << b;
+    }
+    std::snprintf(b, sizeof b, "  median |error| %.1f%%, max |error| %.1f%%\n", v.median_abs_error() * 100,
+                  v.max_abs_error() * 100);
+    os << b;
+    for (const auto& m : v.diagnostics) {
+      std::snprintf(b, sizeof b, "  (%-16s %14.3f %14.3f %8.1f%%)\n", m.name.c_str(), m.engine, m.simulated,
+                    m.error() * 100);
+      os << b;
+    }
+  }
+  return os.str();
+}
+
+}  // namespace loom::sim

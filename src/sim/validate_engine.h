@@ -1,0 +1,84 @@
+// The simulator against the engine (`loom sim validate-engine`): the same requests (ids, synthetic
+// prompt ids from one seed, prompt and output lengths, arrival times) run through the real
+// engine (engine/dist_engine.h, ranks as threads of this process) and through the simulator
+// calibrated by a profile of this machine (sim/profile.h), with the same scheduler limits, KV
+// cache size in blocks, plan, layout policy and Shift threshold; then, per plan, the relative
+// error (simulated - engine) / engine of throughput, TTFT p50/p90, TPOT p50/p90 and step count.
+//
+// Timings are the engine's wall clock on a shared machine: the errors are a measurement, not a
+// test assertion (bench/sim_fidelity.cpp records them; tests check the machinery).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/metrics.h"
+#include "engine/trace.h"
+#include "sim/profile.h"
+
+namespace loom::sim {
+
+// One plan to compare: a plan string (parallel/plan.h) run under a layout policy.
+struct EnginePlan {
+  std::string plan;              // "tp=2", "dp=2", "sp=2,tp=2", ...
+  std::string policy = "fixed";  // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED
+  std::string label() const { return policy == "fixed" ? plan : plan + " @" + policy; }
+  // "PLAN" or "PLAN@POLICY" (e.g. "sp=2@shift"); `default_policy` when no @.
+  static EnginePlan parse(const std::string& text, const std::string& default_policy = "fixed");
+};
+
+struct EngineValidationOptions {
+  std::string model_path;
+  std::vector<TraceRequest> trace;  // arrival times, prompt and output lengths
+  uint64_t seed = 1;                // synthetic prompt token ids
+  int max_num_seqs = 16;
+  int max_tokens_per_step = 256;
+  int block_size = 16;
+  int64_t kv_cache_bytes = 64 << 20;  // per rank: both sides then hold the same number of blocks
+  int max_model_len = 0;              // 0: the model's context
+  int64_t shift_threshold = -1;       // policy shift; < 0: derived from the profile's cost model
+};
+
+// What the two sides did with one plan.
+struct MetricComparison {
+  std::string name;  // "throughput_tok_s", "ttft_p50_ms", ...
+  double engine = 0, simulated = 0;
+  double error() const;  // (simulated - engine) / engine; NaN when engine is 0 or either is NaN
+};
+
+struct PlanValidation {
+  EnginePlan plan;
+  std::string backend;       // the engine's communicator
+  int ranks = 0;
+  int threads_per_rank = 0;
+  int64_t num_kv_blocks = 0;  // the engine's scheduler blocks under the plan (the simulator uses them)
+  int64_t shift_threshold = -1;  // what both sides ran with (policy shift)
+  std::vector<MetricComparison> metrics;  // throughput, TTFT p50/p90, TPOT p50/p90, steps
+  // Where an error comes from (not in the medians above): median step duration of decode-only
+  // steps and of steps with prefill tokens, and the time between steps (scheduling, idle).
+  std::vector<MetricComparison> diagnostics;
+  // The requests both sides completed: same ids, prompt lengths and output lengths.
+  int64_t num_requests = 0;
+  bool same_requests = false;
+  std::string request_mismatch;  // the first difference, when not the same
+  MetricsSummary engine_summary, simulated_summary;
+  std::vector<std::pair<std::string, int64_t>> engine_plan_steps, simulated_plan_steps;  // steps per plan name
+  double engine_wall_s = 0, sim_wall_s = 0;
+
+  double median_abs_error() const;
+  double max_abs_error() const;
+};
+
+// Runs every plan on both sides. `progress` (optional) gets one line per plan.
+std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const EngineValidationOptions& options,
+                                            const std::vector<EnginePlan>& plans,
+                                            const std::function<void(const std::string&)>& progress = {});
+
+nlohmann::json to_json(const PlanValidation& v);
+// The table: one block per plan, one line per metric (engine, simulated, error).
+std::string to_text(const std::vector<PlanValidation>& v);
+
+}  // namespace loom::sim

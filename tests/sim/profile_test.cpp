@@ -1,0 +1,266 @@
+// loom profile, hardware entries, calibration transfer and the simulator against the engine
+// (`loom sim validate-engine`). These check the machinery (files written and read back, the same
+// requests on both sides, every metric reported and finite); the accuracy itself is a benchmark
+// (bench/sim_fidelity.cpp), since timings on a shared machine are noisy.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "model/synth.h"
+#include "sim/calibration.h"
+#include "sim/model_catalog.h"
+#include "sim/profile.h"
+#include "sim/shift_threshold.h"
+#include "sim/simulator.h"
+#include "sim/validate_engine.h"
+#include "test_util.h"
+
+namespace loom::sim {
+namespace {
+
+// A synthetic tiny model (d 64, 4 heads, 2 KV heads, 2 layers, f32) and a quick profile of its
+// shapes on this machine, in a fresh folder.
+struct Fixture {
+  std::string dir, model, profile;
+};
+
+Fixture make_fixture() {
+  Fixture f;
+  f.dir = test::temp_dir();
+  SynthOptions o;
+  o.shape = synth_shape("tiny");
+  o.dtype = DType::F32;
+  o.threads = 1;
+  f.model = write_synth_model(o, f.dir + "/tiny.gguf").model_path;
+  f.profile = f.dir + "/profile";
+  std::string out;
+  const std::string cmd = test::loom_bin() + " profile --quick -o " + f.profile + " --model " + f.model +
+                          " --shapes '' --dtypes f32,q8_0 --tokens 1,4,16,64 --tp 1,2 --ranks 2 --reps 3"
+                          " --budget-mib 64 2>&1";
+  EXPECT_EQ(test::run_command(cmd, &out), 0) << out;
+  return f;
+}
+
+TEST(SimProfile, WritesMeasurementsAndAHardwareEntry) {
+  const Fixture f = make_fixture();
+  namespace fs = std::filesystem;
+  for (const char* name : {"hardware.json", "mlp_tiny_f32.csv", "mlp_tiny_f32_r2.csv", "mlp_tiny_q8_0.csv",
+                           "attention_tiny.csv", "step_overhead_cpu.csv", "all_reduce_cpu_local.csv",
+                           "all_gather_cpu_local.csv", "all_to_all_cpu_local.csv", "send_recv_cpu_local.csv",
+                           "broadcast_cpu_local.csv"})
+    EXPECT_TRUE(fs::exists(f.profile + "/" + name)) << name;
+  ASSERT_TRUE(is_profile(f.profile));
+  const MachineProfile p = read_profile(f.profile);
+  EXPECT_EQ(p.threads_per_rank, 1);
+  EXPECT_GT(p.hardware.hbm_bw, 0);
+  EXPECT_GT(p.hardware.flops_bf16, 0);
+  EXPECT_GT(p.hardware.link_bw, 0);
+  const std::vector<std::string> dtypes = p.weight_dtypes();
+  EXPECT_EQ(std::set<std::string>(dtypes.begin(), dtypes.end()), (std::set<std::string>{"f32", "q8_0"}));
+  EXPECT_EQ(p.backends(), std::vector<std::string>{"local"});
+  // Every operator of every (tokens, tp) row, with its engine columns.
+  for (const auto& mf : p.files) {
+    EXPECT_FALSE(mf.samples.empty()) << mf.name;
+    for (const auto& s : mf.samples) EXPECT_GT(s.measured_s, 0) << mf.name << " " << s.op;
+    if (mf.kind == MeasurementFile::Mlp) {
+      EXPECT_EQ(mf.kernels, StepKernels::LoomCpu) << mf.name;
+      EXPECT_EQ(mf.act_bytes, 4) << mf.name;
+      EXPECT_EQ(mf.samples.size(), 4u * 2u * 10u) << mf.name;  // 4 token counts x 2 tp x 10 operators
+      EXPECT_DOUBLE_EQ(mf.weight_bytes, mf.weight_dtype == "f32" ? 4.0 : 34.0 / 32.0) << mf.name;
+    }
+  }
+  // The profile is a hardware entry and a measurement folder: the validation reads it.
+  EXPECT_EQ(find_gpu(f.profile).name, "cpu");
+  EXPECT_EQ(parse_node(f.profile + "x2").gpus_per_node, 2);
+  for (const auto& r : validate_measurements(f.profile, f.profile)) {
+    EXPECT_TRUE(std::isfinite(r.median)) << r.file;
+    EXPECT_GT(r.samples, 0) << r.file;
+  }
+  // A dtype or backend the profile lacks is named.
+  const ModelConfig mc = find_model(f.model);
+  try {
+    profile_cost_model(p, mc, DType::BF16, 1);
+    FAIL() << "expected loom::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f32, q8_0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(profile_cost_model(p, mc, DType::F32, 2, "mpi"), Error);
+}
+
+TEST(SimProfile, HardwareEntriesRoundTrip) {
+  const std::string dir = test::temp_dir();
+  GpuSpec g = find_gpu("h100");
+  g.name = "my-h100";
+  {
+    std::ofstream f(dir + "/h.json");
+    f << hardware_entry_json(g).dump();
+  }
+  const GpuSpec r = find_gpu(dir + "/h.json");
+  EXPECT_EQ(r.name, "my-h100");
+  EXPECT_DOUBLE_EQ(r.hbm_bw, g.hbm_bw);
+  EXPECT_DOUBLE_EQ(r.flops_fp8, g.flops_fp8);
+  EXPECT_DOUBLE_EQ(r.cache_bytes, g.cache_bytes);
+  EXPECT_EQ(r.nvlink, g.nvlink);
+  EXPECT_EQ(parse_node(dir + "/h.jsonx4").gpus_per_node, 4);
+  {
+    std::ofstream f(dir + "/bad.json");
+    f << R"({"name": "x", "hbm_bytes": 1e9, "hbm_bw": 0, "flops_bf16": 1e12, "link_bw": 1e9})";
+  }
+  try {
+    find_gpu(dir + "/bad.json");
+    FAIL() << "expected loom::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hbm_bw = 0 must be > 0"), std::string::npos) << e.what();
+  }
+}
+
+// The same simulator prices loom's CPU engine from the profile: `loom sim run` and `loom plan`
+// take the profile as --hardware.
+TEST(SimProfile, SimRunAndPlanOnTheProfiledMachine) {
+  const Fixture f = make_fixture();
+  std::string out;
+  ASSERT_EQ(test::run_command(test::loom_bin() + " sim run --model " + f.model + " --hardware " + f.profile +
+                                  " --plan sp=2 --policy shift --threshold 16 --synthetic poisson:50 --num-requests 9"
+                                  " --prompt-len 40 --output-len 8 --json --quiet 2>&1",
+                              &out),
+            0)
+      << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["summary"]["num_completed"], 9);
+  EXPECT_EQ(j["hardware"], "cpux2");
+  EXPECT_NE(j["calibration"].get<std::string>().find("loom profile"), std::string::npos);
+  ASSERT_EQ(test::run_command(test::loom_bin() + " plan --model " + f.model + " --hardware " + f.profile +
+                                  "x2 --input-tokens 64 --output-tokens 8 --num-requests 8 --json 2>/dev/null",
+                              &out),
+            0)
+      << out;
+  EXPECT_FALSE(nlohmann::json::parse(out)["pareto"].empty()) << out;
+  // A GPU precision on a CPU profile is named.
+  EXPECT_NE(test::run_command(test::loom_bin() + " sim run --model " + f.model + " --hardware " + f.profile +
+                                  " --dtype fp8 --plan tp=1 --synthetic batch --num-requests 2 --quiet 2>&1",
+                              &out),
+            0);
+  EXPECT_NE(out.find("weight dtype"), std::string::npos) << out;
+}
+
+// The default Shift threshold read from the profile is the first step size at which the
+// profile-calibrated cost model prices the base below the shift config.
+TEST(SimProfile, ShiftThresholdFromTheProfile) {
+  const Fixture f = make_fixture();
+  const ModelConfig mc = find_model(f.model);
+  const ShiftThreshold t =
+      default_shift_threshold(mc, DType::F32, Plan::make_sp_tp(2, 1), f.profile, "local", 0, 0, 512);
+  EXPECT_NE(t.explain.find("calibrated by the profile"), std::string::npos) << t.explain;
+  const CostModel cm = profile_cost_model(read_profile(f.profile), mc, DType::F32, 2);
+  auto price = [&](const Plan& p, int n) { return cm.price(p, {SeqWork{n, n, true}}).total_s; };
+  const int n = int(t.threshold) + 1;
+  if (t.crossed) {
+    EXPECT_LT(price(Plan::make_sp_tp(2, 1), n), price(Plan::make_shift(2, 1), n)) << t.explain;
+  }
+  for (int k = 1; k < std::min(n, 512); ++k)
+    ASSERT_GE(price(Plan::make_sp_tp(2, 1), k), price(Plan::make_shift(2, 1), k)) << "step of " << k << " tokens";
+}
+
+// Calibration transfer: efficiencies fitted on one machine's measurements predict another's from
+// its datasheet entry alone; every file gets a finite error (the figures are in the report).
+TEST(SimValidate, TransferBetweenTheProfileAndTheA100) {
+  LOOM_REQUIRE_SHARED();
+  const Fixture f = make_fixture();
+  const std::string a100 = test::shared_dir() + "/data/gpu-measurements/a100";
+  EXPECT_EQ(measurement_hardware(a100), "a100");
+  EXPECT_EQ(measurement_hardware(f.profile), f.profile);
+  const auto to_a100 = validate_transfer(f.profile, f.profile, "a100", a100);
+  EXPECT_EQ(to_a100.size(), 12u);
+  for (const auto& r : to_a100) EXPECT_TRUE(std::isfinite(r.median)) << r.file;
+  const auto to_cpu = validate_transfer("a100", a100, f.profile, f.profile);
+  EXPECT_EQ(to_cpu.size(), read_measurements(f.profile).size());
+  for (const auto& r : to_cpu) EXPECT_TRUE(std::isfinite(r.median)) << r.file;
+}
+
+// The simulator against the engine, end to end, on every engine plan of two ranks and one: the
+// same requests on both sides, every metric reported and finite.
+TEST(SimValidateEngine, SameRequestsEveryMetricFinite) {
+  const Fixture f = make_fixture();
+  EngineValidationOptions o;
+  o.model_path = f.model;
+  o.trace = synthesize_trace(10, ArrivalSpec::poisson(200.0), 3, LengthDist::uniform(9, 40), 4,
+                             LengthDist::uniform(2, 12), 5);
+  o.max_num_seqs = 4;
+  o.max_tokens_per_step = 32;
+  o.kv_cache_bytes = 4 << 20;
+  o.shift_threshold = 8;  // prefill chunks run the base, decodes the shift config
+  const std::vector<EnginePlan> plans = {EnginePlan::parse("tp=1"), EnginePlan::parse("tp=2"),
+                                         EnginePlan::parse("dp=2"), EnginePlan::parse("sp=2,tp=1"),
+                                         EnginePlan::parse("sp=2@shift")};
+  const auto rows = validate_engine(read_profile(f.profile), o, plans);
+  ASSERT_EQ(rows.size(), plans.size());
+  for (const PlanValidation& v : rows) {
+    const std::string what = v.plan.label();
+    EXPECT_TRUE(v.same_requests) << what << ": " << v.request_mismatch;
+    EXPECT_EQ(v.num_requests, 10) << what;
+    EXPECT_EQ(v.engine_summary.num_completed, 10) << what;
+    EXPECT_EQ(v.simulated_summary.num_completed, 10) << what;
+    EXPECT_EQ(v.engine_summary.num_output_tokens, v.simulated_summary.num_output_tokens) << what;
+    EXPECT_EQ(v.ranks, Plan::parse(v.plan.plan).size()) << what;
+    EXPECT_GT(v.num_kv_blocks, 0) << what;
+    std::vector<std::string> names;
+    for (const auto& m : v.metrics) {
+      names.push_back(m.name);
+      EXPECT_GT(m.engine, 0) << what << " " << m.name;
+      EXPECT_GT(m.simulated, 0) << what << " " << m.name;
+      EXPECT_TRUE(std::isfinite(m.error())) << what << " " << m.name;
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms",
+                                               "tpot_p90_ms", "steps"}))
+        << what;
+    EXPECT_TRUE(std::isfinite(v.median_abs_error())) << what;
+    // Both sides name the steps with the same plans (Shift: the base and its shift config).
+    std::set<std::string> e, s;
+    for (const auto& [name, n] : v.engine_plan_steps) e.insert(name);
+    for (const auto& [name, n] : v.simulated_plan_steps) s.insert(name);
+    EXPECT_EQ(e, s) << what;
+    if (v.plan.policy == "shift") {
+      EXPECT_EQ(v.shift_threshold, 8) << what;
+      EXPECT_EQ(e, (std::set<std::string>{"sp=2", "shift:sp=2"})) << what;
+    }
+  }
+}
+
+// The command: the table, --json for scripts, and bad input named before anything runs.
+TEST(SimValidateEngine, CommandLine) {
+  const Fixture f = make_fixture();
+  std::string out;
+  const std::string base = test::loom_bin() + " sim validate-engine --model " + f.model + " --profile " + f.profile +
+                           " --synthetic poisson:100 --num-requests 6 --prompt-len 24 --output-len 6"
+                           " --max-num-seqs 4 --max-tokens-per-step 32 --kv-cache-bytes 4000000";
+  ASSERT_EQ(test::run_command(base + " --plan tp=2 --plan sp=2@shift --shift-threshold 8 --json 2>/dev/null", &out), 0)
+      << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["plans"].size(), 2u);
+  EXPECT_EQ(j["plans"][1]["policy"], "shift");
+  for (const auto& p : j["plans"]) {
+    EXPECT_TRUE(p["same_requests"].get<bool>()) << p.dump();
+    EXPECT_EQ(p["metrics"].size(), 6u);
+    for (const auto& m : p["metrics"]) EXPECT_TRUE(m["error"].is_number()) << m.dump();
+  }
+  ASSERT_EQ(test::run_command(base + " --plan dp=2 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("ttft_p90_ms"), std::string::npos) << out;
+  EXPECT_NE(out.find("same on both sides"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(base + " --plan tp=3 2>&1", &out), 0);
+  EXPECT_NE(out.find("tp=3 does not divide num_attention_heads=4"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(base + " --plan tp=2@often 2>&1", &out), 0);
+  EXPECT_NE(out.find("often"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(test::loom_bin() + " sim validate-engine --model " + f.model + " --profile " + f.dir +
+                                  " --synthetic batch --num-requests 2 --plan tp=2 2>&1",
+                              &out),
+            0);
+  EXPECT_NE(out.find("hardware.json"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace loom::sim
