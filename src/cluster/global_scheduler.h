@@ -1,0 +1,121 @@
+// Nitsum's global and local request scheduling (Nitsum 3.3.2; paper file 002), as pure logic the
+// engine and the simulator (src/sim/exp_nitsum.cpp) both drive:
+//  - every control window (default 1 s) reconfigure(): each tier's arrival rate over the past
+//    window, plan_cluster (planner.h), placement on aligned groups keeping surviving groups;
+//  - route(): requests in FCFS order; a background request goes to the background queue of the
+//    instances that take background work, round-robin; any other is FEASIBLE when a prefill
+//    instance of its tier has SLO-compliant bandwidth left (its in-flight limit minus requests
+//    assigned and not finished), and goes to the least-loaded such instance; otherwise it is
+//    INFEASIBLE and spills round-robin to any prefill-capable instance of the pool;
+//  - route_decode(): the P/D hand-off, the least-loaded decode instance of the tier (any decode
+//    instance when the tier has none left);
+//  - complete(): the local scheduler's completion notice, freeing that bandwidth;
+//  - LocalQueues: per instance the feasible, infeasible (best-effort) and background queues and
+//    iteration-level batch formation capped at the instance's per-tier batch limit (B_P / B_D),
+//    feasible requests first.
+// In-flight limit of an instance (the paper's "maximum throughput" minus assigned requests, in
+// requests): prefill P_max * TTFT (Little's law: what can be in the prefill stage and still meet
+// TTFT), decode B_D, colocated the both_batch; at least 1. SloAware = false is the SLO-agnostic
+// baseline: least-loaded dispatch over every prefill-capable instance, everything feasible, batch
+// cap `agnostic_batch`.
+// Not thread-safe: one owner (the engine's front thread, or the simulator).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "cluster/planner.h"
+
+namespace loom::cluster {
+
+enum class QueueKind { Feasible, Infeasible, Background };
+const char* queue_name(QueueKind q);
+
+struct Dispatch {
+  int instance = -1;
+  QueueKind queue = QueueKind::Feasible;
+};
+
+struct InstanceState {
+  InstanceSpec spec;
+  int inflight_limit = 1;  // SLO-compliant requests it may hold
+  int batch_cap = 1;       // local batch limit for its tier
+  int outstanding = 0;     // assigned, not finished (its stage)
+  int64_t generation = 0;  // the window it was (re)created in; unchanged while it survives
+};
+
+struct SchedulerOptions {
+  double window_s = 1.0;  // control window (Nitsum 3.1: default one second)
+  bool slo_aware = true;
+  bool dynamic = true;    // false: keep the first plan (static baselines)
+  int agnostic_batch = 256;
+  PlannerOptions planner;
+};
+
+class GlobalScheduler {
+ public:
+  GlobalScheduler(SloTiers tiers, ProfileTable table, int num_ranks, SchedulerOptions options);
+
+  const SloTiers& tiers() const { return tiers_; }
+  const ProfileTable& table() const { return table_; }
+  const SchedulerOptions& options() const { return opt_; }
+  int num_ranks() const { return num_ranks_; }
+
+  // Installs a plan (the first window, or a static baseline); instances whose spec (tier, role,
+  // tp, first rank) survives keep their outstanding counts.
+  void install(const ClusterPlan& plan);
+  const ClusterPlan& plan() const { return plan_; }
+  const std::vector<InstanceState>& instances() const { return inst_; }
+
+  // Counts an arrival for the rate estimate of the current window.
+  void record_arrival(int tier);
+  // Ends the window at `now_s`: rates = arrivals / window, plan, install. Returns the ranks whose
+  // group changed (what a TP switch stops and migrates). Static (dynamic = false): no change.
+  std::vector<int> end_window(double window_s);
+  const std::vector<double>& last_rates() const { return rates_; }
+  int64_t windows() const { return windows_; }
+  double last_plan_s() const { return last_plan_s_; }  // host seconds the last plan_cluster took
+
+  Dispatch route(int tier);
+  int route_decode(int tier);
+  void complete(int instance);
+  // Re-homes one unit of load (a request moved at a reconfiguration) onto `instance`.
+  void add_load(int instance) { ++inst_.at(size_t(instance)).outstanding; }
+
+  // Instances of a role (prefill-capable: Prefill or Both).
+  bool prefill_capable(int i) const { return inst_[size_t(i)].spec.role != Role::Decode; }
+
+ private:
+  void derive_limits(InstanceState* s) const;
+
+  SloTiers tiers_;
+  ProfileTable table_;
+  int num_ranks_;
+  SchedulerOptions opt_;
+  ClusterPlan plan_;
+  std::vector<InstanceState> inst_;
+  std::vector<int64_t> arrivals_;
+  std::vector<double> rates_;
+  int64_t windows_ = 0;
+  double last_plan_s_ = 0;
+  size_t rr_spill_ = 0, rr_background_ = 0;
+};
+
+// The local scheduler's three queues of one instance (request ids) and its batch formation.
+class LocalQueues {
+ public:
+  void push(int64_t id, QueueKind q);
+  bool empty() const { return q_[0].empty() && q_[1].empty() && q_[2].empty(); }
+  size_t size() const { return q_[0].size() + q_[1].size() + q_[2].size(); }
+  // Admits up to cap - running requests: feasible first, then best-effort, then background
+  // (Nitsum 3.3.2 "fills the batch with feasible requests ... the remaining slot with best-effort").
+  std::vector<int64_t> admit(int running, int cap);
+  // Removes and returns everything queued (a reconfiguration hands waiting requests over).
+  std::vector<std::pair<int64_t, QueueKind>> drain();
+
+ private:
+  std::deque<int64_t> q_[3];
+};
+
+}  // namespace loom::cluster
