@@ -166,6 +166,22 @@ std::vector<int64_t> LocalQueues::admit(int running, int cap) {
   return out;
 }
 
+int64_t LocalQueues::peek() const {
+  for (const auto& q : q_)
+    if (!q.empty()) return q.front();
+  return -1;
+}
+
+int64_t LocalQueues::pop() {
+  for (auto& q : q_)
+    if (!q.empty()) {
+      const int64_t id = q.front();
+      q.pop_front();
+      return id;
+    }
+  return -1;
+}
+
 std::vector<std::pair<int64_t, QueueKind>> LocalQueues::drain() {
   std::vector<std::pair<int64_t, QueueKind>> out;
   for (int k = 0; k < 3; ++k) {

@@ -111,6 +111,10 @@ class LocalQueues {
   // Admits up to cap - running requests: feasible first, then best-effort, then background
   // (Nitsum 3.3.2 "fills the batch with feasible requests ... the remaining slot with best-effort").
   std::vector<int64_t> admit(int running, int cap);
+  // The request admit() would take next, without taking it; -1 when empty.
+  int64_t peek() const;
+  // Takes that request (after peek()).
+  int64_t pop();
   // Removes and returns everything queued (a reconfiguration hands waiting requests over).
   std::vector<std::pair<int64_t, QueueKind>> drain();
 

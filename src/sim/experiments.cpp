@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "sim/exp_nitsum.h"
 #include "sim/model_catalog.h"
 #include "sim/profile.h"
 #include "sim/simulator.h"
@@ -99,6 +100,10 @@ const std::vector<Experiment>& experiment_registry() {
   static const std::vector<Experiment> e = {
       {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
        run_shift_431},
+      {"nitsum-fig7", "Nitsum 3.2.2 / Fig. 7: KV migration 0.5-5 GB (Llama-3.1-8B), page by page vs aggregated", run_nitsum_fig7},
+      {"nitsum-fig14", "Nitsum 4.2.1 / Fig. 14: ablation ladder (Qwen-14B, 8 H100, 70 req/s)", run_nitsum_fig14},
+      {"nitsum-goodput", "Nitsum 4.1 / Fig. 10: goodput vs rate, Nitsum / static TP / per-tier split / no P/D", run_nitsum_goodput},
+      {"nitsum-planner", "Nitsum 4.2.3: planning time, 128 GPUs, 4 tiers", run_nitsum_planner},
   };
   return e;
 }

@@ -1,0 +1,94 @@
+// Nitsum (paper file 002) in the simulator: a pool of GPUs serving one model as several
+// instances, driven by the SAME cluster scheduler code the engine uses (src/cluster: planner,
+// global routing, local queues), with step times from the cost model. Experiments nitsum-fig7,
+// nitsum-fig14, nitsum-goodput and nitsum-planner (experiments.cpp registers them).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cluster/global_scheduler.h"
+#include "sim/cost_model.h"
+#include "sim/experiments.h"
+
+namespace loom::sim {
+
+// DeepSeek-R1-Distill-Qwen-14B (the shape of Qwen2.5-14B, its published config.json: hidden
+// 5120, 48 layers, 40 heads, 8 KV heads, head_dim 128, FFN 13824, vocab 152064).
+ModelConfig nitsum_qwen14b();
+
+// Bytes of one token's KV over all layers and KV heads at `kv_bytes` per element.
+double kv_bytes_per_token_all(const ModelConfig& m, double kv_bytes = 2);
+
+// Nitsum 3.2.2: moving `bytes` of KV between two GPUs.
+//  - paged: one copy call per fragment (cudaMemcpyAsync per page: SGLang's default page of one
+//    token, one fragment per (token, layer, K or V)), each `per_copy_s` (ASSUMPTION: 3 us, the
+//    order of one small cudaMemcpyAsync), plus the bytes at link speed;
+//  - aggregated: pack into one of two `buffer_bytes` buffers at memory bandwidth while the other
+//    is on the wire (double buffering), unpack on arrival.
+double kv_move_paged_s(const CostModel& cm, double bytes, double fragments, double per_copy_s = 3e-6);
+double kv_move_aggregated_s(const CostModel& cm, double bytes, double buffer_bytes = 16.0 * (1 << 20));
+
+// One request of a tiered trace.
+struct TieredRequest {
+  double arrival_s = 0;
+  int prompt_len = 0, output_len = 0;
+  int tier = 0;
+};
+
+// The profile table of Nitsum 3.3.1 from the cost model: for every (tier, TP degree) P_max, D_max,
+// the colocated rate and their SLO-safe batches at the tier's mean prompt / output lengths
+// (`lengths[tier]` = {prompt, output}). `cost_model(tp)` gives the cost model pricing TP(tp) (a
+// GPU node, or a `loom profile` folder for CPU ranks). Prefill: the largest batch whose step fits
+// half the TTFT (the other half for queueing; ASSUMPTION) or one prompt within the TTFT; decode:
+// the largest batch whose step fits the TPOT at the mean context; colocated: prefill stalls
+// stretch decode steps (TPOT_eff = step / (1 - rate * prefill_time)). Degrees the model cannot
+// run (heads, memory) are left out of the table.
+cluster::ProfileTable nitsum_profile_table(const std::function<CostModel(int tp)>& cost_model,
+                                           const cluster::SloTiers& tiers,
+                                           const std::vector<std::pair<double, double>>& lengths,
+                                           const std::vector<int>& tp_degrees);
+
+enum class SwitchMechanism {
+  Nitsum,  // weights as views of a full copy (nothing loads), aggregated double-buffered KV
+  Naive,   // the new TP shard reloaded from host memory, page-by-page KV copies
+};
+
+struct ClusterSimConfig {
+  int num_ranks = 8;
+  cluster::SchedulerOptions sched;
+  // Installed at start; with sched.dynamic = false it stays (static baselines). Empty: the
+  // planner's plan for the trace's mean rates.
+  std::vector<cluster::InstanceSpec> static_instances;
+  SwitchMechanism mechanism = SwitchMechanism::Nitsum;
+  bool defer_late = false;    // a waiting request past its TTFT goes behind the others (Nitsum 4.2.1 step 3)
+  int token_budget = 8192;    // prompt tokens per prefill step
+  double host_bw = 25e9;      // naive weight reload: host to GPU bytes/s (PCIe Gen4 x16, ASSUMPTION)
+  double drain_s = 30;        // simulate this long after the last arrival
+};
+
+struct ClusterSimResult {
+  std::vector<double> goodput_rps;  // per tier: requests meeting both targets / trace duration
+  std::vector<int64_t> requests, met;
+  double goodput_total_rps = 0;
+  double duration_s = 0;
+  int64_t windows = 0, reconfigurations = 0, ranks_regrouped = 0;
+  double switch_pause_s = 0;   // summed pause of the regrouped instances
+  double mean_plan_ms = 0;     // host time of plan_cluster per window
+  int64_t unfinished = 0;
+  std::vector<int64_t> ttft_met, tpot_met;  // per tier: requests meeting each target alone
+  std::string first_plan;
+  std::string last_plan;      // the last window's instances (ClusterPlan::to_string)
+};
+
+ClusterSimResult simulate_cluster(const std::function<CostModel(int tp)>& cost_model, const cluster::SloTiers& tiers,
+                                  const cluster::ProfileTable& table, const std::vector<TieredRequest>& trace,
+                                  const ClusterSimConfig& config);
+
+ExperimentResult run_nitsum_fig7();
+ExperimentResult run_nitsum_fig14();
+ExperimentResult run_nitsum_goodput();
+ExperimentResult run_nitsum_planner();
+
+}  // namespace loom::sim
