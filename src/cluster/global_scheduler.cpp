@@ -60,6 +60,7 @@ void GlobalScheduler::install(const ClusterPlan& plan) {
     for (const auto& old : inst_)
       if (old.spec == spec) {
         s.outstanding = old.outstanding;
+        s.feasible_outstanding = old.feasible_outstanding;
         s.generation = old.generation;
       }
     derive_limits(&s);
@@ -84,6 +85,18 @@ std::vector<int> GlobalScheduler::end_window(double window_s) {
   const auto t0 = std::chrono::steady_clock::now();
   ClusterPlan next = plan_cluster(table_, tiers_, rates_, num_ranks_, opt_.planner, plan_.instances);
   last_plan_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!inst_.empty() && plan_.capacity_rps.size() == rates_.size()) {
+    double keep = 0, take = 0;
+    for (size_t i = 0; i < rates_.size(); ++i) {
+      keep += std::min(plan_.capacity_rps[i], rates_[i]);
+      take += next.provisioned_rps[i];
+    }
+    if (take <= keep * (1 + opt_.switch_gain)) {
+      plan_.demand_rps = rates_;
+      for (size_t i = 0; i < rates_.size(); ++i) plan_.provisioned_rps[i] = std::min(plan_.capacity_rps[i], rates_[i]);
+      return {};
+    }
+  }
   std::vector<int> moved = ranks_regrouped(plan_.instances, next.instances, num_ranks_);
   install(next);
   return moved;
@@ -100,6 +113,7 @@ Dispatch GlobalScheduler::route(int tier) {
       if (prefill_capable(i) && (best < 0 || load(i) < load(best))) best = i;
     LOOM_CHECK(best >= 0, "no prefill-capable instance");
     ++inst_[size_t(best)].outstanding;
+    ++inst_[size_t(best)].feasible_outstanding;
     return {best, QueueKind::Feasible};
   }
   if (tiers_[size_t(tier)].background) {
@@ -119,11 +133,12 @@ Dispatch GlobalScheduler::route(int tier) {
   int best = -1;
   for (int i = 0; i < n; ++i) {
     const auto& s = inst_[size_t(i)];
-    if (s.spec.tier != tier || !prefill_capable(i) || s.outstanding + 1 > s.inflight_limit) continue;
+    if (s.spec.tier != tier || !prefill_capable(i) || s.feasible_outstanding + 1 > s.inflight_limit) continue;
     if (best < 0 || load(i) < load(best)) best = i;
   }
   if (best >= 0) {
     ++inst_[size_t(best)].outstanding;
+    ++inst_[size_t(best)].feasible_outstanding;
     return {best, QueueKind::Feasible};
   }
   std::vector<int> any;
@@ -135,7 +150,7 @@ Dispatch GlobalScheduler::route(int tier) {
   return {pick, QueueKind::Infeasible};
 }
 
-int GlobalScheduler::route_decode(int tier) {
+int GlobalScheduler::route_decode(int tier, QueueKind queue) {
   const int n = int(inst_.size());
   auto load = [&](int i) { return double(inst_[size_t(i)].outstanding) / inst_[size_t(i)].inflight_limit; };
   int best = -1;
@@ -145,13 +160,25 @@ int GlobalScheduler::route_decode(int tier) {
       if (s.spec.role != Role::Decode || (pass == 0 && s.spec.tier != tier)) continue;
       if (best < 0 || load(i) < load(best)) best = i;
     }
-  if (best >= 0) ++inst_[size_t(best)].outstanding;
+  if (best >= 0) {
+    ++inst_[size_t(best)].outstanding;
+    if (queue == QueueKind::Feasible) ++inst_[size_t(best)].feasible_outstanding;
+  }
   return best;  // -1: no decode instance (colocated cluster): decode where it prefilled
 }
 
-void GlobalScheduler::complete(int instance) {
+void GlobalScheduler::complete(int instance, QueueKind queue) {
   auto& s = inst_.at(size_t(instance));
   if (s.outstanding > 0) --s.outstanding;
+  if (queue == QueueKind::Feasible && s.feasible_outstanding > 0) --s.feasible_outstanding;
+}
+
+std::vector<size_t> compose_batch(const std::vector<QueueKind>& running, int cap) {
+  std::vector<size_t> out;
+  for (int k = 0; k < 3; ++k)
+    for (size_t i = 0; i < running.size() && int(out.size()) < cap; ++i)
+      if (int(running[i]) == k) out.push_back(i);
+  return out;
 }
 
 void LocalQueues::push(int64_t id, QueueKind q) { q_[int(q)].push_back(id); }

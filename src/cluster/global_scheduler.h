@@ -4,8 +4,9 @@
 //    window, plan_cluster (planner.h), placement on aligned groups keeping surviving groups;
 //  - route(): requests in FCFS order; a background request goes to the background queue of the
 //    instances that take background work, round-robin; any other is FEASIBLE when a prefill
-//    instance of its tier has SLO-compliant bandwidth left (its in-flight limit minus requests
-//    assigned and not finished), and goes to the least-loaded such instance; otherwise it is
+//    instance of its tier has SLO-compliant bandwidth left (its in-flight limit minus the feasible
+//    requests assigned and not finished: spilled best-effort work does not use up a tier's SLO
+//    bandwidth), and goes to the least-loaded such instance; otherwise it is
 //    INFEASIBLE and spills round-robin to any prefill-capable instance of the pool;
 //  - route_decode(): the P/D hand-off, the least-loaded decode instance of the tier (any decode
 //    instance when the tier has none left);
@@ -41,7 +42,8 @@ struct InstanceState {
   InstanceSpec spec;
   int inflight_limit = 1;  // SLO-compliant requests it may hold
   int batch_cap = 1;       // local batch limit for its tier
-  int outstanding = 0;     // assigned, not finished (its stage)
+  int outstanding = 0;     // assigned, not finished (its stage): its load
+  int feasible_outstanding = 0;  // of those, dispatched as feasible: what its SLO bandwidth holds
   int64_t generation = 0;  // the window it was (re)created in; unchanged while it survives
 };
 
@@ -50,6 +52,11 @@ struct SchedulerOptions {
   bool slo_aware = true;
   bool dynamic = true;    // false: keep the first plan (static baselines)
   int agnostic_batch = 256;
+  // Hysteresis (OUR ASSUMPTION, not in the paper): the new window's plan replaces the installed
+  // one only when it provisions more than (1 + switch_gain) times the goodput the installed
+  // plan still provisions at the new rates; per-window rate estimates are noisy, and every
+  // regrouping stops its ranks. 0: re-plan freely.
+  double switch_gain = 0.05;
   PlannerOptions planner;
 };
 
@@ -78,10 +85,11 @@ class GlobalScheduler {
   double last_plan_s() const { return last_plan_s_; }  // host seconds the last plan_cluster took
 
   Dispatch route(int tier);
-  int route_decode(int tier);
-  void complete(int instance);
-  // Re-homes one unit of load (a request moved at a reconfiguration) onto `instance`.
-  void add_load(int instance) { ++inst_.at(size_t(instance)).outstanding; }
+  // `queue`: how the request was dispatched (a feasible request keeps its SLO bandwidth reserved
+  // on the decode instance too).
+  int route_decode(int tier, QueueKind queue = QueueKind::Feasible);
+  // Completion notice for a request dispatched to `instance` through `queue`.
+  void complete(int instance, QueueKind queue = QueueKind::Feasible);
 
   // Instances of a role (prefill-capable: Prefill or Both).
   bool prefill_capable(int i) const { return inst_[size_t(i)].spec.role != Role::Decode; }
@@ -101,6 +109,12 @@ class GlobalScheduler {
   double last_plan_s_ = 0;
   size_t rr_spill_ = 0, rr_background_ = 0;
 };
+
+// Goodput-aware batch composition (Nitsum 3.3.2, 4.2.1): of the running requests (admission
+// order, each with the queue it came through), the indices a step of at most `cap` sequences
+// computes: feasible first, then best-effort, then background, in admission order within each;
+// the others keep their KV and wait for a later step.
+std::vector<size_t> compose_batch(const std::vector<QueueKind>& running, int cap);
 
 // The local scheduler's three queues of one instance (request ids) and its batch formation.
 class LocalQueues {

@@ -258,9 +258,16 @@ TEST(ClusterScheduler, RoutesFeasibleLeastLoadedThenSpillsRoundRobin) {
     spilled.push_back(d.instance);
   }
   EXPECT_EQ(spilled, (std::vector<int>{0, 1, 4, 6, 7}));
-  // Completion feedback frees bandwidth: instance 0 drops from 4 to 1 outstanding, feasible again.
-  g.complete(0), g.complete(0), g.complete(0);
-  EXPECT_EQ(g.route(0).queue, QueueKind::Feasible);
+  // Spills load an instance but do not use up its tier's SLO bandwidth: instance 0 holds 3
+  // feasible + 1 spilled requests; one feasible completion makes it feasible again.
+  EXPECT_EQ(g.instances()[0].outstanding, 4);
+  EXPECT_EQ(g.instances()[0].feasible_outstanding, 3);
+  g.complete(0, QueueKind::Infeasible);
+  EXPECT_EQ(g.route(0).queue, QueueKind::Infeasible);  // still 3 feasible on both a-prefill instances
+  g.complete(0, QueueKind::Feasible);
+  const Dispatch again = g.route(0);
+  EXPECT_EQ(again.queue, QueueKind::Feasible);
+  EXPECT_EQ(again.instance, 0);
   // Background: round-robin over the background tier's instances.
   EXPECT_EQ(g.route(2).instance, 6);
   EXPECT_EQ(g.route(2).instance, 7);
@@ -291,9 +298,16 @@ TEST(ClusterScheduler, ControlWindowFollowsTheMix) {
   SchedulerOptions o;
   o.planner.headroom_factor = 1;
   GlobalScheduler g(tiers, two_tier_table(), 8, o);
+  // Hysteresis: 30 then 31 a-requests per window keeps the installed plan (31 vs 30 provisioned
+  // is within 5%).
   for (int k = 0; k < 30; ++k) g.record_arrival(0);
   g.end_window(1.0);
   EXPECT_DOUBLE_EQ(g.last_rates()[0], 30);
+  EXPECT_DOUBLE_EQ(g.plan().provisioned_rps[0], 30);
+  const auto before = g.plan().instances;
+  for (int k = 0; k < 31; ++k) g.record_arrival(0);
+  g.end_window(1.0);
+  EXPECT_EQ(g.plan().instances, before);
   EXPECT_DOUBLE_EQ(g.plan().provisioned_rps[0], 30);
   for (int k = 0; k < 20; ++k) g.record_arrival(1);
   for (int k = 0; k < 5; ++k) g.record_arrival(0);
@@ -305,5 +319,15 @@ TEST(ClusterScheduler, ControlWindowFollowsTheMix) {
   EXPECT_EQ(b_instances, 6);
   // Every group is TP1 in both windows: roles and tiers changed, no rank changed group.
   EXPECT_TRUE(moved.empty());
-  EXPECT_EQ(g.windows(), 2);
+  EXPECT_EQ(g.windows(), 3);
+}
+
+// Goodput-aware batch composition: a step of cap 3 over running requests of mixed queues takes
+// the feasible ones first (admission order), then best-effort, then background.
+TEST(ClusterScheduler, BatchCompositionFeasibleFirst) {
+  using Q = QueueKind;
+  const std::vector<Q> running = {Q::Background, Q::Infeasible, Q::Feasible, Q::Infeasible, Q::Feasible};
+  EXPECT_EQ(compose_batch(running, 3), (std::vector<size_t>{2, 4, 1}));
+  EXPECT_EQ(compose_batch(running, 10), (std::vector<size_t>{2, 4, 1, 3, 0}));
+  EXPECT_EQ(compose_batch(running, 0), (std::vector<size_t>{}));
 }
