@@ -12,3 +12,8 @@ if(LOOM_MPI)
   set_tests_properties(sim_mpi_profile PROPERTIES TIMEOUT 120 ENVIRONMENT "${loom_mpi_env}"
                        PASS_REGULAR_EXPRESSION "mpi profile ok")
 endif()
+# Nitsum experiments (issue 15): registered and runnable.
+add_test(NAME sim_cli_nitsum_list COMMAND loom sim experiment --list)
+set_tests_properties(sim_cli_nitsum_list PROPERTIES PASS_REGULAR_EXPRESSION "nitsum-fig14")
+add_test(NAME sim_cli_nitsum_fig7 COMMAND loom sim experiment nitsum-fig7 --json)
+set_tests_properties(sim_cli_nitsum_fig7 PROPERTIES PASS_REGULAR_EXPRESSION "\"experiment\": \"nitsum-fig7\"")
