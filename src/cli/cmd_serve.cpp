@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cluster/tiers.h"
 #include "cli/cli.h"
 #include "cli/layout_cli.h"
 #include "core/error.h"
@@ -36,6 +37,7 @@ struct ServeArgs {
   int http_threads = 0;
   int ranks = 1;
   std::string comm = "local";
+  std::string tiers;  // SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,... or a file
   LayoutArgs layout;
 };
 
@@ -50,6 +52,8 @@ void run_serve(const ServeArgs& a) {
   if (a.port < 0 || a.port > 65535) fail("--port must be in [0, 65535], got ", a.port);
   if (a.max_queue < 1) fail("--max-queue must be >= 1, got ", a.max_queue);
   if (a.kv_cache_bytes < 0) fail("--kv-cache-bytes must be > 0, got ", a.kv_cache_bytes);
+  // Bad tiers fail here, in one line, before the model loads.
+  const cluster::SloTiers tiers = a.tiers.empty() ? cluster::SloTiers() : cluster::parse_tiers(a.tiers);
 
   // Stop signals are taken by sigwait below; block them before any thread starts so every
   // thread inherits the mask.
@@ -82,6 +86,7 @@ void run_serve(const ServeArgs& a) {
   server::with_engine(spec, model, [&](EngineHandle& engine) {
     server::ServingOptions so;
     so.max_queue = a.max_queue;
+    so.tiers = tiers;
     so.model_name = a.served_model_name.empty() ? base_name(a.model) : a.served_model_name;
     server::ServingEngine serving(engine, *tok, server::serving_eos_ids(*tok, model->format, model->config.bos_id),
                                   so);
@@ -133,6 +138,9 @@ void register_serve(CLI::App& app) {
   sub->add_option("--block-size", a->block_size, "Tokens per KV-cache block")->capture_default_str();
   sub->add_option("--max-model-len", a->max_model_len, "Prompt + output tokens at most (0: the model's context)")
       ->capture_default_str();
+  sub->add_option("--tiers", a->tiers,
+                  "SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,...[,NAME=background] or a file (JSON or that syntax); "
+                  "requests name one in \"tier\" (default: the first); /metrics reports per-tier goodput");
   sub->add_option("--max-queue", a->max_queue, "Waiting requests at most; beyond it requests get 429")
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "Compute threads (0: all cores, or LOOM_THREADS)")->capture_default_str();

@@ -205,11 +205,27 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
   if (!a.has_seed) r.sampling.seed = random_u64();
   r.priority = a.priority;
   r.slo = a.slo;
+  // SLO tier (Nitsum): the named tier, else the first; its targets are the request's SLO unless
+  // the request gives its own.
+  int tier = -1;
+  const cluster::SloTiers& tiers = engine.options().tiers;
+  if (!tiers.tiers().empty()) {
+    try {
+      tier = tiers.find(a.tier);
+    } catch (const Error& e) {
+      throw make_error(400, e.what(), "invalid_request_error", "tier");
+    }
+    const cluster::SloTier& t = tiers[size_t(tier)];
+    if (!r.slo && !t.background) r.slo = Slo{t.ttft_s * 1e3, t.tpot_s * 1e3};
+  } else if (!a.tier.empty()) {
+    throw make_error(400, cat("'tier' is '", a.tier, "' but this server has no SLO tiers (start it with --tiers)"),
+                     "invalid_request_error", "tier");
+  }
 
   const std::string id = make_id(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
   const int64_t created = int64_t(std::time(nullptr));
   const std::string model = opt.model_name;
-  std::shared_ptr<RequestStream> st = engine.submit(std::move(r));  // OverloadError -> 429
+  std::shared_ptr<RequestStream> st = engine.submit(std::move(r), tier);  // OverloadError -> 429
   const RequestId rid = st->id();
   const ConnectionProbe probe =
       ConnectionProbe::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);

@@ -228,6 +228,10 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
       bad("priority", cat("'priority' ", p, " is out of the int range"));
     r.priority = int(p);
   }
+  if (present(b, "tier")) {
+    if (!b["tier"].is_string()) bad("tier", cat("'tier' must be a string naming an SLO tier, got ", b["tier"].type_name()));
+    r.tier = b["tier"].get<std::string>();
+  }
   if (present(b, "slo")) {
     const json& s = b["slo"];
     if (!s.is_object()) bad("slo", cat("'slo' must be an object {ttft_ms, tpot_ms}, got ", s.type_name()));

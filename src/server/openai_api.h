@@ -63,6 +63,7 @@ struct ApiRequest {
   bool ignore_eos = false;
   int priority = 0;
   std::optional<Slo> slo;
+  std::string tier;  // SLO tier name (loom extension, Nitsum); "" = the server's first tier
 };
 
 // Parses and validates a request body. Throws ApiError (400) naming the field.

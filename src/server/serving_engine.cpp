@@ -54,6 +54,9 @@ void RequestStream::finish(std::string text, int num_output, FinishReason reason
 ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::vector<TokenId> eos_ids,
                              ServingOptions options)
     : engine_(engine), tok_(tok), eos_ids_(std::move(eos_ids)), options_(std::move(options)) {
+  tier_finished_.assign(options_.tiers.size(), 0);
+  tier_met_.assign(options_.tiers.size(), 0);
+  start_s_ = engine_.clock().now();
   if (options_.max_queue < 1) fail("--max-queue must be >= 1, got ", options_.max_queue);
   EngineLoop& loop = engine_.loop();
   loop.on_token = [this](const TokenEvent& ev) { on_token(ev); };
@@ -87,7 +90,7 @@ void ServingEngine::shutdown() {
   engine_.scheduler().set_stop_check(nullptr);
 }
 
-std::shared_ptr<RequestStream> ServingEngine::submit(Request r) {
+std::shared_ptr<RequestStream> ServingEngine::submit(Request r, int tier) {
   std::shared_ptr<RequestStream> st;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -102,6 +105,7 @@ std::shared_ptr<RequestStream> ServingEngine::submit(Request r) {
     r.arrival_s = engine_.clock().now();
     r.stop.eos_ids = eos_ids_;
     st = std::make_shared<RequestStream>(r.id, r.prompt_len());
+    st->tier = tier;
     ++num_live_;
     inbox_.emplace_back(std::move(r), st);
   }
@@ -138,6 +142,7 @@ void ServingEngine::run() {
       l.filter = StopFilter(r.stop.stop_strings);
       l.arrival_s = r.arrival_s;
       l.prompt_len = r.prompt_len();
+      l.tier = st->tier;
       live_.emplace(r.id, std::move(l));
       loop.submit(std::move(r));
     }
@@ -205,6 +210,7 @@ void ServingEngine::on_token(const TokenEvent& ev) {
   {
     std::lock_guard<std::mutex> lock(metrics_mu_);
     if (l.num_tokens == 1) {
+      l.first_token_s = now;
       ttft_.observe(now - l.arrival_s);
       prompt_tokens_total_ += l.prompt_len;
     } else {
@@ -251,6 +257,14 @@ void ServingEngine::on_finish(const Sequence& s) {
     }
     if (s.finish_reason == FinishReason::kStop || s.finish_reason == FinishReason::kLength)
       e2e_.observe(engine_.clock().now() - l.arrival_s);
+    // Per-tier goodput (Nitsum 1): a finished request counts when it met both targets.
+    if (l.tier >= 0 && size_t(l.tier) < tier_finished_.size() &&
+        (s.finish_reason == FinishReason::kStop || s.finish_reason == FinishReason::kLength)) {
+      ++tier_finished_[size_t(l.tier)];
+      const double ttft = l.first_token_s >= 0 ? l.first_token_s - l.arrival_s : 1e30;
+      const double tpot = l.num_tokens > 1 ? (l.last_token_s - l.first_token_s) / (l.num_tokens - 1) : 0.0;
+      if (options_.tiers[size_t(l.tier)].met(ttft, tpot)) ++tier_met_[size_t(l.tier)];
+    }
   }
   finish_live(it, std::move(text), s.num_output(), s.finish_reason, s.finish_detail);
 }
@@ -339,6 +353,26 @@ std::string ServingEngine::render_metrics() const {
          "scheduler.\n# TYPE loom:requests_failed_total counter\n";
     o += "loom:requests_failed_total{" + model + ",reason=\"error\"} " + std::to_string(failed_error_) + "\n";
     o += "loom:requests_failed_total{" + model + ",reason=\"rejected\"} " + std::to_string(failed_rejected_) + "\n";
+  }
+  if (!options_.tiers.tiers().empty()) {
+    std::vector<std::pair<std::string, int64_t>> fin, met;
+    std::string goodput;
+    const double up = std::max(1e-9, engine_.clock().now() - start_s_);
+    {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      for (size_t i = 0; i < options_.tiers.size(); ++i) {
+        const std::string l = "tier=\"" + prom_escape(options_.tiers[i].name) + "\"";
+        fin.push_back({l, tier_finished_[i]});
+        met.push_back({l, tier_met_[i]});
+        goodput += "loom:tier_goodput_requests_per_second{" + model + "," + l + "} " +
+                   prom_number(double(tier_met_[i]) / up) + "\n";
+      }
+    }
+    counter("loom:tier_requests_finished_total", "Finished requests per SLO tier.", fin);
+    counter("loom:tier_requests_slo_met_total", "Finished requests per SLO tier meeting both its TTFT and TPOT targets.",
+            met);
+    o += "# HELP loom:tier_goodput_requests_per_second Requests meeting both targets per second since start, per "
+         "SLO tier.\n# TYPE loom:tier_goodput_requests_per_second gauge\n" + goodput;
   }
   counter("loom:requests_rejected_overload_total", "Requests answered 429 because the waiting queue was full.",
           {{"", overload_total_.load()}});

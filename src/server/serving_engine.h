@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cluster/tiers.h"
 #include "engine/engine.h"
 #include "model/tokenizer.h"
 #include "server/prometheus.h"
@@ -53,6 +54,9 @@ class RequestStream {
   explicit RequestStream(RequestId id, int prompt_len) : id_(id), prompt_len_(prompt_len) {}
   RequestId id() const { return id_; }
   int prompt_len() const { return prompt_len_; }
+  // SLO tier of the request (ServingOptions::tiers index), -1 when the server has none; set by
+  // submit() before the stream is shared.
+  int tier = -1;
 
   // Waits up to `timeout` for new text or the finish; returns false when nothing came. Once
   // finished, every call returns the final state (with empty text) at once.
@@ -87,6 +91,10 @@ struct ServingOptions {
   // Test hook: called on the engine thread for every batch before it runs; an exception thrown
   // from it takes the engine-thread fault path (see above).
   std::function<void(const StepBatch&)> fault_hook;
+  // SLO tiers (Nitsum, cluster/tiers.h; `loom serve --tiers`): a request names its tier (the
+  // first by default) and /metrics counts, per tier, the finished requests and those meeting
+  // both the TTFT and the TPOT target (goodput). Empty: no tiers.
+  cluster::SloTiers tiers;
 };
 
 // A snapshot for /metrics and /health.
@@ -116,7 +124,8 @@ class ServingEngine {
 
   // Queues r (its id, arrival time and eos ids are set here); returns its stream. Throws
   // OverloadError when the waiting queue is full.
-  std::shared_ptr<RequestStream> submit(Request r);
+  // `tier`: index into ServingOptions::tiers (-1: none).
+  std::shared_ptr<RequestStream> submit(Request r, int tier = -1);
   void cancel(RequestId id);
 
   EngineStats stats() const;
@@ -137,6 +146,8 @@ class ServingEngine {
     double arrival_s = 0;
     double last_token_s = -1;
     int prompt_len = 0;
+    int tier = -1;
+    double first_token_s = -1;
   };
 
   void run();
@@ -173,6 +184,8 @@ class ServingEngine {
   Histogram ttft_{ttft_buckets()}, itl_{itl_buckets()}, e2e_{e2e_buckets()};
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0;
   int64_t success_stop_ = 0, success_length_ = 0, success_abort_ = 0;
+  std::vector<int64_t> tier_finished_, tier_met_;  // per SLO tier
+  double start_s_ = 0;
   int64_t failed_error_ = 0, failed_rejected_ = 0;
   std::atomic<int64_t> overload_total_{0};
 

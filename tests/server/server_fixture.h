@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cluster/tiers.h"
 #include "engine/engine.h"
 #include "model/loader.h"
 #include "model/synth.h"
@@ -47,6 +48,7 @@ struct StackOptions {
   int64_t kv_cache_bytes = 8 << 20;
   double step_delay_ms = 0;  // slows every step down (via the fault hook) to widen timing windows
   std::function<void(Engine&, const StepBatch&)> hook;
+  std::string tiers;  // SLO tiers (cluster::parse_tiers syntax); "" = none
 };
 
 class Stack {
@@ -64,6 +66,7 @@ class Stack {
     ServingOptions so;
     so.max_queue = opt_.max_queue;
     so.model_name = "test-model";
+    if (!opt_.tiers.empty()) so.tiers = cluster::parse_tiers(opt_.tiers);
     so.fault_hook = [this](const StepBatch& b) {
       if (opt_.step_delay_ms > 0)
         std::this_thread::sleep_for(std::chrono::microseconds(int64_t(opt_.step_delay_ms * 1000)));

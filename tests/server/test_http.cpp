@@ -422,6 +422,53 @@ TEST(ServeHttp, PriorityAndSloReachTheScheduler) {
   EXPECT_EQ(seen.front().second->tpot_ms, 20.5);
 }
 
+// SLO tiers (Nitsum, issue 15): a request names its tier (default: the first), an unknown tier is
+// a 400 naming the known ones, the tier's targets become the request's SLO, and /metrics counts
+// per tier the finished requests and those meeting both targets. "easy" (60 s / 60 s) is met by
+// every request here; "hard" (1 us / 1 us) by none.
+TEST(ServeHttp, SloTiersRouteRequestsAndReportGoodput) {
+  std::mutex mu;
+  std::vector<std::optional<Slo>> seen;
+  StackOptions o;
+  o.tiers = "easy=60000/60000,hard=0.001/0.001";
+  o.hook = [&](Engine& e, const StepBatch& b) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const ScheduledSeq& q : b.seqs)
+      if (const Sequence* seq = e.scheduler().find(q.seq_id)) seen.push_back(seq->request.slo);
+  };
+  Stack s(o);
+  auto c = s.client();
+  int st = 0;
+  post_json(c, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"ignore_eos", true}}, &st);
+  ASSERT_EQ(st, 200);
+  post_json(c, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"ignore_eos", true}, {"tier", "easy"}}, &st);
+  ASSERT_EQ(st, 200);
+  post_json(c, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"ignore_eos", true}, {"tier", "hard"}}, &st);
+  ASSERT_EQ(st, 200);
+  const auto bad = post_json(c, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"tier", "gold"}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(bad.dump().find("unknown tier 'gold' (known: easy, hard)"), std::string::npos) << bad.dump();
+  EXPECT_NE(bad.dump().find("\"param\":\"tier\""), std::string::npos) << bad.dump();
+  post_json(c, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"tier", 7}}, &st);
+  EXPECT_EQ(st, 400);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_FALSE(seen.empty());
+    ASSERT_TRUE(seen.front());
+    EXPECT_EQ(seen.front()->ttft_ms, 60000);
+    ASSERT_TRUE(seen.back());
+    EXPECT_DOUBLE_EQ(seen.back()->tpot_ms, 0.001);
+  }
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  const std::string& t = m->body;
+  EXPECT_EQ(metric_value(t, "loom:tier_requests_finished_total{model_name=\"test-model\",tier=\"easy\"}"), 2);
+  EXPECT_EQ(metric_value(t, "loom:tier_requests_slo_met_total{model_name=\"test-model\",tier=\"easy\"}"), 2);
+  EXPECT_EQ(metric_value(t, "loom:tier_requests_finished_total{model_name=\"test-model\",tier=\"hard\"}"), 1);
+  EXPECT_EQ(metric_value(t, "loom:tier_requests_slo_met_total{model_name=\"test-model\",tier=\"hard\"}"), 0);
+  EXPECT_GT(metric_value(t, "loom:tier_goodput_requests_per_second{model_name=\"test-model\",tier=\"easy\"}"), 0);
+}
+
 TEST(ServeHttp, MetricsUseVllmNamesAndParse) {
   Stack s;
   auto c = s.client();
