@@ -98,8 +98,12 @@ ClusterPlan plan_once(const ProfileTable& table, const SloTiers& tiers, const st
   std::vector<InstanceSpec> inst;
   int free_ranks = num_ranks;
   std::vector<char> unplaceable(cands.size(), 0);
+  // Buddy allocation of power-of-two groups into a power-of-two pool never fragments (largest
+  // first): any set of instances whose ranks sum to at most the pool fits, so the placement
+  // check per greedy step is needed only for other pool sizes.
+  const bool always_fits = (num_ranks & (num_ranks - 1)) == 0;
 
-  // One greedy pass towards `target[i]` per tier; `weighted`: the options' score, else GE alone.
+  // One greedy pass towards `target[i]` per tier.
   auto greedy = [&](const std::vector<double>& target) {
     for (;;) {
       int best = -1;
@@ -121,7 +125,7 @@ ClusterPlan plan_once(const ProfileTable& table, const SloTiers& tiers, const st
       if (best < 0 || best_score <= 0) return;
       std::vector<InstanceSpec> trial = inst;
       add_unit(&trial, cands[size_t(best)]);
-      if (!place_instances(&trial, num_ranks)) {
+      if (!always_fits && !place_instances(&trial, num_ranks)) {
         unplaceable[size_t(best)] = 1;
         continue;
       }
@@ -158,15 +162,18 @@ ClusterPlan plan_once(const ProfileTable& table, const SloTiers& tiers, const st
   for (;;) {
     std::vector<InstanceSpec> trial = inst;
     trial.push_back({bg, Role::Both, min_tp, -1});
-    if (free_ranks < min_tp || !place_instances(&trial, num_ranks)) break;
+    if (free_ranks < min_tp || (!always_fits && !place_instances(&trial, num_ranks))) break;
     inst = std::move(trial);
     free_ranks -= min_tp;
     plan.spare_ranks += min_tp;
   }
   // Final placement, keeping the previous window's groups where the same instance survives.
   std::vector<InstanceSpec> placed = inst;
-  if (!previous.empty() && place_instances(&placed, num_ranks, previous)) inst = std::move(placed);
-  plan.instances = std::move(inst);
+  if (previous.empty() || !place_instances(&placed, num_ranks, previous)) {
+    placed = inst;
+    LOOM_CHECK(place_instances(&placed, num_ranks), "the greedy's instances do not fit ", num_ranks, " ranks");
+  }
+  plan.instances = std::move(placed);
   return plan;
 }
 
