@@ -17,11 +17,13 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cluster/tiers.h"
 #include "cli/cli.h"
 #include "cli/layout_cli.h"
 #include "core/error.h"
@@ -39,6 +41,8 @@ namespace {
 
 struct BenchOfflineArgs {
   std::string model;
+  std::string tiers;     // SLO tiers (Nitsum, cluster/tiers.h); "" = none
+  std::string tier_mix;  // NAME:WEIGHT,... over the tiers; "" = all in the first
   std::string trace;
   std::string trace_format = "auto";
   std::string synthetic;       // poisson[:RATE] | gamma[:RATE[:CV]] | bursty[:RATE[:ON:OFF]] | batch
@@ -267,6 +271,27 @@ void print_dist(const char* name, const Distribution& d) {
 
 void run_bench_offline(const BenchOfflineArgs& a) {
   if (a.threads < 0) fail("--threads must be >= 0, got ", a.threads);
+  // Tiers and the mix are checked before anything loads.
+  const cluster::SloTiers tiers = a.tiers.empty() ? cluster::SloTiers() : cluster::parse_tiers(a.tiers);
+  if (!a.tier_mix.empty() && a.tiers.empty()) fail("--tier-mix needs --tiers");
+  std::vector<double> tier_weights(tiers.size(), 0.0);
+  if (!tier_weights.empty()) {
+    if (a.tier_mix.empty()) tier_weights[0] = 1;
+    std::stringstream mix(a.tier_mix);
+    for (std::string item; std::getline(mix, item, ',');) {
+      const auto colon = item.find(':');
+      if (colon == std::string::npos) fail("--tier-mix item '", item, "' is not NAME:WEIGHT");
+      const int t = tiers.find(item.substr(0, colon));
+      double w = 0;
+      try {
+        w = std::stod(item.substr(colon + 1));
+      } catch (const std::exception&) {
+        fail("--tier-mix item '", item, "': the weight is not a number");
+      }
+      if (!(w > 0)) fail("--tier-mix item '", item, "': the weight must be positive");
+      tier_weights[size_t(t)] = w;
+    }
+  }
   layout_ranks(a.layout, a.ranks, a.block_size);  // the plans and the policy, before any weight loads
   std::shared_ptr<const Model> model = load_model(a.model);
   const ModelConfig& mc = model->config;
@@ -286,6 +311,25 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   const TraceStats ts = trace_stats(w.trace);
   std::vector<Request> requests = make_requests(w.trace, a, mc.vocab_size);
   const size_t n_requests = requests.size();
+  // SLO tiers (Nitsum): each request gets a tier by the mix (smooth weighted round-robin, so the
+  // shares hold in every prefix) and the tier's targets as its SLO; goodput per tier below.
+  std::vector<int> tier_of(n_requests, -1);
+  if (!tiers.tiers().empty()) {
+    std::vector<double> credit(tier_weights.size(), 0.0);
+    double total = 0;
+    for (double x : tier_weights) total += x;
+    for (size_t i = 0; i < n_requests; ++i) {
+      size_t best = 0;
+      for (size_t k = 0; k < credit.size(); ++k) {
+        credit[k] += tier_weights[k];
+        if (credit[k] > credit[best]) best = k;
+      }
+      credit[best] -= total;
+      tier_of[i] = int(best);
+      const cluster::SloTier& t = tiers[best];
+      if (!t.background) requests[i].slo = Slo{t.ttft_s * 1e3, t.tpot_s * 1e3};
+    }
+  }
 
   EngineRun run = run_engine(a, model, cfg, std::move(requests));
   if (!run.is_driver) return;  // only world rank 0 reports
@@ -333,6 +377,23 @@ void run_bench_offline(const BenchOfflineArgs& a) {
                      {"reason", std::string(finish_reason_name(q.finish_reason))},
                      {"detail", q.finish_detail}});
   j["rejected"] = rej;
+  // Per-tier goodput: requests meeting both their tier's TTFT and TPOT targets per second.
+  std::vector<int64_t> tier_n(tiers.size(), 0), tier_met(tiers.size(), 0);
+  for (const RequestMetrics& q : run.metrics.requests()) {
+    if (q.id < 0 || size_t(q.id) >= tier_of.size() || tier_of[size_t(q.id)] < 0) continue;
+    const size_t t = size_t(tier_of[size_t(q.id)]);
+    ++tier_n[t];
+    if (q.finish_s >= 0 && q.num_output() > 0 && tiers[t].met(q.ttft_s(), q.tpot_s().value_or(0.0))) ++tier_met[t];
+  }
+  if (!tiers.tiers().empty()) {
+    nlohmann::json tj = nlohmann::json::array();
+    for (size_t t = 0; t < tiers.size(); ++t)
+      tj.push_back({{"tier", tiers[t].name},
+                    {"requests", tier_n[t]},
+                    {"slo_met", tier_met[t]},
+                    {"goodput_rps", s.duration_s > 0 ? double(tier_met[t]) / s.duration_s : 0.0}});
+    j["tiers"] = tj;
+  }
 
   if (!a.output_json.empty()) {
     std::ofstream f(a.output_json);
@@ -367,6 +428,10 @@ void run_bench_offline(const BenchOfflineArgs& a) {
                   (long long)p["tokens"].get<int64_t>(), (long long)p["switches"].get<int64_t>(),
                   (long long)p["kv_bytes_moved"].get<int64_t>(), p["switch_ms"].get<double>());
   }
+  for (size_t t = 0; t < tiers.size(); ++t)
+    std::printf("  tier %-12s %6lld requests, %6lld met TTFT and TPOT: goodput %.3f requests/s\n",
+                tiers[t].name.c_str(), (long long)tier_n[t], (long long)tier_met[t],
+                s.duration_s > 0 ? double(tier_met[t]) / s.duration_s : 0.0);
   print_dist("TTFT", s.ttft_ms);
   print_dist("TPOT", s.tpot_ms);
   print_dist("ITL", s.itl_ms);
@@ -406,6 +471,8 @@ void register_bench_offline(CLI::App& bench) {
   sub->add_option("--ranks", a->ranks, "Ranks of the distributed engine (default: the plan's; 1 without a plan)");
   sub->add_option("--comm", a->comm, "Communicator for --ranks > 1: local or mpi")->capture_default_str();
   add_layout_options(sub, a->layout);
+  sub->add_option("--tiers", a->tiers, "SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,... or a file; per-tier goodput");
+  sub->add_option("--tier-mix", a->tier_mix, "Share of requests per tier: NAME:WEIGHT,... (default: all in the first)");
   sub->add_option("--output-json", a->output_json, "Write the report as JSON");
   sub->add_option("--output-csv", a->output_csv, "Write one CSV row per request");
   sub->add_flag("--quiet,-q", a->quiet, "Print nothing (use with --output-json)");
