@@ -274,24 +274,7 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   // Tiers and the mix are checked before anything loads.
   const cluster::SloTiers tiers = a.tiers.empty() ? cluster::SloTiers() : cluster::parse_tiers(a.tiers);
   if (!a.tier_mix.empty() && a.tiers.empty()) fail("--tier-mix needs --tiers");
-  std::vector<double> tier_weights(tiers.size(), 0.0);
-  if (!tier_weights.empty()) {
-    if (a.tier_mix.empty()) tier_weights[0] = 1;
-    std::stringstream mix(a.tier_mix);
-    for (std::string item; std::getline(mix, item, ',');) {
-      const auto colon = item.find(':');
-      if (colon == std::string::npos) fail("--tier-mix item '", item, "' is not NAME:WEIGHT");
-      const int t = tiers.find(item.substr(0, colon));
-      double w = 0;
-      try {
-        w = std::stod(item.substr(colon + 1));
-      } catch (const std::exception&) {
-        fail("--tier-mix item '", item, "': the weight is not a number");
-      }
-      if (!(w > 0)) fail("--tier-mix item '", item, "': the weight must be positive");
-      tier_weights[size_t(t)] = w;
-    }
-  }
+  const std::vector<double> tier_weights = cluster::parse_tier_mix(tiers, a.tier_mix);
   layout_ranks(a.layout, a.ranks, a.block_size);  // the plans and the policy, before any weight loads
   std::shared_ptr<const Model> model = load_model(a.model);
   const ModelConfig& mc = model->config;
@@ -313,23 +296,10 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   const size_t n_requests = requests.size();
   // SLO tiers (Nitsum): each request gets a tier by the mix (smooth weighted round-robin, so the
   // shares hold in every prefix) and the tier's targets as its SLO; goodput per tier below.
-  std::vector<int> tier_of(n_requests, -1);
-  if (!tiers.tiers().empty()) {
-    std::vector<double> credit(tier_weights.size(), 0.0);
-    double total = 0;
-    for (double x : tier_weights) total += x;
-    for (size_t i = 0; i < n_requests; ++i) {
-      size_t best = 0;
-      for (size_t k = 0; k < credit.size(); ++k) {
-        credit[k] += tier_weights[k];
-        if (credit[k] > credit[best]) best = k;
-      }
-      credit[best] -= total;
-      tier_of[i] = int(best);
-      const cluster::SloTier& t = tiers[best];
-      if (!t.background) requests[i].slo = Slo{t.ttft_s * 1e3, t.tpot_s * 1e3};
-    }
-  }
+  const std::vector<int> tier_of = cluster::assign_tiers(n_requests, tier_weights);
+  for (size_t i = 0; i < n_requests; ++i)
+    if (tier_of[i] >= 0 && !tiers[size_t(tier_of[i])].background)
+      requests[i].slo = Slo{tiers[size_t(tier_of[i])].ttft_s * 1e3, tiers[size_t(tier_of[i])].tpot_s * 1e3};
 
   EngineRun run = run_engine(a, model, cfg, std::move(requests));
   if (!run.is_driver) return;  // only world rank 0 reports

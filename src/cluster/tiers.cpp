@@ -151,6 +151,48 @@ SloTiers tiers_from_json(const nlohmann::json& j0, const std::string& where) {
   return SloTiers(std::move(out));
 }
 
+std::vector<double> parse_tier_mix(const SloTiers& tiers, const std::string& mix) {
+  std::vector<double> w(tiers.size(), 0.0);
+  if (w.empty()) return w;
+  if (trim(mix).empty()) {
+    w[0] = 1;
+    return w;
+  }
+  std::stringstream ss(mix);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) fail("tier mix item '", item, "' is not NAME:WEIGHT");
+    const int t = tiers.find(trim(item.substr(0, colon)));
+    double x = 0;
+    try {
+      x = std::stod(item.substr(colon + 1));
+    } catch (const std::exception&) {
+      fail("tier mix item '", item, "': the weight is not a number");
+    }
+    if (!(x > 0) || !std::isfinite(x)) fail("tier mix item '", item, "': the weight must be positive");
+    w[size_t(t)] = x;
+  }
+  return w;
+}
+
+std::vector<int> assign_tiers(size_t n, const std::vector<double>& weights) {
+  std::vector<int> out(n, -1);
+  double total = 0;
+  for (double x : weights) total += x;
+  if (weights.empty() || !(total > 0)) return out;
+  std::vector<double> credit(weights.size(), 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    size_t best = 0;
+    for (size_t k = 0; k < credit.size(); ++k) {
+      credit[k] += weights[k];
+      if (credit[k] > credit[best]) best = k;
+    }
+    credit[best] -= total;
+    out[i] = int(best);
+  }
+  return out;
+}
+
 SloTiers parse_tiers(const std::string& spec) {
   std::error_code ec;
   if (std::filesystem::is_regular_file(spec, ec)) {

@@ -55,4 +55,12 @@ class SloTiers {
 SloTiers parse_tiers(const std::string& spec);
 SloTiers tiers_from_json(const nlohmann::json& j, const std::string& where);
 
+// A tier mix "NAME:WEIGHT,..." over `tiers` -> one weight per tier (absent tiers 0); "" puts
+// everything in the first tier. Throws loom::Error on an unknown tier or a weight that is not a
+// positive number.
+std::vector<double> parse_tier_mix(const SloTiers& tiers, const std::string& mix);
+// The tier of each of n requests by smooth weighted round-robin: deterministic, and every prefix
+// holds the shares up to one request per tier.
+std::vector<int> assign_tiers(size_t n, const std::vector<double>& weights);
+
 }  // namespace loom::cluster

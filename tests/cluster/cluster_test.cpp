@@ -331,3 +331,21 @@ TEST(ClusterScheduler, BatchCompositionFeasibleFirst) {
   EXPECT_EQ(compose_batch(running, 10), (std::vector<size_t>{2, 4, 1, 3, 0}));
   EXPECT_EQ(compose_batch(running, 0), (std::vector<size_t>{}));
 }
+
+TEST(ClusterTiers, MixSharesHoldInEveryPrefix) {
+  const SloTiers t = parse_tiers("a=1/1,b=2/2,c=background");
+  EXPECT_EQ(parse_tier_mix(t, ""), (std::vector<double>{1, 0, 0}));
+  const std::vector<double> w = parse_tier_mix(t, "a:3, b:1,c:1");
+  EXPECT_EQ(w, (std::vector<double>{3, 1, 1}));
+  const std::vector<int> x = assign_tiers(50, w);
+  std::vector<int> n(3, 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ++n[size_t(x[i])];
+    const double done = double(i + 1);
+    for (int k = 0; k < 3; ++k) EXPECT_LE(std::abs(n[size_t(k)] - done * w[size_t(k)] / 5), 1.0) << i;
+  }
+  EXPECT_EQ(n, (std::vector<int>{30, 10, 10}));
+  EXPECT_THROW(parse_tier_mix(t, "d:1"), Error);
+  EXPECT_THROW(parse_tier_mix(t, "a:0"), Error);
+  EXPECT_THROW(parse_tier_mix(t, "a"), Error);
+}
