@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cluster/tiers.h"
 #include "cli/cli.h"
 #include "core/error.h"
 #include "engine/trace.h"
@@ -30,6 +31,7 @@ struct BenchServeArgs {
   uint64_t seed = 0;
   int max_concurrency = 0;
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  std::string tiers, tier_mix;  // SLO tiers (Nitsum) and the share of requests per tier
   std::string output_json, output_csv;
   bool no_progress = false;
 };
@@ -78,6 +80,11 @@ void run_bench_serve_cmd(const BenchServeArgs& a) {
   if (a.max_concurrency < 0) fail("--max-concurrency must be >= 0, got ", a.max_concurrency);
   if (a.slo_ttft_ms < 0 || a.slo_tpot_ms < 0) fail("--slo-ttft-ms and --slo-tpot-ms must be >= 0");
   server::BenchServeOptions o;
+  if (!a.tier_mix.empty() && a.tiers.empty()) fail("--tier-mix needs --tiers");
+  if (!a.tiers.empty()) {
+    o.tiers = cluster::parse_tiers(a.tiers);
+    o.tier_weights = cluster::parse_tier_mix(o.tiers, a.tier_mix);
+  }
   o.url = a.url;
   o.model = a.model;
   o.slo_ttft_ms = a.slo_ttft_ms;
@@ -146,6 +153,8 @@ void register_bench_serve(CLI::App& bench) {
   sub->add_option("--output-len", a->output_len, "Synthetic output tokens: N or A:B (uniform)")->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed (arrivals; lengths use seed+1, seed+2; prompt ids)")->capture_default_str();
   sub->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (0: no limit)")->capture_default_str();
+  sub->add_option("--tiers", a->tiers, "SLO tiers (as the server's --tiers): requests carry a \"tier\"; per-tier goodput");
+  sub->add_option("--tier-mix", a->tier_mix, "Share of requests per tier: NAME:WEIGHT,... (default: all in the first)");
   sub->add_option("--slo-ttft-ms", a->slo_ttft_ms, "TTFT objective for goodput (0: none)");
   sub->add_option("--slo-tpot-ms", a->slo_tpot_ms, "TPOT objective for goodput (0: none)");
   sub->add_option("--output-json", a->output_json, "Write the summary and per-request results as JSON");

@@ -72,7 +72,7 @@ class Slots {
 };
 
 void send_one(const std::string& url, const std::string& model, const std::vector<int32_t>& prompt,
-              double timeout_s, SteadyClock::time_point t0, BenchRequestResult* r) {
+              double timeout_s, SteadyClock::time_point t0, BenchRequestResult* r, const std::string& tier = "") {
   httplib::Client cli(url);
   cli.set_connection_timeout(10, 0);
   cli.set_read_timeout(time_t(timeout_s), 0);
@@ -84,6 +84,7 @@ void send_one(const std::string& url, const std::string& model, const std::vecto
                {"temperature", 0.0},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
+  if (!tier.empty()) body["tier"] = tier;
   const std::string text = body.dump();
 
   SseParser parser;
@@ -270,6 +271,12 @@ json BenchServeReport::to_json(bool with_requests) const {
             {"itl_ms", dist_json(itl_ms)},
             {"e2e_latency_ms", dist_json(e2e_ms)}};
   json out = {{"summary", s}};
+  if (!tiers.empty()) {
+    json tj = json::array();
+    for (const auto& t : tiers)
+      tj.push_back({{"tier", t.name}, {"requests", t.requests}, {"slo_met", t.met}, {"goodput_rps", t.goodput}});
+    out["tiers"] = tj;
+  }
   if (with_requests) {
     json rs = json::array();
     for (const auto& r : requests) {
@@ -338,6 +345,8 @@ std::string BenchServeReport::summary_text() const {
     line("Request goodput (req/s):", fmt("%.2f", *goodput));
     line("Requests meeting the SLOs:", cat(*good, " (TTFT <= ", slo_ttft_ms, " ms, TPOT <= ", slo_tpot_ms, " ms)"));
   }
+  for (const auto& t : tiers)
+    line(cat("Tier ", t.name, " goodput (req/s):"), fmt("%.2f", t.goodput) + cat(" (", t.met, " of ", t.requests, ")"));
   dist("Time to First Token", "TTFT", ttft_ms);
   dist("Time per Output Token (excl. 1st token)", "TPOT", tpot_ms);
   dist("Inter-token Latency", "ITL", itl_ms);
@@ -381,11 +390,13 @@ BenchServeReport run_bench_serve(const BenchServeOptions& o) {
   std::vector<BenchRequestResult> results(static_cast<size_t>(n));
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(n));
   Rng rng(o.seed);
+  const std::vector<int> tier_of = cluster::assign_tiers(size_t(n), o.tier_weights);
   const double t_first = o.trace.front().arrival_s;
   for (int64_t i = 0; i < n; ++i) {
     const TraceRequest& t = o.trace[size_t(i)];
     BenchRequestResult& r = results[size_t(i)];
     r.index = int(i);
+    r.tier = o.tiers.size() > 0 ? tier_of[size_t(i)] : -1;
     r.scheduled_s = std::max(0.0, t.arrival_s - t_first);
     int p = std::max(1, t.prompt_len), out = std::max(1, t.output_len);
     if (max_model_len > 0 && p + out > max_model_len) {
@@ -417,7 +428,8 @@ BenchServeReport run_bench_serve(const BenchServeOptions& o) {
     slots.acquire();
     threads.emplace_back([&, r, i] {
       try {
-        send_one(o.url, model, prompts[size_t(i)], o.request_timeout_s, t0, r);
+        send_one(o.url, model, prompts[size_t(i)], o.request_timeout_s, t0, r,
+                 r->tier >= 0 ? o.tiers[size_t(r->tier)].name : std::string());
       } catch (const std::exception& e) {
         r->error = e.what();
       }
@@ -435,6 +447,18 @@ BenchServeReport run_bench_serve(const BenchServeOptions& o) {
   for (const auto& r : results) end = std::max(end, r.sent_s + std::max(0.0, r.latency_s));
   BenchServeReport rep = summarize_bench(std::move(results), end, o.slo_ttft_ms, o.slo_tpot_ms);
   rep.model = model;
+  // Per-tier goodput (Nitsum 1): completed requests meeting both their tier's targets.
+  for (size_t t = 0; t < o.tiers.size(); ++t) {
+    BenchTierResult tr;
+    tr.name = o.tiers[t].name;
+    for (const auto& r : rep.requests) {
+      if (r.tier != int(t)) continue;
+      ++tr.requests;
+      if (r.success && r.ttft_s >= 0 && o.tiers[t].met(r.ttft_s, r.tpot_s().value_or(0.0))) ++tr.met;
+    }
+    tr.goodput = rep.duration_s > 0 ? double(tr.met) / rep.duration_s : 0.0;
+    rep.tiers.push_back(tr);
+  }
   return rep;
 }
 

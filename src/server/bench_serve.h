@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cluster/tiers.h"
 #include "engine/metrics.h"
 #include "engine/trace.h"
 
@@ -44,6 +45,10 @@ struct BenchServeOptions {
   uint64_t seed = 0;                          // token ids of the synthetic prompts
   bool progress = false;                      // progress bar on stderr
   double request_timeout_s = 600;
+  // SLO tiers (Nitsum): each request is sent with the "tier" assign_tiers(tier_weights) gives it,
+  // and the report counts per tier the requests meeting both of its targets.
+  cluster::SloTiers tiers;
+  std::vector<double> tier_weights;
 };
 
 struct BenchRequestResult {
@@ -61,7 +66,14 @@ struct BenchRequestResult {
   std::vector<double> itl_s;
   int num_chunks = 0;      // chunks with text
   int output_tokens = 0;
+  int tier = -1;  // BenchServeOptions::tiers index, -1 when none
   std::optional<double> tpot_s() const;
+};
+
+struct BenchTierResult {
+  std::string name;
+  int64_t requests = 0, met = 0;
+  double goodput = 0;  // met / duration
 };
 
 struct BenchServeReport {
@@ -75,6 +87,7 @@ struct BenchServeReport {
   std::optional<double> goodput;    // good / duration
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
   Distribution ttft_ms, tpot_ms, itl_ms, e2e_ms;
+  std::vector<BenchTierResult> tiers;  // empty without tiers
 
   nlohmann::json to_json(bool with_requests = true) const;
   void write_csv(std::ostream& os) const;  // one row per request, header first
