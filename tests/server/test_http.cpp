@@ -537,5 +537,32 @@ TEST(ServeHttp, BenchServeAgainstTheServer) {
   EXPECT_EQ(metric_value(m->body, "vllm:prompt_tokens_total"), double(want_in));
 }
 
+// bench serve with a tier mix against a server with the same tiers: every request carries its
+// tier (2:1), the client and the server count the same per-tier finished and SLO-met requests.
+TEST(ServeHttp, BenchServeTierMixMatchesTheServersTierCounts) {
+  StackOptions so;
+  so.tiers = "easy=60000/60000,hard=0.001/0.001";
+  Stack s(so);
+  BenchServeOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(s.port());
+  o.trace = synthesize_trace(12, ArrivalSpec::poisson(200), 1, LengthDist::uniform(3, 17), 2, LengthDist::uniform(2, 9), 3);
+  o.tiers = cluster::parse_tiers(so.tiers);
+  o.tier_weights = cluster::parse_tier_mix(o.tiers, "easy:2,hard:1");
+  const BenchServeReport r = run_bench_serve(o);
+  ASSERT_EQ(r.completed, 12);
+  ASSERT_EQ(r.tiers.size(), 2u);
+  EXPECT_EQ(r.tiers[0].requests, 8);
+  EXPECT_EQ(r.tiers[0].met, 8);
+  EXPECT_EQ(r.tiers[1].requests, 4);
+  EXPECT_EQ(r.tiers[1].met, 0);
+  EXPECT_EQ(r.to_json()["tiers"][0]["slo_met"], 8);
+  auto m = s.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(metric_value(m->body, "loom:tier_requests_finished_total{model_name=\"test-model\",tier=\"easy\"}"), 8);
+  EXPECT_EQ(metric_value(m->body, "loom:tier_requests_finished_total{model_name=\"test-model\",tier=\"hard\"}"), 4);
+  EXPECT_EQ(metric_value(m->body, "loom:tier_requests_slo_met_total{model_name=\"test-model\",tier=\"easy\"}"), 8);
+}
+
+
 }  // namespace
 }  // namespace loom::server::test
