@@ -87,9 +87,9 @@ void add_unit(std::vector<InstanceSpec>* v, const Candidate& c) {
 
 namespace {
 
-// One weighted-greedy run; `seed` >= 0: that candidate is taken first.
+// One weighted-greedy run.
 ClusterPlan plan_once(const ProfileTable& table, const SloTiers& tiers, const std::vector<double>& demand, int num_ranks,
-                      const PlannerOptions& o, const std::vector<Candidate>& cands, int min_tp, int seed,
+                      const PlannerOptions& o, const std::vector<Candidate>& cands, int min_tp,
                       const std::vector<InstanceSpec>& previous) {
   ClusterPlan plan;
   plan.demand_rps = demand;
@@ -136,16 +136,6 @@ ClusterPlan plan_once(const ProfileTable& table, const SloTiers& tiers, const st
       plan.units.push_back(c);
     }
   };
-  if (seed >= 0) {
-    std::vector<InstanceSpec> trial;
-    add_unit(&trial, cands[size_t(seed)]);
-    if (cands[size_t(seed)].ranks <= free_ranks && place_instances(&trial, num_ranks)) {
-      inst = std::move(trial);
-      free_ranks -= cands[size_t(seed)].ranks;
-      plan.capacity_rps[size_t(cands[size_t(seed)].tier)] += cands[size_t(seed)].capacity_rps;
-      plan.units.push_back(cands[size_t(seed)]);
-    }
-  }
   greedy(demand);
   // Leftover ranks: headroom for the tiers when no background work waits (the window's rate is
   // an estimate; bursts inside the next window land on this headroom), then spares.
@@ -188,7 +178,7 @@ ClusterPlan plan_cluster(const ProfileTable& table, const SloTiers& tiers, const
   const int min_tp = *std::min_element(tps.begin(), tps.end());
   candidate_tp_degrees(num_ranks, min_tp, *std::max_element(tps.begin(), tps.end()));  // throws when none fits
   const std::vector<Candidate> cands = enumerate_candidates(table, tiers, o);
-  ClusterPlan best = plan_once(table, tiers, demand, num_ranks, o, cands, min_tp, -1, previous);
+  ClusterPlan best = plan_once(table, tiers, demand, num_ranks, o, cands, min_tp, previous);
   return best;
 }
 

@@ -2,6 +2,7 @@
 // instances, driven by the SAME cluster scheduler code the engine uses (src/cluster: planner,
 // global routing, local queues), with step times from the cost model. Experiments nitsum-fig7,
 // nitsum-fig14, nitsum-goodput and nitsum-planner (experiments.cpp registers them).
+// LOOM_NITSUM_DEBUG=1 prints the profile table and per-configuration SLO counts to stderr.
 #pragma once
 
 #include <functional>
