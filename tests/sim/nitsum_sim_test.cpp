@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "cluster/tiers.h"
+#include "core/error.h"
 #include "sim/exp_nitsum.h"
 #include "sim/hardware.h"
 #include "sim/model_catalog.h"
+#include "sim/profile.h"
+#include "model/synth.h"
+#include "test_util.h"
 
 namespace loom::sim {
 namespace {
@@ -101,6 +105,42 @@ TEST(NitsumSim, ProfileTableRejectsWhatTheModelCannotRun) {
   // Higher TP prefills faster per instance (Nitsum 2.2: TTFT improves with TP).
   EXPECT_GT(t.at(0, 2).prefill_rps, t.at(0, 1).prefill_rps);
   EXPECT_GT(t.at(0, 4).prefill_rps, t.at(0, 2).prefill_rps);
+}
+
+// CPU ranks: the profile table from a `loom profile` folder of this machine (the same factory
+// the GPU path takes, here profile_cost_model through hardware_cost_model), and the cluster
+// simulator on it serving every request of a small trace.
+TEST(NitsumSim, ProfileTableFromALoomProfileFolder) {
+  const std::string dir = test::temp_dir();
+  SynthOptions so;
+  so.shape = synth_shape("tiny");
+  so.dtype = DType::F32;
+  so.threads = 1;
+  const std::string model = write_synth_model(so, dir + "/tiny.gguf").model_path;
+  const std::string profile = dir + "/profile";
+  std::string out;
+  ASSERT_EQ(test::run_command(test::loom_bin() + " profile --quick -o " + profile + " --model " + model +
+                                  " --shapes '' --dtypes f32 --tokens 1,4,16,64 --tp 1,2 --ranks 2 --reps 3"
+                                  " --budget-mib 64 2>&1",
+                              &out),
+            0)
+      << out;
+  const ModelConfig mc = find_model(model);
+  const auto cmf = [&](int tp) { return hardware_cost_model(mc, profile, "f32", Plan::parse(cat("tp=", tp))); };
+  const cluster::SloTiers tiers = cluster::parse_tiers("chat=5000/1000");
+  const auto table = nitsum_profile_table(cmf, tiers, {{32, 8}}, {1, 2});
+  ASSERT_EQ(table.tp_degrees(), (std::vector<int>{1, 2}));
+  for (int tp : {1, 2}) {
+    EXPECT_GT(table.at(0, tp).prefill_rps, 0) << tp;
+    EXPECT_GT(table.at(0, tp).decode_rps, 0) << tp;
+  }
+  std::vector<TieredRequest> trace;
+  for (int i = 0; i < 20; ++i) trace.push_back({i * 0.05, 32, 8, 0});
+  ClusterSimConfig c;
+  c.num_ranks = 2;
+  const ClusterSimResult r = simulate_cluster(cmf, tiers, table, trace, c);
+  EXPECT_EQ(r.unfinished, 0);
+  EXPECT_EQ(r.met[0], 20) << r.first_plan;
 }
 
 }  // namespace
