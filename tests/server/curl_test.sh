@@ -86,8 +86,12 @@ trap - EXIT
 # and Shift Parallelism (base sp=2 for steps over 4 tokens, shift config TP(2) otherwise): the
 # same greedy text as one rank; under Shift the last step (a decode) ran the shift config, and
 # under the cycle the switches are counted per plan, as /metrics says.
+# Nitsum's TP switch (issue 15): weights as views of each rank's full copy, DP(2) <-> TP(2) with the
+# KV re-partitioned by head at every switch, on a server with SLO tiers (the request names none:
+# the first tier).
 for layout in "--plan tp=2" "--plan dp=2" "--plan tp=2 --plan dp=2 --policy cycle:3" \
-              "--plan sp=2 --policy shift --shift-threshold 4"; do
+              "--plan sp=2 --policy shift --shift-threshold 4" \
+              "--plan dp=2,weights=full --plan tp=2,weights=full --policy cycle:2 --tiers t1=60000/60000,t2=60000/60000"; do
   : > "$work/serve2.log"
   # shellcheck disable=SC2086
   "$loom" serve -m "$work/tiny.gguf" --port 0 --ranks 2 $layout --served-model-name tiny > "$work/serve2.log" 2>&1 &
@@ -111,6 +115,10 @@ for layout in "--plan tp=2" "--plan dp=2" "--plan tp=2 --plan dp=2 --policy cycl
   case "$layout" in
     *shift*) curl -s "$url/metrics" | grep -q '^loom:step_plan_info{model_name="tiny",plan="shift:sp=2"} 1' ||
                fail "$layout: last step plan: $(curl -s "$url/metrics" | grep step_plan)";;
+    *weights=full*) curl -s "$url/metrics" | grep -Eq '^loom:plan_switches_total\{model_name="tiny",plan="tp=2,weights=full"\} [1-9]' ||
+               fail "$layout: switches: $(curl -s "$url/metrics" | grep plan_)"
+             curl -s "$url/metrics" | grep -Eq '^loom:tier_requests_finished_total\{model_name="tiny",tier="t1"\} 1' ||
+               fail "$layout: tiers: $(curl -s "$url/metrics" | grep tier_)";;
     *cycle*) curl -s "$url/metrics" | grep -Eq '^loom:plan_switches_total\{model_name="tiny",plan="dp=2"\} [1-9]' ||
                fail "$layout: switches: $(curl -s "$url/metrics" | grep plan_)";;
   esac
