@@ -53,7 +53,7 @@ void Gemm::widen_to_f32(const DeviceWeight& w, int64_t r0, int64_t nr, float* ou
     case DType::F16:
     case DType::BF16: {
       // Row i of the widened block is the "embedding" of token i.
-      std::vector<int32_t> idx(std::size_t(nr));
+      std::vector<int32_t> idx(static_cast<std::size_t>(nr));
       for (int64_t i = 0; i < nr; ++i) idx[std::size_t(i)] = int32_t(i);
       DeviceBuffer didx(idx.size() * sizeof(int32_t));
       didx.upload(idx.data(), idx.size() * sizeof(int32_t));
