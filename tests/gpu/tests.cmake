@@ -1,0 +1,4 @@
+# test_gpu also runs the communicator checks of tests/comm on the shared-GPU and NCCL backends.
+if(TARGET test_gpu)
+  target_sources(test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../comm/checks.cpp)
+endif()
