@@ -33,6 +33,17 @@ DeviceWeight::DeviceWeight(const WeightView& w) : dtype_(w.dtype), rows_(w.rows)
   }
 }
 
+DeviceWeight DeviceWeight::random(DType dt, int64_t rows, int64_t cols, uint64_t seed, float scale) {
+  DeviceWeight w;
+  w.dtype_ = dt;
+  w.rows_ = rows;
+  w.cols_ = cols;
+  w.buf_.allocate(std::size_t(rows * dtype_row_bytes(dt, cols)));
+  fill_random(w.buf_.data(), dt, rows * cols, seed, scale, nullptr);
+  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
 Gemm::Gemm(cudaStream_t stream) : stream_(stream) {
   cublas_check(cublasCreate(&handle_), "cublasCreate");
   cublas_check(cublasSetStream(handle_, stream_), "cublasSetStream");

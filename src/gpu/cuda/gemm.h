@@ -32,6 +32,8 @@ class DeviceWeight {
   DeviceWeight() = default;
   // Copies w's rows (any layout read_weight_row understands) into device memory, plain rows.
   explicit DeviceWeight(const WeightView& w);
+  // rows x cols of dtype dt (f32, f16, bf16) filled on the device with fill_random (ops.h).
+  static DeviceWeight random(DType dt, int64_t rows, int64_t cols, uint64_t seed, float scale);
   DType dtype() const { return dtype_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }

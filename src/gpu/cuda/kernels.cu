@@ -324,6 +324,29 @@ __global__ void reduce_kernel(float* out, PtrArgs in, int n_inputs, int64_t coun
   }
 }
 
+__global__ void fill_random_kernel(void* dst, DType dt, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + uint64_t(i) * 0x9e3779b97f4a7c15ull;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float u = float(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    const float v = (2.0f * u - 1.0f) * scale;
+    switch (dt) {
+      case DType::F32: static_cast<float*>(dst)[i] = v; break;
+      case DType::F16: static_cast<uint16_t*>(dst)[i] = __half_as_ushort(__float2half_rn(v)); break;
+      case DType::BF16: static_cast<uint16_t*>(dst)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v)); break;
+      case DType::Q8_0: break;
+    }
+  }
+}
+
+__global__ void gather_rows_kernel(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out) {
+  const int64_t total = n * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = x[int64_t(rows[i / cols]) * cols + i % cols];
+}
+
 PtrArgs pack(const float* const* p, int n) {
   LOOM_CHECK(n >= 1 && n <= kMaxPointerArgs, "n=", n, " pointers (1..", kMaxPointerArgs, ")");
   PtrArgs a{};
@@ -440,6 +463,19 @@ void reduce_sum_rank_order(float* out, const float* const* in, int n_inputs, int
   if (count <= 0) return;
   reduce_kernel<<<blocks_for(count), kThreads, 0, s>>>(out, pack(in, n_inputs), n_inputs, count);
   check_launch("reduce_sum_rank_order");
+}
+
+void fill_random(void* dst, DType dt, int64_t n, uint64_t seed, float scale, cudaStream_t s) {
+  LOOM_CHECK(dt != DType::Q8_0, "fill_random: q8_0 is not generated on the device");
+  if (n <= 0) return;
+  fill_random_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, dt, n, seed, scale);
+  check_launch("fill_random");
+}
+
+void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out, cudaStream_t s) {
+  if (n <= 0) return;
+  gather_rows_kernel<<<blocks_for(n * cols), kThreads, 0, s>>>(x, cols, rows, n, out);
+  check_launch("gather_rows");
 }
 
 }  // namespace loom::gpu

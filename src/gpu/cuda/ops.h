@@ -99,4 +99,12 @@ void store_kv(const float* k, const float* v, int64_t n, int64_t ld, const int32
 // alias any input.
 void reduce_sum_rank_order(float* out, const float* const* in, int n_inputs, int64_t count, cudaStream_t s);
 
+// Deterministic pseudo-random values in [-scale, scale) (a hash of seed and index) written as
+// dtype dt (f32, f16 or bf16) into dst[n]: synthetic weights made on the device (bench_gpu), so
+// an 8B-parameter shape needs no file.
+void fill_random(void* dst, DType dt, int64_t n, uint64_t seed, float scale, cudaStream_t s);
+
+// out[i, :] = x[rows[i], :] for i < n (rows device, [*, cols] f32): gathers the rows that sample.
+void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out, cudaStream_t s);
+
 }  // namespace loom::gpu
