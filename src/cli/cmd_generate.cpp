@@ -133,6 +133,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.n < 0) fail("-n must be >= 0, got ", a.n);
   if (a.ranks != 0 || !a.comm.empty() || a.prompts.size() > 1 || a.layout.given())
     return run_generate_distributed(a);
+  layout_ranks(a.layout, 1);  // --device (and the defaults) checked before the model loads
 
   std::shared_ptr<Model> model = load_model(a.model);
   auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));

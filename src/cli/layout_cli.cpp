@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "engine/policy.h"
+#include "gpu/device.h"
 #include "engine/rank_engine.h"
 #include "kernels/roofline.h"
 #include "model/weights.h"
@@ -31,11 +32,22 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "Weights of plans whose shards overlap (the Shift pair): separate (own copies, w/t + w/P) or "
                   "slice (views of the first copy, w/t)")
       ->capture_default_str();
+  sub->add_option("--device", a.device, "Where the ranks compute: cpu or cuda (needs a visible NVIDIA GPU)")
+      ->capture_default_str();
   sub->add_option("--profile", a.profile,
                   "Profile of this machine (loom profile -o DIR): the default --shift-threshold from its cost model");
 }
 
 int layout_ranks(const LayoutArgs& a, int ranks, int block_size) {
+  const gpu::Device device = gpu::parse_device(a.device);
+  gpu::require_device(device);
+  if (device == gpu::Device::Cuda) {
+    // A GPU is visible, but the stage engine does not run on it yet (issue 17: the kernels, the
+    // cuBLAS GEMM, the device KV pages and the communicators are in src/gpu; the stages are not
+    // wired to them). Refuse rather than silently run on the CPU.
+    fail("--device cuda: the stage engine does not run on the GPU yet (src/gpu has the kernels and "
+         "communicators; engine wiring is pending): use --device cpu");
+  }
   check_policy_name(a.policy);
   parse_shift_weights(a.weights);
   if (a.threshold < -1) fail("--shift-threshold must be >= 0 tokens, got ", a.threshold);

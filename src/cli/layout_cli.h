@@ -7,6 +7,9 @@
 //                            measured memcpy bandwidth and peak FLOP/s, kernels/roofline.h, as a
 //                            CPU device of the simulator, sim/shift_threshold.h), printed at start
 //   --shift-weights separate|slice                        engine/shard_weights.h
+//   --device cpu|cuda        where the ranks compute (default cpu). cuda is checked up front
+//                            (gpu/device.h): one line and a non-zero exit when the build has no
+//                            CUDA backend or no GPU is visible
 //   --profile DIR            the default threshold from the cost model calibrated by a loom profile
 //                            of this machine (`loom profile -o DIR`, sim/profile.h) instead
 #pragma once
@@ -28,6 +31,7 @@ struct LayoutArgs {
   int64_t threshold = -1;
   std::string weights = "separate";
   std::string profile;
+  std::string device = "cpu";
   // Anything beyond one rank running tp=1 with the fixed policy.
   bool given() const {
     return !(plans.empty() || (plans.size() == 1 && plans[0] == "tp=1")) || policy != "fixed" || threshold >= 0 ||

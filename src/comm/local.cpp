@@ -148,11 +148,14 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 class LocalCommunicator final : public Communicator {
  public:
-  LocalCommunicator(std::shared_ptr<Group> group, int rank) : g_(std::move(group)), rank_(rank) {}
+  LocalCommunicator(std::shared_ptr<Group> group, int rank, std::shared_ptr<RankMemory> mem)
+      : g_(std::move(group)), rank_(rank), mem_(std::move(mem)) {
+    backend_ = mem_->name() == "host" ? std::string("local") : cat("local+", mem_->name());
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return g_->n; }
-  std::string_view backend() const override { return "local"; }
+  std::string_view backend() const override { return backend_; }
 
   void all_reduce_sum(float* data, std::size_t count) override {
     guarded([&] {
@@ -167,7 +170,7 @@ class LocalCommunicator final : public Communicator {
       std::vector<const float*> in(static_cast<std::size_t>(n));
       for (int q = 0; q < n; ++q) in[q] = static_cast<const float*>(slot(t, q).dst) + lo;
       begin_read();
-      reduce_sum_rank_order(data + lo, in.data(), n, hi - lo);
+      mem_->reduce_sum(data + lo, in.data(), n, hi - lo);
       end_read();
       cross("all_reduce_sum (gather phase)");
       begin_read();
@@ -194,7 +197,7 @@ class LocalCommunicator final : public Communicator {
         in[q] = static_cast<const float*>(slot(t, q).src) + static_cast<std::size_t>(rank_) * recv_count;
       }
       begin_read();
-      reduce_sum_rank_order(recv, in.data(), n, recv_count);
+      mem_->reduce_sum(recv, in.data(), n, recv_count);
       end_read();
       cross("reduce_scatter_sum (end)");
     });
@@ -217,7 +220,7 @@ class LocalCommunicator final : public Communicator {
       for (int q = 0; q < rank_; ++q) off += counts[q];
       std::vector<const float*> in(static_cast<std::size_t>(n));
       for (int q = 0; q < n; ++q) in[q] = static_cast<const float*>(slot(t, q).src) + off;
-      reduce_sum_rank_order(recv, in.data(), n, counts[rank_]);
+      mem_->reduce_sum(recv, in.data(), n, counts[rank_]);
       end_read();
       cross("reduce_scatter_sum_v (end)");
     });
@@ -317,6 +320,7 @@ class LocalCommunicator final : public Communicator {
   void send(int dst, int tag, const void* data, std::size_t bytes) override {
     check_peer(dst, "send");
     check_tag(tag, "send");
+    mem_->fence();  // the bytes are complete before the receiver copies them
     Message m(rank_, tag, data, bytes);
     {
       std::lock_guard<std::mutex> lk(g_->mail_mu);
@@ -366,7 +370,13 @@ class LocalCommunicator final : public Communicator {
                   tag, ", ", who(rank_), " receives ", bytes);
       m->error = error;
     } else {
-      copy(data, m->data, bytes);
+      try {
+        copy(data, m->data, bytes);
+        mem_->fence();  // complete before the sender may return and reuse its buffer
+      } catch (const std::exception& e) {
+        error = cat("recv from ", who(src), ": ", e.what());
+        m->error = error;
+      }
     }
     m->state.store(2);  // after this the sender may return and m dies
     g_->notify();
@@ -431,6 +441,7 @@ class LocalCommunicator final : public Communicator {
            who(src_rank), " are out of range (it registered ", r.bytes, " bytes)");
     }
     copy(dst, static_cast<const char*>(r.ptr) + offset, bytes);
+    mem_->fence();
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
@@ -463,7 +474,7 @@ class LocalCommunicator final : public Communicator {
       std::shared_ptr<Group> group = slot(t + 1, leader).group;
       int new_rank = 0;
       while (members[new_rank].second != rank_) ++new_rank;
-      return std::make_unique<LocalCommunicator>(std::move(group), new_rank);
+      return std::make_unique<LocalCommunicator>(std::move(group), new_rank, mem_);
     });
   }
 
@@ -473,8 +484,8 @@ class LocalCommunicator final : public Communicator {
     std::size_t bytes;
   };
 
-  static void copy(void* dst, const void* src, std::size_t bytes) {
-    if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
+  void copy(void* dst, const void* src, std::size_t bytes) {
+    if (bytes != 0 && dst != src) mem_->copy(dst, src, bytes);
   }
 
   // "rank 3", or "rank 1 (world rank 3)" in a sub-group.
@@ -519,6 +530,11 @@ class LocalCommunicator final : public Communicator {
   }
 
   void abandon(const char* msg) {
+    // Copies this rank issued out of peers' buffers complete before it stops announcing reads.
+    try {
+      mem_->fence();
+    } catch (...) {
+    }
     g_->reading[rank_].store(0);
     g_->world->fail(g_->world_ranks[rank_], msg, std::current_exception());
     g_->notify();
@@ -537,10 +553,15 @@ class LocalCommunicator final : public Communicator {
       throw_failed();
     }
   }
-  void end_read() { g_->reading[rank_].store(0); }
+  // Copies and sums out of peers' buffers complete before the peers learn this rank is done.
+  void end_read() {
+    mem_->fence();
+    g_->reading[rank_].store(0);
+  }
 
   // This rank's slot for the next barrier, reset and stamped with the operation.
   Slot& publish(Op op, std::size_t size) {
+    mem_->fence();  // this rank's earlier work on its buffers is complete before peers read them
     const std::uint64_t t = g_->entered[rank_].load() + 1;
     Slot& s = g_->slots[t & 1][rank_];
     s = Slot{};
@@ -666,13 +687,28 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<Group> g_;
   int rank_;
+  std::shared_ptr<RankMemory> mem_;
+  std::string backend_;
   std::map<int, std::vector<Region>> buffers_;  // id -> [group rank] region
 };
 
 }  // namespace
 
+void HostRankMemory::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+void HostRankMemory::reduce_sum(float* out, const float* const* in, int n_inputs, std::size_t count) {
+  reduce_sum_rank_order(out, in, n_inputs, count);
+}
+
 void LocalWorld::run(int n_ranks, const std::function<void(Communicator&)>& fn,
                      const CommOptions& options) {
+  run(n_ranks, fn, options, [](int) { return std::make_unique<HostRankMemory>(); });
+}
+
+void LocalWorld::run(int n_ranks, const std::function<void(Communicator&)>& fn,
+                     const CommOptions& options, const RankMemoryFactory& memory) {
   if (n_ranks < 1) fail("LocalWorld::run: n_ranks = ", n_ranks, ", expected >= 1");
   if (!(options.timeout_s > 0)) {
     fail("LocalWorld::run: timeout_s = ", options.timeout_s, ", expected > 0 seconds");
@@ -686,7 +722,9 @@ void LocalWorld::run(int n_ranks, const std::function<void(Communicator&)>& fn,
   for (int r = 0; r < n_ranks; ++r) {
     threads.emplace_back([&, r] {
       try {
-        LocalCommunicator comm(group, r);
+        std::shared_ptr<RankMemory> mem = memory(r);
+        if (!mem) fail("LocalWorld::run: the memory factory returned nothing for rank ", r);
+        LocalCommunicator comm(group, r, std::move(mem));
         fn(comm);
       } catch (const std::exception& e) {
         world->fail(r, e.what(), std::current_exception());

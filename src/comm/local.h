@@ -9,6 +9,10 @@
 // overwrites a slot a slow rank still reads. send/recv is a rendezvous: the receiver copies
 // straight from the sender's buffer, and send returns once it has.
 //
+// Memory: every byte a collective moves goes through the rank's RankMemory (rank_memory.h):
+// host memmove by default, or a GPU stream for ranks sharing one device. The rank fences its
+// memory when it enters a collective and before it tells peers it has finished reading them.
+//
 // Faults (the item 7): every wait spins briefly, then sleeps on a condition variable
 // with a deadline of CommOptions::timeout_s. When a rank's function throws, the world is marked
 // failed and every waiting rank throws loom::Error("rank R failed: <its message>") within about
@@ -27,6 +31,7 @@
 #include <functional>
 
 #include "comm/communicator.h"
+#include "comm/rank_memory.h"
 
 namespace loom {
 
@@ -37,6 +42,11 @@ class LocalWorld {
   // errors it caused on the others). n_ranks >= 1.
   static void run(int n_ranks, const std::function<void(Communicator&)>& fn,
                   const CommOptions& options = {});
+  // The same with each rank's data moved by memory(rank) (comm/rank_memory.h): ranks sharing one
+  // GPU pass gpu::shared_gpu_memory(); tests pass host memories that defer their copies.
+  // Sub-groups made by split() keep their rank's memory.
+  static void run(int n_ranks, const std::function<void(Communicator&)>& fn, const CommOptions& options,
+                  const RankMemoryFactory& memory);
 };
 
 }  // namespace loom

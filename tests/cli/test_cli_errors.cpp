@@ -116,3 +116,32 @@ TEST(CliErrors, HelixLayoutsThatDoNotFit) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// --device on generate, bench offline and serve: a bad name, and `cuda` where this machine cannot
+// run it (no GPU visible, or a build without the CUDA backend; on a GPU machine the stage engine
+// is not wired to the GPU yet and says so), are one line and a non-zero exit, before the model
+// loads (a real model, so the device check is what fails).
+TEST(CliErrors, DeviceFlagIsCheckedUpFront) {
+  const std::string dir = test::temp_dir();
+  const std::string model = test::synth_model(dir, "dev.gguf", kSmallCtxDims);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"--device tpu", {"--device 'tpu'", "cpu or cuda"}},
+      {"--device cuda", {"--device cuda: "}},
+      {"--device cuda --plan tp=2", {"--device cuda: "}},
+  };
+  for (const auto& [flags, words] : cases) {
+    SCOPED_TRACE(flags);
+    expect_one_line_error(run_loom_stderr("generate -m " + model + " -n 2 -p once " + flags), words);
+    expect_one_line_error(run_loom_stderr("bench offline -m " + model + " --synthetic batch -n 2 " + flags), words);
+    expect_one_line_error(run_loom_stderr("serve -m " + model + " --port 0 " + flags), words);
+  }
+  // cpu is the default and runs.
+  const auto ok = run_loom("generate -m " + model + " -n 2 -p once --device cpu");
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,269 @@
+// bench_gpu (CUDA builds only): loom's GPU backend against this GPU's own measured limits.
+//   1. device-to-device copy bandwidth (cudaMemcpyAsync, read + write bytes) and bf16 GEMM peak
+//      (cuBLAS, 8192^3, f32 accumulation): the two roofs;
+//   2. decode of the synthetic llama-3.1-8b shape in bf16 at batch 1 (weights generated on the
+//      device, context 512): seconds per token against the HBM roofline, weight bytes per token
+//      over the measured copy bandwidth (target >= 80%);
+//   3. prefill of 2048 tokens: FLOP/s (2 x parameters x tokens, plus attention) against the
+//      measured GEMM peak (target >= 60%);
+//   4. batched decode scaling: tokens/s at batch 1..64 relative to batch 1;
+//   5. per-operator times in the CSV format of ../shared/data/gpu-measurements/a100/mlp_*.csv
+//      (time_stats.<op>.{min,max,mean,median,std} in ms, then the model and shape columns) at
+//      the token counts and TP degrees of that file (the MLP and attention projections of one
+//      TP shard), written to $LOOM_GPU_CSV or gpu_mlp_Meta-Llama-3-8B.csv ($LOOM_GPU_CSV_EVERY=k:
+//      every k-th grid point).
+// Prints ratios measured in one run; never run by CI. Exits 0 with a message without a GPU.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/stage.h"
+#include "gpu/cuda/cuda_util.h"
+#include "gpu/cuda/forward.h"
+#include "gpu/cuda/gemm.h"
+#include "gpu/cuda/ops.h"
+#include "gpu/device.h"
+#include "model/synth.h"
+
+using namespace loom;
+using namespace loom::gpu;
+
+namespace {
+
+// Milliseconds of fn() on `s`, `reps` times after 2 warm-ups.
+template <class F>
+std::vector<double> time_ms(cudaStream_t s, int reps, F&& fn) {
+  Event a, b;
+  for (int i = 0; i < 2; ++i) fn();
+  std::vector<double> out;
+  for (int i = 0; i < reps; ++i) {
+    a.record(s);
+    fn();
+    b.record(s);
+    b.sync();
+    out.push_back(b.ms_since(a));
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Stats {
+  double min, max, mean, median, std;
+};
+Stats stats(const std::vector<double>& v) {
+  Stats s{};
+  s.min = *std::min_element(v.begin(), v.end());
+  s.max = *std::max_element(v.begin(), v.end());
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  s.median = median(v);
+  double var = 0;
+  for (double x : v) var += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(var / double(v.size()));
+  return s;
+}
+
+double copy_bandwidth(cudaStream_t s) {
+  const std::size_t bytes = std::size_t(1) << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(a.data(), 1, bytes, s));
+  const double ms = median(time_ms(s, 10, [&] {
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s));
+  }));
+  return 2.0 * double(bytes) / (ms * 1e-3);  // read + write
+}
+
+double gemm_peak(cudaStream_t s, Gemm& g) {
+  const int64_t n = 8192;
+  DeviceBuffer x(std::size_t(n * n) * 2), w(std::size_t(n * n) * 2), y(std::size_t(n * n) * 4);
+  fill_random(x.data(), DType::BF16, n * n, 1, 1.0f, s);
+  fill_random(w.data(), DType::BF16, n * n, 2, 1.0f, s);
+  const double ms = median(time_ms(s, 10, [&] {
+    g.gemm_bf16(x.as<uint16_t>(), n, w.as<uint16_t>(), n, n, y.as<float>());
+  }));
+  return 2.0 * double(n) * double(n) * double(n) / (ms * 1e-3);
+}
+
+// Decode steps of `batch` sequences at context `ctx`: seconds per step (median of `steps`).
+double decode_step_s(DeviceForward& f, int batch, int ctx, int steps) {
+  std::vector<DeviceStepSeq> seqs(static_cast<std::size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    seqs[std::size_t(b)].seq = 1000 + b;
+    seqs[std::size_t(b)].pos0 = 0;
+    seqs[std::size_t(b)].tokens.assign(std::size_t(ctx), 7);
+  }
+  // Prefill the context one sequence at a time (not timed).
+  for (auto& q : seqs) f.step({q});
+  std::vector<double> t;
+  for (int i = 0; i < steps; ++i) {
+    for (auto& q : seqs) {
+      q.pos0 = ctx + i;
+      q.tokens.assign(1, 11);
+    }
+    Event a, b;
+    a.record(f.stream());
+    f.step(seqs);
+    b.record(f.stream());
+    b.sync();
+    t.push_back(b.ms_since(a) * 1e-3);
+  }
+  for (auto& q : seqs) f.release(q.seq);
+  return median(t);
+}
+
+// a100 file's (num_tokens, TP) pairs, or a default grid without ../shared.
+std::vector<std::pair<int, int>> csv_grid() {
+  std::vector<std::pair<int, int>> grid;
+  std::ifstream in(std::string(LOOM_SHARED_DIR_BENCH) + "/data/gpu-measurements/a100/mlp_Meta-Llama-3-8B.csv");
+  std::string line;
+  if (in && std::getline(in, line)) {
+    std::set<std::pair<int, int>> seen;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ss(line);
+      std::string c;
+      while (std::getline(ss, c, ',')) f.push_back(c);
+      if (f.size() < 2) continue;
+      seen.insert({std::atoi(f[f.size() - 2].c_str()), std::atoi(f.back().c_str())});
+    }
+    grid.assign(seen.begin(), seen.end());
+    return grid;
+  }
+  for (int tp : {1, 2, 4, 8})
+    for (int t : {1, 8, 32, 128, 512, 2048, 8192}) grid.push_back({t, tp});
+  return grid;
+}
+
+void write_op_csv(const ModelConfig& c, cudaStream_t s, Gemm& g) {
+  const char* env = std::getenv("LOOM_GPU_CSV");
+  const std::string path = env && *env ? env : "gpu_mlp_Meta-Llama-3-8B.csv";
+  std::ofstream out(path);
+  const char* ops[] = {"emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
+                       "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add"};
+  for (const char* op : ops)
+    for (const char* st : {"min", "max", "mean", "median", "std"}) out << "time_stats." << op << "." << st << ",";
+  out << "n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers\n";
+  const auto grid = csv_grid();
+  const int64_t D = c.d_model, hd = c.head_dim;
+  std::vector<float> inv(std::size_t(hd / 2));
+  kernels::rope_inv_freq(rope_params(c), inv.data());
+  DeviceBuffer dinv(inv.size() * 4);
+  dinv.upload(inv.data(), inv.size() * 4);
+  // LOOM_GPU_CSV_EVERY=k keeps every k-th token count of the grid (the full grid takes minutes).
+  const char* every_env = std::getenv("LOOM_GPU_CSV_EVERY");
+  const int every = every_env && std::atoi(every_env) > 0 ? std::atoi(every_env) : 1;
+  int done = 0, index = 0;
+  for (auto [tokens, tp] : grid) {
+    if (index++ % every != 0) continue;
+    const int64_t T = tokens, Qh = c.n_heads / tp, KVh = std::max(1, c.n_kv_heads / tp), F = c.ffn_dim / tp;
+    const int64_t qkv = (Qh + 2 * KVh) * hd;
+    DeviceWeight wqkv = DeviceWeight::random(DType::BF16, qkv, D, 11, 0.02f);
+    DeviceWeight wo = DeviceWeight::random(DType::BF16, D, Qh * hd, 12, 0.02f);
+    DeviceWeight wup = DeviceWeight::random(DType::BF16, 2 * F, D, 13, 0.02f);  // gate and up fused
+    DeviceWeight wdown = DeviceWeight::random(DType::BF16, D, F, 14, 0.02f);
+    DeviceWeight emb = DeviceWeight::random(DType::BF16, 4096, D, 15, 1.0f);
+    DeviceBuffer x(std::size_t(T * D) * 4), y(std::size_t(T * std::max<int64_t>(2 * F, qkv)) * 4), nw(std::size_t(D) * 4);
+    DeviceBuffer tok(std::size_t(T) * 4), pos(std::size_t(T) * 4);
+    std::vector<int32_t> ht(static_cast<std::size_t>(T));
+    for (int64_t i = 0; i < T; ++i) ht[std::size_t(i)] = int32_t(i % 4096);
+    tok.upload(ht.data(), ht.size() * 4);
+    pos.upload(ht.data(), ht.size() * 4);
+    fill_random(x.data(), DType::F32, T * D, 3, 1.0f, s);
+    fill_random(nw.data(), DType::F32, D, 4, 1.0f, s);
+    const int reps = 20;
+    std::map<std::string, Stats> r;
+    r["emb"] = stats(time_ms(s, reps, [&] { embed_rows(emb.data(), DType::BF16, D, tok.as<int32_t>(), T, x.as<float>(), s); }));
+    r["input_layernorm"] = stats(time_ms(s, reps, [&] { rmsnorm(y.as<float>(), x.as<float>(), nw.as<float>(), T, D, 1e-5f, s); }));
+    r["post_attention_layernorm"] = r["input_layernorm"];
+    r["attn_pre_proj"] = stats(time_ms(s, reps, [&] { g.matmul(x.as<float>(), T, D, wqkv, y.as<float>(), qkv); }));
+    r["attn_rope"] = stats(time_ms(s, reps, [&] {
+      rope(y.as<float>(), T, qkv, int(Qh + KVh), int(hd), pos.as<int32_t>(), dinv.as<float>(), false, s);
+    }));
+    r["attn_post_proj"] = stats(time_ms(s, reps, [&] { g.matmul(y.as<float>(), T, Qh * hd, wo, x.as<float>(), D); }));
+    r["mlp_up_proj"] = stats(time_ms(s, reps, [&] { g.matmul(x.as<float>(), T, D, wup, y.as<float>(), 2 * F); }));
+    r["mlp_act"] = stats(time_ms(s, reps, [&] { swiglu(y.as<float>(), y.as<float>(), y.as<float>() + T * F, T * F, s); }));
+    r["mlp_down_proj"] = stats(time_ms(s, reps, [&] { g.matmul(y.as<float>(), T, F, wdown, x.as<float>(), D); }));
+    r["add"] = stats(time_ms(s, reps, [&] { add_inplace(x.as<float>(), y.as<float>(), T * D, s); }));
+    for (const char* op : ops) {
+      const Stats& st = r[op];
+      out << st.min << "," << st.max << "," << st.mean << "," << st.median << "," << st.std << ",";
+    }
+    out << c.n_heads << "," << c.n_kv_heads << "," << D << "," << c.ffn_dim << "," << c.vocab_size << ",True," << T
+        << "," << tp << "\n";
+    ++done;
+  }
+  std::printf("per-operator CSV: %d rows (token counts x TP of the a100 file) -> %s\n", done, path.c_str());
+}
+
+}  // namespace
+
+int main() {
+  const std::string why = gpu_skip_reason();
+  if (!why.empty()) {
+    std::printf("bench_gpu: %s; nothing to measure\n", why.c_str());
+    return 0;
+  }
+  LOOM_CUDA_CHECK(cudaSetDevice(0));
+  cudaDeviceProp prop{};
+  LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %.1f GiB\n", prop.name, double(prop.totalGlobalMem) / double(1 << 30));
+  Stream stream;
+  Gemm gemm(stream.get());
+  const double bw = copy_bandwidth(stream.get());
+  const double peak = gemm_peak(stream.get(), gemm);
+  std::printf("measured: D2D copy %.0f GB/s (read+write), bf16 GEMM %.1f TFLOP/s (8192^3)\n", bw / 1e9, peak / 1e12);
+
+  const ModelConfig c = synth_shape("llama-3.1-8b").config;
+  DeviceModel m = DeviceModel::random(c, DType::BF16, 1);
+  const double wbytes = double(m.weight_bytes());
+  std::printf("llama-3.1-8b bf16 (device-generated weights): %.2f GB of weights\n", wbytes / 1e9);
+  const int ctx = 512;
+  DeviceForward f(m, rope_params(c), /*max_rows=*/2048, /*block=*/16, /*kv_pages=*/64 * ((ctx + 64) / 16 + 1));
+
+  const double t1 = decode_step_s(f, 1, ctx, 20);
+  const double roof = wbytes / bw;
+  std::printf("decode batch 1, context %d: %.2f ms/token; HBM roofline %.2f ms -> %.0f%% of roofline (target >= 80%%)\n",
+              ctx, t1 * 1e3, roof * 1e3, 100.0 * roof / t1);
+
+  {
+    const int T = 2048;
+    DeviceStepSeq q;
+    q.seq = 1;
+    q.tokens.assign(std::size_t(T), 5);
+    f.step({q});  // warm-up
+    f.release(1);
+    Event a, b;
+    a.record(f.stream());
+    f.step({q});
+    b.record(f.stream());
+    b.sync();
+    f.release(1);
+    const double s = b.ms_since(a) * 1e-3;
+    const double params = double(c.param_count());
+    const double attn = 2.0 * 2.0 * double(c.n_layers) * double(c.q_dim()) * double(T) * double(T) / 2.0;
+    const double flops = 2.0 * params * T + attn;
+    std::printf("prefill %d tokens: %.1f ms, %.1f TFLOP/s -> %.0f%% of measured GEMM peak (target >= 60%%)\n", T,
+                s * 1e3, flops / s / 1e12, 100.0 * flops / s / peak);
+  }
+
+  std::printf("batched decode (context %d): batch  tokens/s  x batch-1\n", ctx);
+  for (int b : {1, 2, 4, 8, 16, 32, 64}) {
+    const double t = decode_step_s(f, b, ctx, 10);
+    std::printf("  %5d  %9.0f  %6.2f\n", b, double(b) / t, (double(b) / t) / (1.0 / t1));
+  }
+  write_op_csv(c, stream.get(), gemm);
+  return 0;
+}

@@ -1,0 +1,5 @@
+# test_gpu also runs the communicator checks of tests/comm on the shared-GPU and NCCL backends.
+if(TARGET test_gpu)
+  target_sources(test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../comm/checks.cpp)
+  loom_use_cuda(test_gpu)
+endif()
