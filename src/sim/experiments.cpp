@@ -16,7 +16,8 @@ LatencyThroughput measure_plan(const std::string& model, const std::string& hard
                                int output_tokens, int num_requests) {
   SimConfig cfg;
   cfg.plan = Plan::parse(plan);
-  const CostModel cm = hardware_cost_model(find_model(model), hardware, dtype, cfg.plan);
+  CostModel cm = hardware_cost_model(find_model(model), hardware, dtype, cfg.plan);
+  cm.set_arch(find_model_arch(model));
   cfg.policy = policy;
   cfg.max_model_len = input_tokens + output_tokens;
   const Simulator sim(cm, cfg);
@@ -96,10 +97,14 @@ ExperimentResult run_shift_431() {
 }  // namespace
 
 const std::vector<Experiment>& experiment_registry() {
-  static const std::vector<Experiment> e = {
-      {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
-       run_shift_431},
-  };
+  static const std::vector<Experiment> e = [] {
+    std::vector<Experiment> v = {
+        {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
+         run_shift_431},
+    };
+    for (auto&& part : {helix_experiments()}) v.insert(v.end(), part.begin(), part.end());
+    return v;
+  }();
   return e;
 }
 
