@@ -66,7 +66,12 @@ std::vector<Candidate> candidates(const ModelConfig& m, const ModelArch& arch, b
   std::vector<Candidate> c;
   for (int t = 1; t <= kMaxGpus; t *= 2) c.push_back({"tp", cat("tp=", t)});
   for (int t = 1; t <= kMaxGpus; t *= 2)
-    for (int p = 2; t * p <= kMaxGpus; p *= 2) c.push_back({"pp", cat("tp=", t, ",pp=", p)});
+    for (int p = 2; t * p <= kMaxGpus && p <= m.n_layers; p *= 2) {
+      // Stages as even as the layers allow (126 = 32+32+31+31 for pp=4).
+      std::string layers;
+      for (int i = 0; i < p; ++i) layers += cat(i ? "+" : "", m.n_layers / p + (i < m.n_layers % p ? 1 : 0));
+      c.push_back({"pp", cat("tp=", t, ",pp=", p, ",layers=", layers)});
+    }
   if (arch.moe)
     for (int n = 2; n <= kMaxGpus; n *= 2) c.push_back({"ep", cat("dp=", n), PlanVariant::DpAttentionEp});
   for (int a = 1; a <= m.n_kv_heads; a *= 2)
@@ -383,6 +388,11 @@ ExperimentResult run_fig7() {
   }
   r.notes.push_back("HOP-B: the step's sequences in up to 8 chunks (as the engine), each chunk's all-to-all under the "
                     "next chunk's attention (sim/helix.h hopb_span); off: attention, then one all-to-all.");
+  r.notes.push_back(
+      "Why our split differs from the paper's: here Llama-405B's all-to-all carries a few hundred KB per layer and is "
+      "latency-bound (one ~10 us exchange), and the last chunk's exchange stays exposed with HOP-B on, so HOP-B hides "
+      "almost nothing; DeepSeek-R1's carries the 512-value MLA latent of all 128 heads per token (ASSUMPTION: merged "
+      "before W_UV) behind compute-heavy MLA attention, so it is bandwidth-bound and HOP-B hides most of it.");
   r.files["helix-fig7.svg"] = pareto_svg(r.title, curves);
   return r;
 }
