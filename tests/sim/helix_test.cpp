@@ -215,6 +215,40 @@ TEST(HelixCostModel, MlaKvAndMoeReads) {
   EXPECT_THROW(cm.prepare(Plan::make_tp(8), PlanVariant::MedhaKvp), Error);
 }
 
+// Medha-style KVP (the baseline of Helix 1 / 3.1): the same attention, but W_O and the FFN on one
+// TP(TPA) group with every communication exposed: never faster than Helix on the same ranks.
+TEST(HelixCostModel, MedhaVariant) {
+  const CostModel cm = gb200("llama-3-405b");
+  const PricedPlan medha = cm.prepare(Plan::parse("kvp=4,tpa=8"), PlanVariant::MedhaKvp);
+  const PricedPlan helix = cm.prepare(Plan::parse("kvp=4,tpa=8"));
+  EXPECT_EQ(medha.tp_group, 8);
+  EXPECT_EQ(medha.out_heads, 128 / 8);
+  EXPECT_EQ(medha.ffn, 53248 / 8);
+  EXPECT_EQ(helix.tp_group, 32);
+  EXPECT_NE(medha.name, helix.name);
+  for (int b : {1, 8, 32}) {
+    const auto batch = decode_batch(b, 1 << 20);
+    EXPECT_GT(cm.price(medha, batch).total_s, cm.price(helix, batch).total_s) << b;
+    EXPECT_DOUBLE_EQ(cm.price(medha, batch).attention_s, cm.price(helix, batch).attention_s) << b;
+  }
+}
+
+// `loom plan --context`: decode priced at a context; a context no sequence fits is one clear error.
+TEST(HelixPlanner, DecodeAtContext) {
+  const DecodeAtContext d = measure_decode("llama-3-405b", "gb200x64", "fp4", "kvp=8,tpa=8", 1000000);
+  EXPECT_EQ(d.gpus, 64);
+  EXPECT_GE(d.max_batch, 1);
+  EXPECT_GE(d.ttl_max_ms, d.ttl_b1_ms);
+  EXPECT_NEAR(d.tok_s_max, d.max_batch / (d.ttl_max_ms / 1e3), 1e-6 * d.tok_s_max);
+  try {
+    measure_decode("llama-3-405b", "gb200x8", "fp4", "tp=8", 100000000);
+    ADD_FAILURE() << "a 100M-token context fits on 8 GPUs?";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("100000000 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(measure_decode("llama-3-405b", "gb200x8", "fp4", "tp=8", 0), Error);
+}
+
 const ExperimentRow& row(const ExperimentResult& r, const std::string& metric, const std::string& config) {
   for (const auto& x : r.rows)
     if (x.metric == metric && x.config == config) return x;
