@@ -16,7 +16,13 @@ struct Svg {
   Svg(const std::string& title) {
     os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
        << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-       << "<text x=\"" << w / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
+       << "<text x=\"" << w / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << esc(title) << "</text>\n";
+  }
+  // Text as XML character data: &, < and > escaped.
+  static std::string esc(const std::string& t) {
+    std::string o;
+    for (char c : t) o += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : std::string(1, c);
+    return o;
   }
   double px(double fx) const { return l + fx * (w - l - rgt); }
   double py(double fy) const { return h - bot - fy * (h - top - bot); }
@@ -32,9 +38,9 @@ struct Svg {
       os << "<text x=\"" << l - 6 << "\" y=\"" << py(f) + 4 << "\" text-anchor=\"end\">" << fmt(yv)
          << "</text>\n";
     }
-    os << "<text x=\"" << w / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">" << xl << "</text>\n";
+    os << "<text x=\"" << w / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">" << esc(xl) << "</text>\n";
     os << "<text x=\"16\" y=\"" << h / 2 << "\" transform=\"rotate(-90 16 " << h / 2 << ")\" text-anchor=\"middle\">"
-       << yl << "</text>\n";
+       << esc(yl) << "</text>\n";
   }
   static std::string fmt(double v) {
     std::ostringstream s;
@@ -51,7 +57,7 @@ struct Svg {
     for (const auto& [x, y] : pts) os << "<circle cx=\"" << px(x) << "\" cy=\"" << py(y) << "\" r=\"3\" fill=\"" << color << "\"/>\n";
   }
   void legend(int i, const std::string& text, const std::string& color) {
-    os << "<text x=\"" << l + 10 << "\" y=\"" << top + 16 + 14 * i << "\" fill=\"" << color << "\">" << text
+    os << "<text x=\"" << l + 10 << "\" y=\"" << top + 16 + 14 * i << "\" fill=\"" << color << "\">" << esc(text)
        << "</text>\n";
   }
   std::string done() {

@@ -291,6 +291,7 @@ TEST(HelixExperiments, Fig5And6Shape) {
         EXPECT_GT(row(r, "max_tok_s_user", "helix").simulated, x.simulated) << name << " " << x.config;
     ASSERT_EQ(r.files.count(std::string(name) + ".svg"), 1u);
     EXPECT_NE(r.files.at(std::string(name) + ".svg").find("<polyline"), std::string::npos);
+    EXPECT_EQ(r.files.at(std::string(name) + ".svg").find("<="), std::string::npos);  // "<" escaped in text
   }
 }
 
