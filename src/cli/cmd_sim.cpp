@@ -184,7 +184,8 @@ void set_plan_and_policy(const RunArgs& a, sim::SimConfig& cfg) {
 void run_sim(const RunArgs& a) {
   sim::SimConfig cfg;
   set_plan_and_policy(a, cfg);
-  const sim::CostModel cm = sim::hardware_cost_model(sim::find_model(a.model), a.hardware, a.dtype, cfg.plan, a.comm);
+  sim::CostModel cm = sim::hardware_cost_model(sim::find_model(a.model), a.hardware, a.dtype, cfg.plan, a.comm);
+  cm.set_arch(sim::find_model_arch(a.model));  // MLA / MoE catalog models
   cfg.max_tokens_per_step = a.max_tokens_per_step;
   cfg.max_num_seqs = a.max_num_seqs;
   const auto trace = load_trace(a);
@@ -304,6 +305,7 @@ struct ExperimentArgs {
   std::string name;
   bool list = false;
   bool json = false;
+  std::string out_dir;
 };
 
 void run_experiment(const ExperimentArgs& a) {
@@ -314,6 +316,16 @@ void run_experiment(const ExperimentArgs& a) {
   const auto r = sim::find_experiment(a.name).run();
   if (a.json) std::printf("%s\n", sim::to_json(r).dump(2).c_str());
   else std::printf("%s", sim::to_text(r).c_str());
+  if (!a.out_dir.empty()) {
+    std::filesystem::create_directories(a.out_dir);
+    for (const auto& [name, content] : r.files) {
+      const std::string path = a.out_dir + "/" + name;
+      std::ofstream f(path);
+      f << content;
+      if (!f) fail("cannot write ", path);
+      if (!a.json) std::printf("wrote %s\n", path.c_str());
+    }
+  }
 }
 
 struct PlanArgs {
@@ -322,6 +334,7 @@ struct PlanArgs {
   std::string dtype;  // "": fp8 on GPUs, f32 on a loom profile
   int input_tokens = 4096, output_tokens = 250, num_requests = 512;
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  int64_t context = 0;  // > 0: price decode at this context instead of simulating requests
   bool json = false;
 };
 
@@ -347,12 +360,68 @@ std::vector<Candidate> candidate_plans(int n) {
         out.push_back({pre + cat("sp=", rest, ",tp=", tp), "shift"});
         out.push_back({pre + cat("tp=", tp, ",pp=", rest), "fixed"});
       }
+      // Helix (KVP x TPA attention, TP(N) FFN): kvp=rest,tpa=tp; validation drops TPA > K.
+      if (rest > 1) out.push_back({pre + cat("kvp=", rest, ",tpa=", tp), "fixed"});
     }
   }
   return out;
 }
 
+// `loom plan --context N`: decode at an N-token context (the Helix paper's setting), priced step
+// by step: TTL of one sequence, and of the largest batch the KV memory holds, per plan.
+void run_plan_decode(const PlanArgs& a) {
+  const sim::NodeSpec node = sim::parse_node(a.hardware);
+  struct Point {
+    Candidate c;
+    sim::DecodeAtContext v;
+  };
+  std::vector<Point> pts;
+  for (const auto& p : candidate_plans(node.gpus_per_node)) {
+    if (p.policy != "fixed") continue;  // the Shift policy switches on prefill sizes only
+    try {
+      pts.push_back({p, sim::measure_decode(a.model, a.hardware, a.dtype, p.plan, a.context)});
+    } catch (const Error&) {
+      // does not divide the model, the weights do not fit, or no sequence of that context fits
+    }
+  }
+  // Pareto over (TTL of one sequence: lower, tokens/s at the largest batch: higher).
+  std::vector<Point> pareto;
+  for (const auto& p : pts) {
+    bool dom = false;
+    for (const auto& o : pts)
+      dom = dom || (o.v.ttl_b1_ms <= p.v.ttl_b1_ms && o.v.tok_s_max >= p.v.tok_s_max &&
+                    (o.v.ttl_b1_ms < p.v.ttl_b1_ms || o.v.tok_s_max > p.v.tok_s_max));
+    if (!dom) pareto.push_back(p);
+  }
+  std::sort(pareto.begin(), pareto.end(), [](const Point& x, const Point& y) { return x.v.ttl_b1_ms < y.v.ttl_b1_ms; });
+  const Point* best = nullptr;
+  for (const auto& p : pareto)
+    if ((a.slo_tpot_ms <= 0 || p.v.ttl_max_ms <= a.slo_tpot_ms) && (!best || p.v.tok_s_max > best->v.tok_s_max)) best = &p;
+  if (a.json) {
+    nlohmann::json j;
+    j["context"] = a.context;
+    j["pareto"] = nlohmann::json::array();
+    for (const auto& p : pareto)
+      j["pareto"].push_back({{"plan", p.c.plan}, {"ttl_b1_ms", p.v.ttl_b1_ms}, {"max_batch", p.v.max_batch},
+                             {"ttl_max_ms", p.v.ttl_max_ms}, {"tok_s", p.v.tok_s_max}});
+    j["best"] = best ? nlohmann::json{{"plan", best->c.plan}} : nlohmann::json(nullptr);
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s on %s (%s), decode at a %lld-token context: %zu plans priced, %zu on the Pareto set over (TTL of "
+              "one sequence, tokens/s at the largest batch the KV holds):\n",
+              a.model.c_str(), node.name().c_str(), dtype_shown(a.dtype, a.hardware).c_str(), (long long)a.context,
+              pts.size(), pareto.size());
+  std::printf("  %-26s %12s %10s %12s %12s\n", "plan", "TTL B=1 ms", "max batch", "TTL max ms", "tok/s");
+  for (const auto& p : pareto)
+    std::printf("  %-26s %12.2f %10lld %12.2f %12.0f\n", p.c.plan.c_str(), p.v.ttl_b1_ms, (long long)p.v.max_batch,
+                p.v.ttl_max_ms, p.v.tok_s_max);
+  if (best) std::printf("best for SLO (TTL at the largest batch <= %g ms; 0 = none): %s\n", a.slo_tpot_ms, best->c.plan.c_str());
+  else std::printf("no plan meets the SLO (TTL <= %g ms)\n", a.slo_tpot_ms);
+}
+
 void run_plan(const PlanArgs& a) {
+  if (a.context > 0) return run_plan_decode(a);
   const sim::NodeSpec node = sim::parse_node(a.hardware);
   struct Point {
     Candidate c;
@@ -498,6 +567,7 @@ void register_sim(CLI::App& app) {
   exp->add_option("name", ea->name, "Experiment name (see --list)");
   exp->add_flag("--list", ea->list, "List the experiments");
   exp->add_flag("--json", ea->json, "Machine-readable rows");
+  exp->add_option("--out", ea->out_dir, "Write the experiment's plots (SVG) into this folder");
   set_action(exp, [ea] { run_experiment(*ea); });
 }
 
@@ -513,6 +583,9 @@ void register_plan(CLI::App& app) {
   plan->add_option("--num-requests", pa->num_requests, "Requests in the throughput run")->capture_default_str();
   plan->add_option("--slo-ttft-ms", pa->slo_ttft_ms, "TTFT objective (0 = none)");
   plan->add_option("--slo-tpot-ms", pa->slo_tpot_ms, "TPOT objective (0 = none)");
+  plan->add_option("--context", pa->context,
+                   "Price decode at this context length (tokens) instead of simulating requests: TTL of one "
+                   "sequence and tokens/s at the largest batch the KV holds (Helix plans shine here)");
   plan->add_flag("--json", pa->json, "Machine-readable output");
   set_action(plan, [pa] { run_plan(*pa); });
 }

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "parallel/kv_migration.h"
 #include "parallel/sharding.h"
+#include "sim/helix.h"
 
 namespace loom::sim {
 
@@ -184,31 +185,186 @@ double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int
   return t;
 }
 
-PricedPlan CostModel::prepare(const Plan& plan_in) const {
+const char* plan_variant_name(PlanVariant v) {
+  switch (v) {
+    case PlanVariant::AsPlanned: return "plan";
+    case PlanVariant::MedhaKvp: return "medha";
+    case PlanVariant::DpAttentionEp: return "dp-attention-ep";
+  }
+  return "?";
+}
+
+void CostModel::set_arch(const ModelArch& a) {
+  if (a.mla && (model_.n_kv_heads != 1 || model_.head_dim != a.mla->v_head_dim))
+    fail("MLA model: the ModelConfig must carry the shared latent as one KV head of v_head_dim (got ",
+         model_.n_kv_heads, " KV heads of ", model_.head_dim, ", v_head_dim ", a.mla->v_head_dim, ")");
+  if (a.moe) {
+    const MoeShape& e = *a.moe;
+    if (e.n_routed < 1 || e.n_active < 1 || e.n_active > e.n_routed || e.expert_ffn < 1 || e.n_shared < 0 ||
+        e.first_dense < 0 || e.first_dense > model_.n_layers)
+      fail("MoE model: ", e.n_active, " active of ", e.n_routed, " routed experts of width ", e.expert_ffn, ", ",
+           e.n_shared, " shared, first ", e.first_dense, " of ", model_.n_layers, " layers dense: inconsistent");
+  }
+  arch_ = a;
+}
+
+double CostModel::attention_core_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int kvp,
+                                   int block) const {
+  // Per (query head, key): scores over qk values and outputs of v values; per cached token,
+  // kv_vals values read. GQA: K and V of head_dim for each of the rank's KV heads. MLA: one
+  // latent of kv_lora_rank + rope values for every head, scores over all of it, outputs over the
+  // latent part.
+  double qk = model_.head_dim, v = model_.head_dim, kv_vals = 2.0 * kv_heads * model_.head_dim;
+  if (arch_.mla) {
+    qk = arch_.mla->cached_per_token();
+    v = arch_.mla->kv_lora_rank;
+    kv_vals = arch_.mla->cached_per_token();
+  }
+  double pf = 0, pb = 0, df = 0, db = 0;
+  for (const auto& s : seqs) {
+    const double q = s.new_tokens, c = s.context_len;
+    double keys = c;
+    if (kvp > 1) {
+      // Helix 2.3 (positions by blocks, PAPERS-NOTES ambiguity 2): block b of a sequence on KVP
+      // rank b % kvp; the busiest rank holds ceil(blocks / kvp) of them.
+      const double blocks = std::ceil(c / block);
+      keys = std::min(c, std::ceil(blocks / kvp) * block);
+    }
+    const double pairs = (q * (c - q) + q * (q + 1) / 2) * (c > 0 ? keys / c : 0.0);
+    const double flops = 2.0 * (qk + v) * q_heads * pairs;
+    const double bytes = keys * kv_vals * opt_.kv_bytes + q * (q_heads * (qk + v) + kv_vals) * opt_.act_bytes;
+    (s.new_tokens > 1 ? pf : df) += flops;
+    (s.new_tokens > 1 ? pb : db) += bytes;
+  }
+  // MLA's absorbed attention is compute-heavy (128 heads on one latent): priced at the
+  // deployment's arithmetic precision (the Helix paper runs "all ... arithmetic operations" in
+  // FP4, 3.1); GQA attention, memory-bound in decode, at the BF16 peak as attention_s.
+  const double peak = node_.gpu.flops(arch_.mla ? opt_.weight_dtype : SimDType::BF16) * cal_.attn_compute_eff;
+  const double bw = node_.gpu.hbm_bw * cal_.attn_mem_eff;
+  return std::max(pf / peak, pb / bw) + std::max(df / peak, db / bw);
+}
+
+double CostModel::helix_all_to_all_s(double bytes, int group, int per_node) const {
+  if (group <= 1 || bytes <= 0) return 0.0;
+  // ASSUMPTION: inside an NVSwitch domain the Helix all-to-all is one kernel writing to peer
+  // memory (as TensorRT-LLM's NVLink all-to-all, CUDA-graph captured), so small exchanges pay the
+  // custom all-reduce's latency rather than a launch-bound NCCL collective's; the bandwidth term
+  // stays NCCL's all-to-all efficiency.
+  if (curves_.empty() && opt_.custom_all_reduce && node_.topology == Topology::NvSwitch && node_.gpu.nvlink &&
+      per_node >= group && bytes <= cal_.custom_all_reduce_max_bytes)
+    return cal_.custom_all_reduce_latency_s + double(group - 1) / group * bytes / (link_bw(group) * cal_.all_to_all.bw_eff);
+  return collective_s(Collective::AllToAll, bytes, group, per_node);
+}
+
+void CostModel::moe_ffn(const PricedPlan& p, double m, double* gemm_out, double* elem_out, double* comm_out) const {
+  const MoeShape& e = *arch_.moe;
+  const SimDType dt = opt_.weight_dtype;
+  const double wb = weight_bytes(), ab = opt_.act_bytes, ws = p.weight_bytes;
+  const double d = model_.d_model, f = e.expert_ffn, k = e.n_active, E = e.n_routed;
+  const int per_node = node_.gpus_per_node;
+  // ASSUMPTION (the simple MoE model): routing is uniform and independent per token, so t tokens
+  // touch E_l * (1 - (1 - k/E)^t) distinct experts of the E_l a rank holds, in expectation, and
+  // only those experts' weights are read; their tokens are spread evenly (no hot expert).
+  auto active = [&](double experts, double tokens) { return experts * (1.0 - std::pow(1.0 - k / E, tokens)); };
+  // Experts of one rank as one grouped GEMM: each expert's [tokens, kk] x [kk, nn], one launch.
+  auto grouped = [&](double experts, double tokens, double kk, double nn) {
+    if (experts <= 0 || tokens <= 0) return 0.0;
+    const double one = gemm_s(tokens / experts, kk, nn, dt, wb, ab, ws) - cal_.gemm.latency_s;
+    return experts * one + cal_.gemm.latency_s;
+  };
+  auto expert_ffn = [&](double experts, double tokens, double width) {
+    return grouped(experts, tokens, d, 2 * width) + grouped(experts, tokens, width, d);
+  };
+  const double router = gemm_s(m, d, E, dt, wb, ab, ws);
+  if (p.variant == PlanVariant::DpAttentionEp) {
+    // Each rank routes its own m tokens; a dispatch all-to-all sends each token to the ranks of
+    // its k experts and a combine all-to-all brings the outputs back (DeepSeek-V3's EP); the
+    // shared experts run on the rank's own tokens.
+    const int ep = p.ep;
+    const double tokens_in = m * k;  // arriving at a rank (balanced)
+    *gemm_out = router + expert_ffn(active(E / ep, m * ep), tokens_in, f) +
+                (e.n_shared > 0 ? gate_up_s(m, d, e.n_shared * f, ws) + gemm_s(m, e.n_shared * f, d, dt, wb, ab, ws) : 0.0);
+    *elem_out = elementwise_s(Elementwise::Act, (tokens_in + m * e.n_shared) * f * ab * 3) +
+                elementwise_s(Elementwise::Add, m * k * d * ab * 2);
+    *comm_out = 2 * collective_s(Collective::AllToAll, m * k * d * ab, ep, std::min(ep, per_node));
+    return;
+  }
+  // Every rank of the FFN group holds the step's m tokens [m, H] (after W_O's all-reduce): Helix
+  // 2.2's TPF x EP grid of the G ranks. An EP group (TPF ranks) holds E/EP experts, each cut in
+  // TPF column shards, and picks its tokens locally; the shared experts are cut over all G ranks;
+  // then an all-reduce inside the EP group (TPF) and an all-gather across EP groups, and a local
+  // sum (H8). EP = 1 is plain TP with one all-reduce. Of the grids whose EP divides E, the
+  // cheapest for this step.
+  const int G = p.tp_group;
+  double best = -1;
+  for (int ep = 1; ep <= G; ++ep) {
+    if (G % ep != 0 || e.n_routed % ep != 0) continue;
+    const int tpf = G / ep;
+    const double w = f / tpf, sw = e.n_shared * f / G;
+    const double g = router + expert_ffn(active(E / ep, m), m * k / ep, w) +
+                     (e.n_shared > 0 ? gate_up_s(m, d, sw, ws) + gemm_s(m, sw, d, dt, wb, ab, ws) : 0.0);
+    const double el = elementwise_s(Elementwise::Act, (m * k / ep + m) * w * ab * 3) +
+                      (ep > 1 ? elementwise_s(Elementwise::Add, ep * m * d * ab) : 0.0);
+    double c = 0;
+    if (ep == 1) {
+      c = collective_s(Collective::AllReduce, m * d * ab, G, std::min(G, per_node));
+    } else {
+      if (tpf > 1) c += collective_s(Collective::AllReduce, m * d * ab, tpf, std::min(tpf, per_node));
+      c += collective_s(Collective::AllGather, ep * m * d * ab, ep, std::min(ep, per_node));
+    }
+    if (best < 0 || g + el + c < best) {
+      best = g + el + c;
+      *gemm_out = g;
+      *elem_out = el;
+      *comm_out = c;
+    }
+  }
+}
+
+PricedPlan CostModel::prepare(const Plan& plan_in, PlanVariant variant) const {
   const Plan full = plan_in.normalized();
   Plan plan = full;
   plan.dp = 1;
-  const std::string name = full.to_string();
-  if (plan.helix()) fail("plan ", name, ": Helix (kvp) plans are not priced by the simulator yet");
+  std::string name = full.to_string();
   if (plan.weights == WeightSource::FetchFromOwner)
     fail("plan ", name, ": weights=owner (SiDP) is not priced by the simulator yet");
   validate(full, shape_);  // the engine's rule (parallel/plan.h), naming the sizes
+  if (variant == PlanVariant::MedhaKvp && !plan.helix())
+    fail("plan ", name, ": Medha-style KVP needs a kvp=K,tpa=A plan");
+  if (variant == PlanVariant::DpAttentionEp && (!arch_.moe || full.dp < 2 || plan.size() != 1))
+    fail("plan ", name, ": data-parallel attention with expert-parallel FFNs needs a MoE model and a dp=N plan");
+  if (variant == PlanVariant::DpAttentionEp && arch_.moe->n_routed % full.dp != 0)
+    fail("plan ", name, ": ", arch_.moe->n_routed, " routed experts do not split over EP=", full.dp);
+  if (variant != PlanVariant::AsPlanned) name += cat(" [", plan_variant_name(variant), "]");
   PricedPlan p;
   p.full = full;
   p.plan = plan;
   p.name = name;
+  p.variant = variant;
   p.dp = full.dp;
   p.world_ranks = full.size();
   p.ranks = plan.size();
   p.sp = plan.shift ? 1 : plan.sp;
   p.tp_group = plan.ffn_degree();
   p.pp = plan.pp;
+  p.kvp = plan.kvp;
+  p.kv_block = plan.helix() ? plan.kv_block : 1;
+  p.hopb = plan.helix() && plan.hopb;
+  if (variant == PlanVariant::DpAttentionEp) {
+    p.ep = full.dp;
+    // The EP group spans the replicas: all of them on one node.
+    if (p.ep > node_.gpus_per_node)
+      fail("plan ", name, " spreads the experts over ", p.ep, " GPUs; a ", node_.name(), " node has ",
+           node_.gpus_per_node);
+  }
   // A replica may span nodes only through its pipeline stages (the TP / SP groups stay inside
   // one node).
   const int per_stage = p.ranks / p.pp;
   if (per_stage > node_.gpus_per_node)
     fail("plan ", name, " needs ", per_stage, " GPUs per pipeline stage; a ", node_.name(), " node has ",
          node_.gpus_per_node);
+  const int first_dense = arch_.moe ? arch_.moe->first_dense : model_.n_layers;
+  int stage_dense = -1;
   for (int r = 0; r < p.ranks; ++r) {
     const RankLayout l = rank_layout(plan, shape_, r);
     p.proj_q_heads = std::max(p.proj_q_heads, int(l.proj_q_heads.size()));
@@ -217,14 +373,64 @@ PricedPlan CostModel::prepare(const Plan& plan_in) const {
     p.kv_heads = std::max(p.kv_heads, int(l.kv_heads.size()));
     p.out_heads = std::max(p.out_heads, int(l.out_heads.size()));
     p.ffn = std::max(p.ffn, l.ffn.size());
-    p.max_layers = std::max(p.max_layers, int(l.layers.size()));
+    // The busiest stage: the most layers, and of those the fewest dense ones (MoE layers cost
+    // more).
+    const int layers = int(l.layers.size());
+    const int dense = int(std::max<int64_t>(0, std::min<int64_t>(l.layers.end, first_dense) - l.layers.begin));
+    if (layers > p.max_layers || (layers == p.max_layers && dense < stage_dense)) {
+      p.max_layers = layers;
+      stage_dense = dense;
+    }
     // Its layer shards and the embedding and classifier rows it reads (vocabulary-parallel on
     // GPU engines, the whole classifier on loom's sampling rank).
     const double classifier = double(model_.vocab_size) * model_.d_model /
                               (opt_.kernels == StepKernels::FusedGpu ? p.tp_group : 1);
     p.weight_bytes = std::max(p.weight_bytes, (double(weight_shards(plan, shape_, r).elems()) + classifier) * weight_bytes());
   }
+  p.dense_layers = std::max(0, stage_dense);
+  if (variant == PlanVariant::MedhaKvp) {
+    // W_O and the FFN on one TP(A) group: A-way shards.
+    p.tp_group = plan.tp;
+    p.out_heads = model_.n_heads / plan.tp;
+    p.ffn = (int64_t(model_.ffn_dim) + plan.tp - 1) / plan.tp;
+  }
+  if (!arch_.plain() || variant != PlanVariant::AsPlanned) {
+    // The working set from the MLA / MoE shapes (weight_shards knows only the dense GQA layer).
+    const RankWeights w = rank_weights(p);
+    p.weight_bytes = (w.attn * p.max_layers + w.dense_ffn * p.dense_layers +
+                      w.moe_ffn * (p.max_layers - p.dense_layers) + w.other) * weight_bytes();
+  }
   return p;
+}
+
+CostModel::RankWeights CostModel::rank_weights(const PricedPlan& p) const {
+  RankWeights w;
+  const double d = model_.d_model, H = model_.n_heads, hd = model_.head_dim;
+  const double hq = p.proj_q_heads, ho = p.out_heads;
+  if (arch_.mla) {
+    const MlaShape& m = *arch_.mla;
+    // W_DQ and W_DKV whole on every rank; W_UQ and W_UK for the rank's query heads; W_UV and W_O
+    // for its output heads (Helix: W_UV after the merge, with W_O, by N).
+    w.attn = d * m.q_lora_rank + d * m.cached_per_token() + m.q_lora_rank * hq * (m.qk_nope_dim + m.qk_rope_dim) +
+             double(m.kv_lora_rank) * hq * m.qk_nope_dim + double(m.kv_lora_rank) * ho * m.v_head_dim +
+             ho * m.v_head_dim * d;
+  } else {
+    w.attn = d * hq * hd + 2.0 * d * p.proj_kv_heads * hd + ho * hd * d;
+  }
+  const bool dpep = p.variant == PlanVariant::DpAttentionEp;
+  const double G = dpep ? 1.0 : double(p.tp_group);  // FFN group (DP-attention: dense replicated)
+  w.dense_ffn = dpep ? 3.0 * d * model_.ffn_dim : 3.0 * d * double(p.ffn);
+  if (arch_.moe) {
+    const MoeShape& e = *arch_.moe;
+    const double expert = 3.0 * d * e.expert_ffn;
+    const double routed_ranks = dpep ? double(p.ep) : G;  // the routed experts split over these
+    const double shared_ranks = dpep ? 1.0 : G;           // DP-attention: shared experts replicated
+    w.moe_ffn = e.n_routed * expert / routed_ranks + e.n_shared * expert / shared_ranks + d * e.n_routed;
+  }
+  const bool vocab_split = opt_.kernels == StepKernels::FusedGpu;
+  w.other = 2.0 * model_.vocab_size * d / (vocab_split ? double(p.tp_group) * p.pp : 1.0);
+  (void)H;
+  return w;
 }
 
 StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs) const {
@@ -274,20 +480,75 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   const double m = s > 1 ? double(ceil_div(n, s)) : double(n);
 
   // One layer on one GPU (the busiest rank's shard sizes, from rank_layout).
+  const bool dpep = pl.variant == PlanVariant::DpAttentionEp;
+  const bool medha = pl.variant == PlanVariant::MedhaKvp;
   const double q_cols = pl.proj_q_heads * hd, kv_cols = pl.proj_kv_heads * hd, F = double(pl.ffn);
   const double ws = pl.weight_bytes;  // every weight of the rank comes back once per step
-  double gemm = 0, elem = 0, comm = 0;
-  gemm += qkv_proj_s(m, d, q_cols, kv_cols, ws);            // QKV projection
-  gemm += gemm_s(m, pl.out_heads * hd, d, dt, wb, ab, ws);  // O projection
-  gemm += gate_up_s(m, d, F, ws);                           // gate + up
-  gemm += gemm_s(m, F, d, dt, wb, ab, ws);                  // down
+  double gemm = 0, elem = 0, comm = 0, attn = 0;
+  if (arch_.mla) {
+    // MLA, absorbed for decode (DeepSeek-V2 3.1.1 / V3): W_DQ and W_DKV (fused, whole on every
+    // rank), W_UQ and W_UK folded into the query for the rank's query heads, W_UV on the latent
+    // output and W_O for its output heads; two latent norms, RoPE on the rope part.
+    const MlaShape& a = *arch_.mla;
+    const double hq = pl.proj_q_heads, ho = pl.out_heads;
+    gemm += gemm_s(m, d, a.q_lora_rank + a.cached_per_token(), dt, wb, ab, ws);
+    gemm += gemm_s(m, a.q_lora_rank, hq * (a.qk_nope_dim + a.qk_rope_dim), dt, wb, ab, ws);
+    gemm += gemm_s(m, a.qk_nope_dim, hq * a.kv_lora_rank, dt, wb, ab, ws);
+    gemm += gemm_s(m, a.kv_lora_rank, ho * a.v_head_dim, dt, wb, ab, ws);
+    gemm += gemm_s(m, ho * a.v_head_dim, d, dt, wb, ab, ws);
+    elem += 2 * elementwise_s(Elementwise::Norm, m * (a.q_lora_rank + a.kv_lora_rank) * ab * 2);
+    elem += elementwise_s(Elementwise::Rope, m * (hq + 1) * a.qk_rope_dim * ab * 2);
+  } else {
+    gemm += qkv_proj_s(m, d, q_cols, kv_cols, ws);            // QKV projection
+    gemm += gemm_s(m, pl.out_heads * hd, d, dt, wb, ab, ws);  // O projection
+    elem += elementwise_s(Elementwise::Rope, m * (q_cols + kv_cols) * ab * 2);
+  }
   elem += 2 * elementwise_s(Elementwise::Norm, m * d * ab * 2);
   elem += 2 * elementwise_s(Elementwise::Add, m * d * ab * 3);
-  elem += elementwise_s(Elementwise::Act, m * F * ab * 3);
-  elem += elementwise_s(Elementwise::Rope, m * (q_cols + kv_cols) * ab * 2);
-  const double attn = attention_s(group, pl.q_heads, pl.kv_heads);
   const int tp_node = std::min(t, per_node);
-  if (t > 1) comm += 2 * collective_s(Collective::AllReduce, m * d * ab, t, tp_node);
+  if (pl.kvp > 1) {
+    // Helix 2.1.1: local attention over the rank's KV blocks, then one all-to-all over the KVP
+    // group of the partial outputs of its H/TPA heads (v values each; the MLA latent of
+    // kv_lora_rank values, merged before W_UV) with one f32 LSE per (token, head); the rank keeps
+    // and receives the H/N heads of its TP(N) shard. HOP-B (2.1.3) cuts the step's sequences into
+    // chunks, as the engine does (stage_helix.cpp, at most 8), the all-to-all of a chunk running
+    // under the next chunk's attention; of 1..8 chunks the cheapest span (one chunk: no overlap).
+    // hopb=off and Medha: one chunk, all exposed.
+    const int k = pl.kvp, a = pl.plan.tp;
+    const int kvp_node = std::max(1, std::min(k, per_node / std::min(a, per_node)));
+    const double out_vals = arch_.mla ? arch_.mla->kv_lora_rank : hd;
+    const double per_token = pl.q_heads * (out_vals * ab + 4.0);
+    const int nseq = int(group.size());
+    const int max_chunks = pl.hopb && !medha ? std::min(nseq, 8) : 1;
+    double best_span = 0, best_attn = 0;
+    for (int c = 1; c <= max_chunks; ++c) {
+      std::vector<double> ca, cc;
+      for (int i = 0; i < c; ++i) {
+        const std::vector<SeqWork> sub(group.begin() + size_t(nseq) * i / c, group.begin() + size_t(nseq) * (i + 1) / c);
+        double tokens = 0;
+        for (const auto& w : sub) tokens += w.new_tokens;
+        ca.push_back(attention_core_s(sub, pl.q_heads, pl.kv_heads, k, pl.kv_block));
+        cc.push_back(medha ? collective_s(Collective::AllGather, k * tokens * per_token, k, kvp_node)
+                           : helix_all_to_all_s(tokens * per_token, k, kvp_node));
+      }
+      const double span = hopb_span(ca, cc, pl.hopb && !medha);
+      if (c == 1 || span < best_span) {
+        best_span = span;
+        best_attn = 0;
+        for (double x : ca) best_attn += x;
+      }
+    }
+    attn = best_attn + cal_.attn_latency_s;
+    comm += best_span - best_attn;
+    // Medha: the FFN group's [B, H] result goes back to every KVP group for the next layer.
+    if (medha) comm += collective_s(Collective::Broadcast, m * d * ab, k, kvp_node);
+  } else if (arch_.mla) {
+    attn = attention_core_s(group, pl.q_heads, pl.kv_heads, 1, 1) + cal_.attn_latency_s;
+  } else {
+    attn = attention_s(group, pl.q_heads, pl.kv_heads);
+  }
+  // W_O's all-reduce (TP, Helix TP(N), Medha TP(A)); DP attention has none.
+  if (t > 1 && !dpep) comm += collective_s(Collective::AllReduce, m * d * ab, t, tp_node);
   if (s > 1) {
     // Shift Algorithm 1 lines 4 and 6: tokens -> heads and back, over the SP group (ranks with
     // equal tp index, stride tp: on one node when tp*sp fits).
@@ -298,9 +559,18 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
     comm += collective_s(Collective::AllToAll, qkv_send, s, sp_node);
     comm += collective_s(Collective::AllToAll, o_send, s, sp_node);
   }
-  const int layers = pl.max_layers;
-  double stage_gemm = gemm * layers, stage_elem = elem * layers, stage_attn = attn * layers,
-         stage_comm = comm * layers;
+  // The dense FFN (every layer of a dense model; the first layers of a MoE model): SwiGLU over
+  // the rank's columns and its all-reduce (DP attention: whole and replicated, no communication).
+  const double Fd = dpep ? double(model_.ffn_dim) : F;
+  double dense_gemm = gate_up_s(m, d, Fd, ws) + gemm_s(m, Fd, d, dt, wb, ab, ws);
+  double dense_elem = elementwise_s(Elementwise::Act, m * Fd * ab * 3);
+  double dense_comm = t > 1 && !dpep ? collective_s(Collective::AllReduce, m * d * ab, t, tp_node) : 0.0;
+  double moe_gemm = 0, moe_elem = 0, moe_comm = 0;
+  if (arch_.moe) moe_ffn(pl, m, &moe_gemm, &moe_elem, &moe_comm);
+  const int layers = pl.max_layers, dense_l = pl.dense_layers, moe_l = layers - dense_l;
+  double stage_gemm = gemm * layers + dense_gemm * dense_l + moe_gemm * moe_l,
+         stage_elem = elem * layers + dense_elem * dense_l + moe_elem * moe_l, stage_attn = attn * layers,
+         stage_comm = comm * layers + dense_comm * dense_l + moe_comm * moe_l;
 
   // Embedding lookup, final norm, LM head on the sampled rows, split across stages as first /
   // last; SP gathers the sampled hidden states (Algorithm 1 line 13). FusedGpu: the norm over
@@ -426,12 +696,26 @@ MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
       const WeightShards w = weight_shards(pl.full, shape_, r);
       elems += double(w.elems()) + other_elems / double(vocab_split ? pl.tp_group * pl.pp : 1);
     }
+    // MLA / MoE models and the variants: the busiest rank's shards from their own shapes
+    // (weight_shards knows only the dense GQA layer), resident once per plan.
+    bool any_arch = !arch_.plain();
+    for (const auto& pl : resident) any_arch = any_arch || pl.variant != PlanVariant::AsPlanned;
+    if (any_arch) {
+      elems = 0;
+      for (const auto& pl : resident) {
+        const RankWeights w = rank_weights(pl);
+        elems += w.attn * pl.max_layers + w.dense_ffn * pl.dense_layers + w.moe_ffn * (pl.max_layers - pl.dense_layers) +
+                 w.other;
+      }
+    }
     mem.weight_bytes_per_gpu = std::max(mem.weight_bytes_per_gpu, elems * wb);
     double kv_per_token = 0;
     for (const auto& pl : resident) {
       const RankLayout l = rank_layout(pl.full, shape_, r);
-      kv_per_token = std::max(kv_per_token, 2.0 * double(l.layers.size()) * double(l.kv_heads.size()) *
-                                                model_.head_dim * opt_.kv_bytes);
+      // Helix stores 1/kv_shards of every sequence (blocks round-robin, Helix 2.3); MLA one latent
+      // per token and layer whatever the heads.
+      const double vals = arch_.mla ? double(arch_.mla->cached_per_token()) : 2.0 * double(l.kv_heads.size()) * model_.head_dim;
+      kv_per_token = std::max(kv_per_token, double(l.layers.size()) * vals * opt_.kv_bytes / l.kv_shards);
     }
     mem.kv_bytes_per_token_per_gpu = std::max(mem.kv_bytes_per_token_per_gpu, kv_per_token);
   }

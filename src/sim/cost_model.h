@@ -19,8 +19,17 @@
 // heads per TP rank are fewer than SP, padding to a multiple of SP), the Shift config (TP(sp*tp)
 // in the Shift 3.3.1 order), PP (micro-batches through stages, fill and drain every step). The
 // layout policy (engine/policy.h) picks the plan of each step; DP replicas are priced one at a
-// time by the simulator. A switch between plans with different KV placements is priced with the
-// bytes of kv_migration() (parallel/kv_migration.h), the engine's own count.
+// time by the simulator. Helix (kvp=K,tpa=A; ../shared/papers/003 2.1-2.3): every KVP rank
+// projects Q/K/V for all the step's tokens for its TPA heads (2.1.1, redundant on the K ranks),
+// attends its 1/K of each context (blocks round-robin, 2.3), one all-to-all over the KVP group
+// of the partial outputs of H/N heads plus their LSE (2.1.1), W_O and the FFN as TP(N = K*A) with
+// their all-reduces (2.2); HOP-B (2.1.3) overlaps each chunk's all-to-all with the next chunk's
+// attention (exposed: what the attention cannot hide, hopb_span in sim/helix.h; hopb=off: all).
+// MLA and MoE models (ModelArch) are priced with their own kernels: the latent KV cache and
+// absorbed attention, and routed experts of which a step reads only those its tokens pick
+// (expected count under uniform routing), on a TPF x EP grid of the FFN group chosen per step
+// (Helix 2.2: "choosing TPF versus EP to best match expert size and quantity"). A switch between
+// plans with different KV placements is priced with the bytes of kv_migration() (parallel/kv_migration.h), the engine's own count.
 //
 // Units: seconds and bytes. Thread-safety: const methods are safe to call concurrently.
 #pragma once
@@ -34,6 +43,7 @@
 #include "parallel/kv_placement.h"
 #include "parallel/plan.h"
 #include "sim/hardware.h"
+#include "sim/model_catalog.h"
 
 namespace loom::sim {
 
@@ -44,6 +54,24 @@ struct SeqWork {
   int context_len = 1;
   bool sample = true;
 };
+
+// Layouts the Helix paper (../shared/papers/003, 3.1) compares Helix against that are not a
+// loom::Plan (loom's engine does not run them); the simulator prices them on a Plan's sizes:
+enum class PlanVariant {
+  AsPlanned,
+  // Medha-style KVP (Helix 1 and 3.1, "vanilla KVP"): the attention of a kvp=K,tpa=A plan, then
+  // the partial outputs gathered onto one TP(A) group that runs W_O and the FFN while the other
+  // KVP groups wait, its [B, H] result broadcast back; every communication exposed ("Medha
+  // systems expose all communication overheads", 3.2).
+  MedhaKvp,
+  // DeepSeek's production layout (Helix 3.1, "EP": data-parallel attention coupled with
+  // expert-parallel FFNs) over a dp=N plan: each replica attends its own requests with the whole
+  // attention weights; the routed experts are spread over the N ranks (EP = N), tokens reach them
+  // through a dispatch all-to-all and come back through a combine all-to-all; dense layers and
+  // the shared experts run replicated.
+  DpAttentionEp,
+};
+const char* plan_variant_name(PlanVariant v);  // "plan", "medha", "dp-attention-ep"
 
 // One replica plan as the cost model prices it, built once by CostModel::prepare() and priced
 // per step: the plan validated against the model by loom::validate() and reduced, through
@@ -66,6 +94,15 @@ struct PricedPlan {
   int out_heads = 0;                        // heads of its Wo input columns
   int64_t ffn = 0;                          // FFN columns (uneven shards: the larger one)
   double weight_bytes = 0;  // weights the busiest rank reads every step (its working set)
+  // Helix (kvp > 1, Helix 2.1): KV blocks of kv_block tokens round-robin over kvp ranks; each rank
+  // attends its blocks for its TPA heads, one all-to-all over the KVP group merges them (HOP-B:
+  // chunked and overlapped with the attention, 2.1.3).
+  int kvp = 1, kv_block = 1;
+  bool hopb = false;
+  PlanVariant variant = PlanVariant::AsPlanned;
+  int ep = 1;  // DpAttentionEp: the ranks the routed experts are spread over
+  // MoE models (ModelArch::moe): of max_layers, those with a dense FFN (the first layers).
+  int dense_layers = 0;
 };
 
 struct StepCost {
@@ -172,11 +209,17 @@ class CostModel {
   };
   AttentionWork attention_work(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim = 0) const;
 
+  // ---- MLA / MoE ----
+  // What ModelConfig does not describe (sim/model_catalog.h): MLA attention and MoE FFNs are
+  // priced when set (find_model_arch gives a catalog model's).
+  void set_arch(const ModelArch& arch);
+  const ModelArch& arch() const { return arch_; }
+
   // ---- plans ----
   // Validates `plan` (loom::validate against the model, plus: a replica fits the node, no
-  // Helix or weights=owner yet) and derives the per-rank sizes of one replica (a step of each
-  // replica is priced on them). Throws loom::Error naming the value and the limit.
-  PricedPlan prepare(const Plan& plan) const;
+  // weights=owner yet; `variant` fits the plan) and derives the per-rank sizes of one replica (a
+  // step of each replica is priced on them). Throws loom::Error naming the value and the limit.
+  PricedPlan prepare(const Plan& plan, PlanVariant variant = PlanVariant::AsPlanned) const;
 
   // ---- a step ----
   // Prices one replica step under `plan` (`seqs`: that replica's sequences).
@@ -206,6 +249,22 @@ class CostModel {
 
  private:
   double link_bw(int group) const;
+  // One layer's attention on the busiest rank for `seqs` (kvp > 1: the rank's share of each
+  // context, blocks of `block` tokens round-robin), without the kernel latency; the model's
+  // attention shape (GQA or MLA) and the rank's query heads.
+  double attention_core_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int kvp, int block) const;
+  // The Helix all-to-all of `bytes` (what one rank sends, its own chunk included) over `group`
+  // KVP ranks, `per_node` of them on one node.
+  double helix_all_to_all_s(double bytes, int group, int per_node) const;
+  // Weight elements the busiest rank of `p` holds for one layer with a dense FFN and one with a
+  // MoE FFN, and outside the layers.
+  struct RankWeights {
+    double attn = 0, dense_ffn = 0, moe_ffn = 0, other = 0;
+  };
+  RankWeights rank_weights(const PricedPlan& p) const;
+  // One MoE FFN layer on the busiest rank of `p` for m tokens on that rank (gemm, elementwise,
+  // communication).
+  void moe_ffn(const PricedPlan& p, double m, double* gemm, double* elem, double* comm) const;
 
   ModelConfig model_;
   ModelShape shape_;
@@ -213,6 +272,7 @@ class CostModel {
   CostModelOptions opt_;
   Calibration cal_;
   std::map<CollectiveKey, CollectiveCurve> curves_;
+  ModelArch arch_;
 };
 
 }  // namespace loom::sim

@@ -17,7 +17,8 @@ LatencyThroughput measure_plan(const std::string& model, const std::string& hard
                                int output_tokens, int num_requests) {
   SimConfig cfg;
   cfg.plan = Plan::parse(plan);
-  const CostModel cm = hardware_cost_model(find_model(model), hardware, dtype, cfg.plan);
+  CostModel cm = hardware_cost_model(find_model(model), hardware, dtype, cfg.plan);
+  cm.set_arch(find_model_arch(model));
   cfg.policy = policy;
   cfg.max_model_len = input_tokens + output_tokens;
   const Simulator sim(cm, cfg);
@@ -97,14 +98,18 @@ ExperimentResult run_shift_431() {
 }  // namespace
 
 const std::vector<Experiment>& experiment_registry() {
-  static const std::vector<Experiment> e = {
-      {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
-       run_shift_431},
-      {"nitsum-fig7", "Nitsum 3.2.2 / Fig. 7: KV migration 0.5-5 GB (Llama-3.1-8B), page by page vs aggregated", run_nitsum_fig7},
-      {"nitsum-fig14", "Nitsum 4.2.1 / Fig. 14: ablation ladder (Qwen-14B, 8 H100, 70 req/s)", run_nitsum_fig14},
-      {"nitsum-goodput", "Nitsum 4.1 / Fig. 10: goodput vs rate, Nitsum / static TP / per-tier split / no P/D", run_nitsum_goodput},
-      {"nitsum-planner", "Nitsum 4.2.3: planning time, 128 GPUs, 4 tiers", run_nitsum_planner},
-  };
+  static const std::vector<Experiment> e = [] {
+    std::vector<Experiment> v = {
+        {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
+         run_shift_431},
+        {"nitsum-fig7", "Nitsum 3.2.2 / Fig. 7: KV migration 0.5-5 GB (Llama-3.1-8B), page by page vs aggregated", run_nitsum_fig7},
+        {"nitsum-fig14", "Nitsum 4.2.1 / Fig. 14: ablation ladder (Qwen-14B, 8 H100, 70 req/s)", run_nitsum_fig14},
+        {"nitsum-goodput", "Nitsum 4.1 / Fig. 10: goodput vs rate, Nitsum / static TP / per-tier split / no P/D", run_nitsum_goodput},
+        {"nitsum-planner", "Nitsum 4.2.3: planning time, 128 GPUs, 4 tiers", run_nitsum_planner},
+    };
+    for (auto&& part : {helix_experiments()}) v.insert(v.end(), part.begin(), part.end());
+    return v;
+  }();
   return e;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct ExperimentResult {
   std::string title;
   std::vector<ExperimentRow> rows;
   std::vector<std::string> notes;
+  std::map<std::string, std::string> files;  // file name -> content (SVG plots): `--out DIR` writes them
 };
 
 struct Experiment {
@@ -34,6 +36,8 @@ struct Experiment {
 };
 
 const std::vector<Experiment>& experiment_registry();
+// Each paper's experiments, in its own exp_*.cpp, joined by experiment_registry().
+std::vector<Experiment> helix_experiments();  // exp_helix.cpp
 // Throws loom::Error listing the names when `name` is unknown.
 const Experiment& find_experiment(const std::string& name);
 
@@ -51,5 +55,18 @@ struct LatencyThroughput {
 LatencyThroughput measure_plan(const std::string& model, const std::string& hardware, const std::string& dtype,
                                const std::string& plan, const std::string& policy, int input_tokens,
                                int output_tokens, int num_requests);
+
+// Decode at a long context (Helix 3.1's setting, `loom plan --context N`): `plan`'s TTL for one
+// sequence at `context` tokens, the most sequences its KV memory holds at that context (all
+// replicas), and the TTL and tokens/s of a decode step of that many. Throws loom::Error naming the
+// sizes when the plan does not divide the model, its weights do not fit, or not even one sequence
+// of `context` tokens fits.
+struct DecodeAtContext {
+  int gpus = 0;
+  int64_t max_batch = 0;
+  double ttl_b1_ms = 0, ttl_max_ms = 0, tok_s_max = 0;
+};
+DecodeAtContext measure_decode(const std::string& model, const std::string& hardware, const std::string& dtype,
+                               const std::string& plan, int64_t context);
 
 }  // namespace loom::sim

@@ -1,4 +1,5 @@
 #include "sim/simulator.h"
+#include "sim/svg.h"
 
 #include <algorithm>
 #include <cmath>
@@ -303,54 +304,6 @@ nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
 
 void write_requests_csv(const SimResult& r, std::ostream& os) { r.metrics.write_requests_csv(os); }
 
-namespace {
-
-struct Svg {
-  std::ostringstream os;
-  double w = 720, h = 420, l = 70, rgt = 20, top = 30, bot = 50;
-  Svg(const std::string& title) {
-    os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
-       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-       << "<text x=\"" << w / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
-  }
-  double px(double fx) const { return l + fx * (w - l - rgt); }
-  double py(double fy) const { return h - bot - fy * (h - top - bot); }
-  void axes(const std::string& xl, const std::string& yl, double x0, double x1, double y0, double y1, bool logx) {
-    os << "<rect x=\"" << l << "\" y=\"" << top << "\" width=\"" << w - l - rgt << "\" height=\"" << h - top - bot
-       << "\" fill=\"none\" stroke=\"black\"/>\n";
-    for (int i = 0; i <= 4; ++i) {
-      const double f = i / 4.0;
-      const double xv = logx ? std::pow(10, std::log10(x0) + f * (std::log10(x1) - std::log10(x0))) : x0 + f * (x1 - x0);
-      os << "<text x=\"" << px(f) << "\" y=\"" << h - bot + 16 << "\" text-anchor=\"middle\">" << fmt(xv) << "</text>\n";
-      os << "<text x=\"" << l - 6 << "\" y=\"" << py(f) + 4 << "\" text-anchor=\"end\">" << fmt(y0 + f * (y1 - y0))
-         << "</text>\n";
-    }
-    os << "<text x=\"" << w / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">" << xl << "</text>\n";
-    os << "<text x=\"16\" y=\"" << h / 2 << "\" transform=\"rotate(-90 16 " << h / 2 << ")\" text-anchor=\"middle\">"
-       << yl << "</text>\n";
-  }
-  static std::string fmt(double v) {
-    std::ostringstream s;
-    s.precision(v != 0 && (std::abs(v) < 0.01 || std::abs(v) >= 1e5) ? 2 : 4);
-    s << v;
-    return s.str();
-  }
-  void polyline(const std::vector<std::pair<double, double>>& pts, const std::string& color) {
-    os << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
-    for (const auto& [x, y] : pts) os << px(x) << "," << py(y) << " ";
-    os << "\"/>\n";
-  }
-  void legend(int i, const std::string& text, const std::string& color) {
-    os << "<text x=\"" << l + 10 << "\" y=\"" << top + 16 + 14 * i << "\" fill=\"" << color << "\">" << text
-       << "</text>\n";
-  }
-  std::string done() {
-    os << "</svg>\n";
-    return os.str();
-  }
-};
-
-}  // namespace
 
 std::string svg_latency_cdf(const SimResult& r) {
   std::vector<double> ttft, tpot;

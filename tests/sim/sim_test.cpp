@@ -109,7 +109,8 @@ TEST(SimPlans, EngineRulesAndSizes) {
   const CostModel small(gqa6, parse_node("h200x8"), o);
   EXPECT_EQ(small.prepare(Plan::parse("tp=4")).proj_kv_heads, 2);
   EXPECT_THROW(small.prepare(Plan::parse("tp=16")), Error);       // more ranks than the node
-  EXPECT_THROW(cm.prepare(Plan::parse("kvp=2,tpa=2")), Error);   // Helix: not priced yet
+  EXPECT_THROW(cm.prepare(Plan::parse("kvp=16,tpa=1")), Error);  // Helix over more ranks than the node
+  EXPECT_THROW(cm.prepare(Plan::parse("kvp=2,tpa=16")), Error);  // TPA > K: the engine's rule
 }
 
 CostModel h200_70b(SimDType dt = SimDType::FP8) {

@@ -17,3 +17,13 @@ add_test(NAME sim_cli_nitsum_list COMMAND loom sim experiment --list)
 set_tests_properties(sim_cli_nitsum_list PROPERTIES PASS_REGULAR_EXPRESSION "nitsum-fig14")
 add_test(NAME sim_cli_nitsum_fig7 COMMAND loom sim experiment nitsum-fig7 --json)
 set_tests_properties(sim_cli_nitsum_fig7 PROPERTIES PASS_REGULAR_EXPRESSION "\"experiment\": \"nitsum-fig7\"")
+# Helix (issue 12): a Helix plan simulated end to end, its experiments listed, `loom plan --context`.
+add_test(NAME sim_cli_helix_run
+         COMMAND loom sim run --model llama-3-70b --hardware h200x8 --plan kvp=2,tpa=2 --synthetic poisson:1
+                 --num-requests 7 --quiet)
+set_tests_properties(sim_cli_helix_run PROPERTIES PASS_REGULAR_EXPRESSION "kvp=2,tpa=2")
+add_test(NAME sim_cli_helix_experiments COMMAND loom sim experiment --list)
+set_tests_properties(sim_cli_helix_experiments PROPERTIES PASS_REGULAR_EXPRESSION "helix-fig1.*helix-fig5.*helix-fig6.*helix-fig7")
+add_test(NAME sim_cli_plan_context
+         COMMAND loom plan --model llama-3-405b --hardware gb200x64 --dtype fp4 --context 1000000)
+set_tests_properties(sim_cli_plan_context PROPERTIES PASS_REGULAR_EXPRESSION "kvp=[0-9]+,tpa=[0-9]+")

@@ -1,0 +1,69 @@
+#include "sim/helix.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace loom::sim {
+
+namespace {
+void check(const HelixRoofline& r) {
+  if (r.tpa < 1 || r.tpf < 1 || r.kvp < 1 || r.q_heads < 1 || r.kv_heads < 1 || r.head_size < 1)
+    fail("Helix roofline: widths and head counts must be >= 1 (tpa=", r.tpa, ", tpf=", r.tpf, ", kvp=", r.kvp,
+         ", Q=", r.q_heads, ", K=", r.kv_heads, ", Hsz=", r.head_size, ")");
+  if (!(r.mem_bw > 0)) fail("Helix roofline: MemBW ", r.mem_bw, " must be > 0");
+}
+// ceil(K / TPA): beyond TPA = K each shard holds (and reads) one whole KV head (the Figure 1
+// plateau).
+double kv_per_tpa(const HelixRoofline& r) { return std::ceil(double(r.kv_heads) / r.tpa); }
+}  // namespace
+
+double helix_t_kv(const HelixRoofline& r) {
+  check(r);
+  return r.batch * 2.0 * kv_per_tpa(r) * r.head_size * (r.seq_len / r.kvp) * r.bytes_param / r.mem_bw;
+}
+
+double helix_t_w(const HelixRoofline& r) {
+  check(r);
+  const double H = r.hidden();
+  const double qo = 2.0 * H * (double(r.q_heads) / r.tpa) * r.head_size;
+  const double kv = 2.0 * H * kv_per_tpa(r) * r.head_size;
+  const double ffn = 3.0 * H * r.ffn / r.tpf;
+  return (qo + kv + ffn) * r.bytes_param / r.mem_bw;
+}
+
+double helix_t_w_as_described(const HelixRoofline& r) {
+  check(r);
+  const double H = r.hidden();
+  const double q = H * (double(r.q_heads) / r.tpa) * r.head_size;
+  const double o = H * (double(r.q_heads) / (double(r.tpa) * r.kvp)) * r.head_size;
+  const double kv = 2.0 * H * kv_per_tpa(r) * r.head_size;
+  const double ffn = 3.0 * H * r.ffn / r.tpf;
+  return (q + o + kv + ffn) * r.bytes_param / r.mem_bw;
+}
+
+double hopb_span(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb) {
+  if (attn_s.size() != comm_s.size())
+    fail("HOP-B: ", attn_s.size(), " attention chunks but ", comm_s.size(), " all-to-alls (one each)");
+  double attn_end = 0, comm_end = 0;
+  if (!hopb) {
+    for (double a : attn_s) attn_end += a;
+    comm_end = attn_end;
+    for (double c : comm_s) comm_end += c;
+    return comm_end;
+  }
+  for (size_t c = 0; c < attn_s.size(); ++c) {
+    attn_end += attn_s[c];
+    comm_end = std::max(attn_end, comm_end) + comm_s[c];
+  }
+  return std::max(attn_end, comm_end);
+}
+
+double hopb_exposed(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb) {
+  double attn = 0;
+  for (double a : attn_s) attn += a;
+  return hopb_span(attn_s, comm_s, hopb) - attn;
+}
+
+}  // namespace loom::sim
