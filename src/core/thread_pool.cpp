@@ -56,8 +56,9 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   fn(0, n_threads_);
   // Spin briefly (workers usually finish together), then yield: on an oversubscribed machine a
   // worker that was descheduled needs this core to finish, and spinning for a whole time slice
-  // cost a scheduler quantum per call (measured: stories260K, batch 64, 2 threads on 2 cores
-  // at load ~8: 88 s -> see bench notes; 1 thread: 8 s).
+  // cost a scheduler quantum per call (measured on the 2-core build machine at load 8-16, one run
+  // each: stories260K, 64 sequences x 128 tokens, 2 threads: 88 s before, 18.6 s after; 1 thread:
+  // 8-14 s).
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
     if (spins < kWaitSpins) LOOM_PAUSE();
     else std::this_thread::yield();

@@ -54,7 +54,9 @@ namespace loom::kernels {
 //                   + 2^-126 * cols * max|w|   (vdpbf16ps flushes subnormal inputs and results)
 //    and against matmul_fast_ref the f32-sum term alone. The scalar and AVX2 paths give the same
 //    bits as each other; the AVX512-BF16 path gives them too unless an input or partial sum is
-//    subnormal (the instruction flushes it; the others keep it).
+//    subnormal (the instruction flushes it; the others keep it). (The VNNI and AVX512-BF16 kernels
+//    were compiled but not run where they were written: that machine had AVX2 only; the kernel
+//    tests compare every path's bits with the scalar path's where they run.)
 enum class Numerics { exact, fast };
 void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
             ThreadPool* pool, bool accumulate = false, Numerics numerics = Numerics::exact);
