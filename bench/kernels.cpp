@@ -2,7 +2,11 @@
 // (prefill) as a fraction of its peak FMA FLOP/s, for every weight dtype at 1 and 2 threads.
 //
 //   bench_kernels [--path scalar|avx2|avx512] [--rows R] [--cols C] [--tokens N]
-//                 [--stream-mib M] [--rounds K]
+//                 [--stream-mib M] [--rounds K] [--dtypes f32,f16,bf16,q8_0]
+//
+// bf16 and q8_0 rows run in both numerics modes (kernels.h "Numerics"): "exact" (f32
+// activations) and "fast" (bf16 / int8-block activations; the engines' default), each row against
+// the roofline measured right beside it (compare modes by their fractions).
 //
 // gemv rows read plain row-major weights (4 KiB pages, as a memory-mapped file gives); gemvT
 // rows the same weights in the engines' decode layout (row tiles in huge pages,
@@ -93,6 +97,7 @@ std::pair<double, double> interleaved(int rounds, const std::function<double()>&
 int main(int argc, char** argv) {
   int64_t rows = 2048, cols = 8192, tokens = 64;
   int rounds = 3;
+  std::string dtypes = "f32,f16,bf16,q8_0";
   size_t stream_bytes =
       std::clamp<size_t>(2 * kernels::last_level_cache_bytes(), size_t(256) << 20, size_t(1) << 30);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -103,12 +108,14 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") tokens = std::atoll(argv[i + 1]);
     else if (a == "--stream-mib") stream_bytes = size_t(std::atoll(argv[i + 1])) << 20;
     else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--dtypes") dtypes = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
   }
   cols = (cols + 31) / 32 * 32;
+  std::printf("fast-mode kernels: q8_0 %s, bf16 %s\n", kernels::fast_q8_kernel(), kernels::fast_bf16_kernel());
   std::printf("kernel path: %s   last-level cache: %zu MiB   gemv working set: %zu MiB   rounds: %d\n",
               kernels::kernel_path(), kernels::last_level_cache_bytes() >> 20, stream_bytes >> 20, rounds);
   kernels::Roofline roof(2);
@@ -119,7 +126,7 @@ int main(int argc, char** argv) {
   // and the 2-thread rows measure contention, not the kernels.
   std::printf("2T/1T peak FLOP/s: %.2f%s\n", peak2 / peak1,
               peak2 / peak1 < 1.6 ? "  (the second core is busy: 2-thread rows are not meaningful)" : "");
-  std::printf("\n%-5s %-5s %3s  %-16s %14s %14s  %s\n", "op", "dtype", "thr", "shape", "achieved", "roofline",
+  std::printf("\n%-5s %-10s %3s  %-16s %14s %14s  %s\n", "op", "dtype", "thr", "shape", "achieved", "roofline",
               "fraction");
   Rng rng(2);
   std::vector<float> x(static_cast<size_t>(tokens * cols)), y(static_cast<size_t>(tokens * rows));
@@ -127,8 +134,11 @@ int main(int argc, char** argv) {
   const std::string gemv_shape = std::to_string(rows) + "x" + std::to_string(cols);
   const std::string gemm_shape = std::to_string(tokens) + "x" + gemv_shape;
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
-    const std::string name(dtype_name(dt));
+    if (("," + dtypes + ",").find("," + std::string(dtype_name(dt)) + ",") == std::string::npos) continue;
     const Matrices m = make_matrices(dt, rows, cols, stream_bytes);
+   for (kernels::Numerics num : {kernels::Numerics::exact, kernels::Numerics::fast}) {
+    if (num == kernels::Numerics::fast && !kernels::numerics_applies(num, dt)) continue;
+    const std::string name = std::string(dtype_name(dt)) + (num == kernels::Numerics::fast ? "/fast" : "");
     for (int t : {1, 2})
       for (bool tiled : {false, true}) {
         if (tiled && m.tiled_matrix_bytes == 0) continue;
@@ -137,28 +147,29 @@ int main(int argc, char** argv) {
           const double t0 = now_s();
           for (int c = 0; c < m.copies; ++c)
             kernels::matmul(x.data(), 1, cols, tiled ? m.tiled_view(c) : m.view(c, dt, rows, cols),
-                            y.data(), rows, &pool);
+                            y.data(), rows, &pool, false, num);
           return now_s() - t0;
         };
         gemv_pass();  // warm-up
         const auto [s, bw] = interleaved(rounds, gemv_pass, [&] { return roof.memcpy_bandwidth(t); });
         const double got = double(m.matrix_bytes) * m.copies / s;
-        std::printf("%-5s %-5s %3d  %-16s %9.1f GB/s %9.1f GB/s  %.2f of memcpy\n", tiled ? "gemvT" : "gemv",
+        std::printf("%-5s %-10s %3d  %-16s %9.1f GB/s %9.1f GB/s  %.2f of memcpy\n", tiled ? "gemvT" : "gemv",
                     name.c_str(), t, gemv_shape.c_str(), got * 1e-9, bw * 1e-9, got / bw);
       }
     for (int t : {1, 2}) {
       ThreadPool pool(t);
       auto gemm_once = [&] {
         const double t0 = now_s();
-        kernels::matmul(x.data(), tokens, cols, m.view(0, dt, rows, cols), y.data(), rows, &pool);
+        kernels::matmul(x.data(), tokens, cols, m.view(0, dt, rows, cols), y.data(), rows, &pool, false, num);
         return now_s() - t0;
       };
       gemm_once();  // warm-up
       const auto [s, pk] = interleaved(rounds, gemm_once, [&] { return roof.peak_flops(t); });
       const double got = 2.0 * double(tokens) * double(rows) * double(cols) / s;
-      std::printf("%-5s %-5s %3d  %-16s %6.1f GFLOP/s %6.1f GFLOP/s  %.2f of peak\n", "gemm", name.c_str(), t,
+      std::printf("%-5s %-10s %3d  %-16s %6.1f GFLOP/s %6.1f GFLOP/s  %.2f of peak\n", "gemm", name.c_str(), t,
                   gemm_shape.c_str(), got * 1e-9, pk * 1e-9, got / pk);
     }
+   }
   }
   return 0;
 }

@@ -13,6 +13,9 @@ namespace loom::cli {
 // Stores the action of a subcommand; run_selected() calls the action of the one parsed.
 void set_action(CLI::App* sub, std::function<void()> action);
 void register_all(CLI::App& app);
+// --numerics exact|fast (kernels.h "Numerics"): sets the process default the engines take
+// (overrides LOOM_NUMERICS).
+void add_numerics_option(CLI::App* sub);
 void run_selected(CLI::App& app);
 
 // Registration functions (one per cmd_*.cpp).

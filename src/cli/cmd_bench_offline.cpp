@@ -223,7 +223,8 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
                   {"block_size", engine.config().block_size},
                   {"num_kv_blocks", engine.num_kv_blocks()},
                   {"kv_cache_bytes", engine.kv_cache_bytes()},
-                  {"kernel_path", kernels::kernel_path()}};
+                  {"kernel_path", kernels::kernel_path()},
+                  {"numerics", kernels::numerics_name(kernels::default_numerics())}};
     run.finished = engine.run(std::move(requests));
     run.metrics = engine.metrics();
     return run;
@@ -250,7 +251,8 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
                   {"max_model_len", e.config().max_model_len},
                   {"block_size", e.config().block_size},
                   {"num_kv_blocks", e.num_kv_blocks()},
-                  {"kernel_path", kernels::kernel_path()}};
+                  {"kernel_path", kernels::kernel_path()},
+                  {"numerics", kernels::numerics_name(kernels::default_numerics())}};
     run.finished = e.run(std::move(requests));
     run.metrics = e.metrics();
     run.engine["policy"] = e.policy();
@@ -381,11 +383,12 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   std::printf("%s: %zu requests (%s), %lld completed, %lld rejected (%lld too long for %d tokens), %lld clipped\n",
               a.model.c_str(), n_requests, w.source.c_str(), (long long)s.num_completed, (long long)s.num_rejected,
               (long long)ts.num_too_long, max_context, (long long)ts.num_clipped);
-  std::printf("  engine: %s ranks, plan %s, %s threads, max_num_seqs %d, max_tokens_per_step %d, %d KV blocks, %s kernels\n",
+  std::printf("  engine: %s ranks, plan %s, %s threads, max_num_seqs %d, max_tokens_per_step %d, %d KV blocks, %s kernels, %s numerics\n",
               run.engine["ranks"].dump().c_str(), run.engine["plan"].get<std::string>().c_str(),
               run.engine.value("threads", run.engine.value("threads_per_rank", nlohmann::json(0))).dump().c_str(),
               cfg.max_num_seqs, cfg.max_tokens_per_step,
-              run.engine["num_kv_blocks"].get<int>(), kernels::kernel_path());
+              run.engine["num_kv_blocks"].get<int>(), kernels::kernel_path(),
+              kernels::numerics_name(kernels::default_numerics()));
   std::printf("  %.3f s, %lld steps, %lld preemptions\n", s.duration_s, (long long)s.num_steps,
               (long long)s.num_preemptions);
   std::printf("  throughput: %.1f tok/s total (%.1f input, %.1f output), %.3f requests/s\n", total_tok_s,
@@ -438,6 +441,7 @@ void register_bench_offline(CLI::App& bench) {
       ->capture_default_str();
   sub->add_option("--block-size", a->block_size, "Tokens per KV-cache block")->capture_default_str();
   sub->add_option("--threads", a->threads, "Worker threads (0: all cores, or LOOM_THREADS)");
+  add_numerics_option(sub);
   sub->add_option("--ranks", a->ranks, "Ranks of the distributed engine (default: the plan's; 1 without a plan)");
   sub->add_option("--comm", a->comm, "Communicator for --ranks > 1: local or mpi")->capture_default_str();
   add_layout_options(sub, a->layout);

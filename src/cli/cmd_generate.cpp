@@ -118,10 +118,10 @@ void run_generate_distributed(const GenerateArgs& a) {
       n_gen += s->num_output();
     }
     std::fflush(stdout);
-    std::fprintf(stderr, "[%zu prompts, %lld tokens generated in %.3f s (%.1f tok/s), plan %s on %d %s ranks, %d threads per rank, %s kernels]\n",
+    std::fprintf(stderr, "[%zu prompts, %lld tokens generated in %.3f s (%.1f tok/s), plan %s on %d %s ranks, %d threads per rank, %s kernels, %s numerics]\n",
                  reqs.size(), (long long)n_gen, secs, secs > 0 ? double(n_gen) / secs : 0.0,
                  e.plan().to_string().c_str(), e.world_size(), std::string(e.backend()).c_str(),
-                 e.threads_per_rank(), kernels::kernel_path());
+                 e.threads_per_rank(), kernels::kernel_path(), kernels::numerics_name(kernels::default_numerics()));
     print_plan_stats(e);
   });
 }
@@ -175,8 +175,9 @@ void run_generate(const GenerateArgs& a) {
   if (a.print_ids) print_ids(prompt, generated);
   const double pf = r.prefill_s > 0 ? double(prompt.size()) / r.prefill_s : 0.0;
   const double dc = r.decode_s > 0 && r.tokens.size() > 1 ? double(r.tokens.size() - 1) / r.decode_s : 0.0;
-  std::fprintf(stderr, "[%zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s, %d threads, %s kernels]\n",
-               prompt.size(), pf, r.tokens.size(), dc, pool.size(), kernels::kernel_path());
+  std::fprintf(stderr, "[%zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s, %d threads, %s kernels, %s numerics]\n",
+               prompt.size(), pf, r.tokens.size(), dc, pool.size(), kernels::kernel_path(),
+               kernels::numerics_name(kernels::default_numerics()));
 }
 
 }  // namespace
@@ -193,6 +194,7 @@ void register_generate(CLI::App& app) {
   sub->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)");
   sub->add_option("--seed", a->seed, "Sampling seed");
   sub->add_option("--threads", a->threads, "Worker threads (default: all cores, or LOOM_THREADS)");
+  add_numerics_option(sub);
   sub->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per forward step");
   sub->add_flag("--print-ids", a->print_ids, "Also print the prompt and generated token ids");
   sub->add_flag("--no-bos", a->no_bos, "Do not prepend BOS to the prompt");

@@ -144,6 +144,7 @@ void register_serve(CLI::App& app) {
   sub->add_option("--max-queue", a->max_queue, "Waiting requests at most; beyond it requests get 429")
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "Compute threads (0: all cores, or LOOM_THREADS)")->capture_default_str();
+  add_numerics_option(sub);
   sub->add_option("--http-threads", a->http_threads, "HTTP handler threads (0: max-num-seqs + max-queue + 16)")
       ->capture_default_str();
   sub->add_option("--ranks", a->ranks, "Ranks of the engine (local: threads; mpi: 0 = mpirun's -np)")

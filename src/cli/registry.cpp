@@ -1,6 +1,7 @@
 #include <map>
 
 #include "cli/cli.h"
+#include "kernels/kernels.h"
 
 namespace loom::cli {
 
@@ -12,6 +13,15 @@ std::map<CLI::App*, std::function<void()>>& actions() {
 }  // namespace
 
 void set_action(CLI::App* sub, std::function<void()> action) { actions()[sub] = std::move(action); }
+
+void add_numerics_option(CLI::App* sub) {
+  sub->add_option_function<std::string>(
+         "--numerics",
+         [](const std::string& v) { kernels::set_default_numerics(kernels::parse_numerics(v.c_str(), "--numerics")); },
+         "Matmul numerics: fast (int8 activation blocks for q8_0 weights, bf16 activations for bf16 weights; "
+         "the default) or exact (f32 activations); LOOM_NUMERICS sets the default")
+      ->check(CLI::IsMember({"exact", "fast"}));
+}
 
 void register_all(CLI::App& app) {
   register_generate(app);

@@ -77,7 +77,7 @@ std::string engine_fingerprint(const std::string& plans, const Model& m, const E
              " heads=", c.n_heads, "/", c.n_kv_heads, " head_dim=", c.head_dim, " ffn=", c.ffn_dim,
              " vocab=", c.vocab_size, " ctx=", c.max_seq_len, " eps=", c.rms_eps, " theta=", c.rope_theta,
              " tied=", c.tied_embeddings, " bias=", c.qkv_bias, " wdtype=", dtype_name(m.layers.at(0).w_down.dtype),
-             " embd=", dtype_name(m.tok_embd.dtype), "; engine seqs=", e.max_num_seqs, " budget=",
+             " embd=", dtype_name(m.tok_embd.dtype), "; engine numerics=", kernels::numerics_name(e.resolved_numerics()), " seqs=", e.max_num_seqs, " budget=",
              e.max_tokens_per_step, " block=", e.block_size, " chunked=", e.enable_chunked_prefill,
              " max_len=", e.max_model_len);
 }
@@ -153,6 +153,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   }
   RankEngineOptions ro;
   ro.block_size = st.config.block_size;
+  ro.numerics = st.config.resolved_numerics();
   ro.kv_pages = kv_pages_for(st.config, st.plans, world.rank(), c.head_dim, budget);
   ro.shift_weights = parse_shift_weights(o.shift_weights);
   if (o.migration_buffer_bytes > 0) ro.transfer.buffer_bytes = o.migration_buffer_bytes;

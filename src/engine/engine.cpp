@@ -103,6 +103,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   // is a fraction of. The store is sized after the copy: build with no pages, then size.
   RankEngineOptions o;
   o.block_size = config_.block_size;
+  o.numerics = config_.resolved_numerics();
   const int64_t weight_bytes = [&] {
     int64_t b = 0;
     for (const LayerWeights& L : model_->layers)

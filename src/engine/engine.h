@@ -30,6 +30,10 @@ struct EngineConfig {
   // max_num_seqs sequences of max_model_len tokens can use.
   std::optional<int64_t> kv_cache_bytes;
   double kv_cache_fraction = 0.25;
+  // Numerics of the matmuls (kernels.h "Numerics"); unset: the process default at engine start
+  // (kernels::default_numerics(): the CLI's --numerics, else LOOM_NUMERICS, else fast).
+  std::optional<kernels::Numerics> numerics;
+  kernels::Numerics resolved_numerics() const { return numerics ? *numerics : kernels::default_numerics(); }
   // Validates against the model; throws loom::Error naming the field and limit.
   void validate(const ModelConfig& model) const;
 };

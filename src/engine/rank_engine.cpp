@@ -58,6 +58,7 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
   world.all_gather_bytes(&mine, pages.data(), sizeof mine);
 
   const kernels::RopeParams rope = rope_params(c);
+  const kernels::Numerics numerics = options.numerics ? *options.numerics : kernels::default_numerics();
   const ModelShape& shape = plans_.shape();
   for (int id = 0; id < plans_.size(); ++id) {
     const Plan& plan = plans_.plan(id);
@@ -79,6 +80,7 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
     ctx.kv = kv_.get();
     ctx.weights = &in->weights;
     ctx.rope = rope;
+    ctx.numerics = numerics;
     // What this rank stores: its entries of the plan's placement, and nothing else.
     in->forward = std::make_unique<RankForward>(ctx, plans_.placement(id).entries(world.rank()));
     // Pools: blocks = pages / (layers x KV heads) of the least roomy rank.
@@ -167,13 +169,14 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
 }
 
 SingleRankModel::SingleRankModel(std::shared_ptr<const Model> model, ThreadPool* pool, int64_t kv_tokens,
-                                 int block_size, const Plan& plan)
+                                 int block_size, const Plan& plan, std::optional<kernels::Numerics> numerics)
     : model_(std::move(model)), comm_(std::make_unique<SingleCommunicator>()) {
   const ModelConfig& c = model_->config;
   if (plan.size() != 1) fail("a single-rank model runs a one-rank plan, not ", plan.to_string());
   const PlanSet set = PlanSet::make({plan}, ModelShape::from(c, weight_block_elems(*model_)));
   RankEngineOptions o;
   o.block_size = block_size;
+  o.numerics = numerics;
   o.kv_pages = (kv_tokens + block_size - 1) / block_size * int64_t(c.n_layers) * c.n_kv_heads;
   engine_ = std::make_unique<RankEngine>(model_, set, *comm_, pool, o);
 }

@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct RankEngineOptions {
   int64_t kv_pages = 0;          // this rank's KV pages
   ShiftWeights shift_weights = ShiftWeights::Separate;
   KvTransferOptions transfer;
+  // Numerics of the matmuls (kernels.h); unset: kernels::default_numerics() at construction.
+  std::optional<kernels::Numerics> numerics;
 };
 
 // What a switch did (the same on every rank, but bytes_sent / bytes_received).
@@ -127,7 +130,7 @@ class SingleRankModel {
   // KV room for `kv_tokens` tokens of one sequence (rounded up to pages). `plan`: a one-rank plan
   // (tp=1, or tp=1,weights=full to compute on the mapped file).
   SingleRankModel(std::shared_ptr<const Model> model, ThreadPool* pool, int64_t kv_tokens, int block_size = 16,
-                  const Plan& plan = Plan::make_tp(1));
+                  const Plan& plan = Plan::make_tp(1), std::optional<kernels::Numerics> numerics = std::nullopt);
   ~SingleRankModel();
   const ModelConfig& config() const { return model_->config; }
   // One forward pass: writes [rows, vocab] logits for the sequences that want them.

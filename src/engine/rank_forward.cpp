@@ -106,7 +106,7 @@ int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) 
   if (!sampler_ || !logits) return 0;
   kernels::rmsnorm(out_rows, out_rows, model.out_norm.f32(), n_out, d, c.rms_eps);
   logits->resize(size_t(n_out) * size_t(c.vocab_size));
-  kernels::matmul(out_rows, n_out, d, output_, logits->data(), c.vocab_size, ctx_.pool);
+  kernels::matmul(out_rows, n_out, d, output_, logits->data(), c.vocab_size, ctx_.pool, false, ctx_.numerics);
   return int(n_out);
 }
 

@@ -71,6 +71,7 @@ struct StageContext {
   KvStore* kv = nullptr;
   const std::vector<ShardLayerWeights>* weights = nullptr;  // the stage's layers, from layout.layers.begin
   kernels::RopeParams rope;
+  kernels::Numerics numerics = kernels::Numerics::exact;  // of every matmul the stages run
   const ShardLayerWeights& layer(int l) const { return (*weights)[size_t(l - layout.layers.begin)]; }
 };
 
@@ -111,7 +112,8 @@ kernels::RopeParams rope_params(const ModelConfig& c);
 // q = xn Wq^T (+bq), k, v likewise, then RoPE on q and k at positions pos: the projection every
 // attention stage starts with.  // q [m, hq*dh], k, v [m, hk*dh]
 void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk, int64_t dh,
-                 const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool);
+                 const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool,
+                 kernels::Numerics numerics);
 
 // The attention kernel's view of one KV head's pages (kv_store.h) listed in `pages` (one page per
 // block of the sequence, in order).

@@ -128,11 +128,12 @@ void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std
 
 // q = xn Wq^T (+bq), k, v likewise, then RoPE on q and k at positions pos.  // [m, hq*dh], [m, hk*dh]
 void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk, int64_t dh,
-                 const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool) {
+                 const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool,
+                 kernels::Numerics numerics) {
   const int64_t q_dim = hq * dh, kv_dim = hk * dh;
-  kernels::matmul(xn, m, d, W.wq, q, q_dim, pool);
-  kernels::matmul(xn, m, d, W.wk, k, kv_dim, pool);
-  kernels::matmul(xn, m, d, W.wv, v, kv_dim, pool);
+  kernels::matmul(xn, m, d, W.wq, q, q_dim, pool, false, numerics);
+  kernels::matmul(xn, m, d, W.wk, k, kv_dim, pool, false, numerics);
+  kernels::matmul(xn, m, d, W.wv, v, kv_dim, pool, false, numerics);
   if (W.bq) {
     kernels::add_bias(q, m, q_dim, W.bq, q_dim);
     kernels::add_bias(k, m, kv_dim, W.bk, kv_dim);
@@ -181,10 +182,10 @@ class HeadParallelAttention final : public AttentionStage {
     const int64_t q_dim = hq * dh, kv_dim = hk * dh;
     grow(n, q_dim, kv_dim);
     ThreadPool* pool = c_.pool;
-    project_qkv(W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool);
+    project_qkv(W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool, c_.numerics);
     store_kv_and_attend(rows, layer, *c_.kv, c_.layout.q_heads, c_.layout.kv_heads, cfg.group_size(), q_.data(),
                         q_dim, k_.data(), v_.data(), kv_dim, att_.data(), q_dim, pool);
-    kernels::matmul(att_.data(), n, q_dim, W.wo, out, d, pool);
+    kernels::matmul(att_.data(), n, q_dim, W.wo, out, d, pool, false, c_.numerics);
     all_reduce(reduce_, out, n * d);
   }
 
@@ -245,7 +246,7 @@ class UlyssesAttention final : public AttentionStage {
       slice_pos_[size_t(i)] = g < n ? rows.pos[size_t(g)] : 0;
     }
     // Algorithm 1 line 3: Q/K/V of the slice with the TP shard  // [m, hq*dh], [m, hk*dh] x2
-    project_qkv(W, xn, m, d, hq, hk, dh, slice_pos_.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool);
+    project_qkv(W, xn, m, d, hq, hk, dh, slice_pos_.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool, c_.numerics);
 
     // Line 4: one fused all-to-all. Chunk j, per token: peer j's query heads (TP-local
     // [j*hqa, (j+1)*hqa)), then k and v of its KV heads (GQA replication in the send buffer,
@@ -283,7 +284,7 @@ class UlyssesAttention final : public AttentionStage {
         std::memcpy(att_slice_.data() + t * q_dim + i * qa_dim, recv_.data() + (i * m + t) * qa_dim,
                     size_t(qa_dim) * sizeof(float));
     // Lines 7-8: Wo (TP column shard), all-reduce over TP.
-    kernels::matmul(att_slice_.data(), m, q_dim, W.wo, out, d, pool);
+    kernels::matmul(att_slice_.data(), m, q_dim, W.wo, out, d, pool, false, c_.numerics);
     all_reduce(reduce_, out, m * d);
   }
 

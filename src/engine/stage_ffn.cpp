@@ -24,10 +24,10 @@ class TensorParallelFfn final : public FfnStage {
       rows_ = m;
     }
     ThreadPool* pool = c_.pool;
-    kernels::matmul(xn, m, d, W.w_gate, gate_.data(), f, pool);
-    kernels::matmul(xn, m, d, W.w_up, up_.data(), f, pool);
+    kernels::matmul(xn, m, d, W.w_gate, gate_.data(), f, pool, false, c_.numerics);
+    kernels::matmul(xn, m, d, W.w_up, up_.data(), f, pool, false, c_.numerics);
     kernels::swiglu(gate_.data(), gate_.data(), up_.data(), m * f);
-    kernels::matmul(gate_.data(), m, f, W.w_down, out, d, pool);
+    kernels::matmul(gate_.data(), m, f, W.w_down, out, d, pool, false, c_.numerics);
     if (reduce_.size() > 1) reduce_.all_reduce_sum(out, size_t(m * d));
   }
 

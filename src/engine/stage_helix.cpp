@@ -67,7 +67,7 @@ class HelixAttention final : public AttentionStage {
     grow(n, q_dim, kv_dim, hq);
 
     // 1. redundant QKV of all rows for the TPA heads.
-    project_qkv(W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool);
+    project_qkv(W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool, c_.numerics);
 
     // 2. the K/V of the rows whose block this rank owns.
     KvStore& kv = *c_.kv;
@@ -111,7 +111,7 @@ class HelixAttention final : public AttentionStage {
     if (c_.plan.hopb) finish(chunks_[size_t(n_chunks - 1)], hc, dh, elems_per_row);
 
     // 5. Wo over the H/N merged heads, all-reduce over TP(N).
-    kernels::matmul(merged_.data(), n, int64_t(hc) * dh, W.wo, out, d, pool);
+    kernels::matmul(merged_.data(), n, int64_t(hc) * dh, W.wo, out, d, pool, false, c_.numerics);
     if (reduce_.size() > 1) reduce_.all_reduce_sum(out, size_t(n * d));
   }
 

@@ -45,6 +45,12 @@ CpuFeatures detect() {
     c.avx512bw = b & (1u << 30);
     c.avx512vl = b & (1u << 31);
     c.avx512_vnni = cx & (1u << 11);
+    // AMX: tile state in XCR0 bits 17 and 18 (using it also needs arch_prctl(ARCH_REQ_XCOMP_PERM)).
+    if ((xcr0 & 0x60000) == 0x60000) {
+      c.amx_bf16 = d & (1u << 22);
+      c.amx_tile = d & (1u << 24);
+      c.amx_int8 = d & (1u << 25);
+    }
     __cpuid_count(7, 1, a, b, cx, d);
     c.avx512_bf16 = a & (1u << 5);
   }
@@ -69,9 +75,35 @@ int parse_path(const char* name, const char* what) {
   fail(what, "='", name, "' is not a kernel path (expected scalar, avx2 or avx512)");
 }
 
+// The AVX-512 table with the fast-mode kernels this CPU runs: VNNI / AVX512-BF16 where present,
+// else the AVX2 ones (which run on any AVX-512 CPU).
+const detail::KernelTable& avx512_table() {
+  static const detail::KernelTable t = [] {
+    detail::KernelTable x = detail::table_avx512();
+    const detail::KernelTable& avx2 = detail::table_avx2();
+    const CpuFeatures& f = cpu_features();
+    if (f.avx512_vnni) {
+      x.q8_fast_rows = detail::q8_fast_rows_vnni();
+      x.q8_fast_name = "vnni";
+    } else {
+      x.q8_fast_rows = avx2.q8_fast_rows;
+      x.q8_fast_name = avx2.q8_fast_name;
+    }
+    if (f.avx512_bf16) {
+      x.bf16_fast_rows = detail::bf16_fast_rows_avx512bf16();
+      x.bf16_fast_name = "avx512bf16";
+    } else {
+      x.bf16_fast_rows = avx2.bf16_fast_rows;
+      x.bf16_fast_name = avx2.bf16_fast_name;
+    }
+    return x;
+  }();
+  return t;
+}
+
 const detail::KernelTable& table_of(int path) {
   switch (path) {
-    case kAvx512: return detail::table_avx512();
+    case kAvx512: return avx512_table();
     case kAvx2: return detail::table_avx2();
     default: return detail::table_scalar();
   }
@@ -103,6 +135,8 @@ const detail::KernelTable& detail::active_table() {
 }
 
 const char* kernel_path() { return detail::active_table().name; }
+const char* fast_q8_kernel() { return detail::active_table().q8_fast_name; }
+const char* fast_bf16_kernel() { return detail::active_table().bf16_fast_name; }
 
 std::vector<const char*> available_kernel_paths() {
   std::vector<const char*> out;

@@ -30,6 +30,15 @@ struct MatmulArgs {
   float* y = nullptr;  // [n, rows], rows ldy floats apart
   int64_t ldy = 0;
   bool accumulate = false;
+  // Fast mode (kernels.h "Numerics"), set by matmul() for the fast kernels only:
+  //  q8_0: token t's int8 blocks at xq + t*cols, scales at xd + t*(cols/32), block sums of q at
+  //        xs + t*(cols/32);
+  //  bf16: token t's bf16 values at xb + t*cols in the tile pair order: 32-bit word j of 32-column
+  //        chunk c holds column 32c + j in its low half and 32c + j + 16 in its high half.
+  const int8_t* xq = nullptr;
+  const float* xd = nullptr;
+  const int32_t* xs = nullptr;
+  const uint32_t* xb = nullptr;
 };
 
 // One attention call. Work item i covers query t = i / (n_heads / heads_per_item) and the
@@ -67,6 +76,12 @@ struct KernelTable {
   void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);
   // Work items [i0, i1).
   void (*attention_items)(const AttentionArgs& a, int64_t i0, int64_t i1);
+  // Fast mode (kernels.h): output rows [r0, r1) for all n tokens, from the quantized activations
+  // of MatmulArgs (q8_0 / bf16 weights; plain rows or row tiles).
+  void (*q8_fast_rows)(const MatmulArgs& a, int64_t r0, int64_t r1);
+  void (*bf16_fast_rows)(const MatmulArgs& a, int64_t r0, int64_t r1);
+  const char* q8_fast_name;
+  const char* bf16_fast_name;
   // Roofline: `iters` rounds of 12 independent register-resident FMA vectors; returns the FLOP done.
   double (*fma_peak)(int64_t iters);
 };
@@ -74,6 +89,10 @@ struct KernelTable {
 const KernelTable& table_scalar();
 const KernelTable& table_avx2();
 const KernelTable& table_avx512();
+// The fast-mode AVX-512 kernels (kernels_avx512_vnni.cpp): call only where the CPU has
+// avx512_vnni / avx512_bf16.
+void (*q8_fast_rows_vnni())(const MatmulArgs&, int64_t, int64_t);
+void (*bf16_fast_rows_avx512bf16())(const MatmulArgs&, int64_t, int64_t);
 // The table of the current path (kernel_path()).
 const KernelTable& active_table();
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -17,9 +19,107 @@ void detail::fail_out_of_memory(int64_t bytes) {
   fail("kernels: cannot allocate ", bytes, " bytes of scratch for a gemm panel");
 }
 
+// ---------------------------------------------------------------- numerics
+const char* numerics_name(Numerics n) { return n == Numerics::exact ? "exact" : "fast"; }
+
+Numerics parse_numerics(const char* name, const char* what) {
+  if (std::strcmp(name, "exact") == 0) return Numerics::exact;
+  if (std::strcmp(name, "fast") == 0) return Numerics::fast;
+  fail(what, "='", name, "' is not a numerics mode (expected exact or fast)");
+}
+
+namespace {
+std::atomic<int> g_numerics{-1};  // -1: not read yet
+}  // namespace
+
+Numerics default_numerics() {
+  int v = g_numerics.load(std::memory_order_acquire);
+  if (v < 0) {
+    const char* env = std::getenv("LOOM_NUMERICS");
+    v = int(env && *env ? parse_numerics(env, "LOOM_NUMERICS") : Numerics::fast);
+    g_numerics.store(v, std::memory_order_release);
+  }
+  return Numerics(v);
+}
+
+void set_default_numerics(Numerics n) { g_numerics.store(int(n), std::memory_order_release); }
+
+bool numerics_applies(Numerics numerics, DType dtype) {
+  return numerics == Numerics::fast && (dtype == DType::Q8_0 || dtype == DType::BF16);
+}
+
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, int32_t* qsum) {
+  for (int64_t b = 0; b < cols / kQ8BlockSize; ++b) {
+    const float* xb = x + b * kQ8BlockSize;
+    float amax = 0.0f;
+    for (int i = 0; i < kQ8BlockSize; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    d[b] = amax / 127.0f;
+    int32_t s = 0;
+    for (int i = 0; i < kQ8BlockSize; ++i) {
+      // x * (127 / amax) is within [-127, 127] up to one rounding: the clamp only catches that.
+      const float v = std::nearbyint(xb[i] * id);
+      const int32_t qi = v > 127.0f ? 127 : v < -127.0f ? -127 : int32_t(v);
+      q[b * kQ8BlockSize + i] = int8_t(qi);
+      s += qi;
+    }
+    qsum[b] = s;
+  }
+}
+
+uint16_t round_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays (quiet) NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return uint16_t(u >> 16);
+}
+
+namespace {
+
+// The fast mode's activations of one call (per thread: ranks may be threads of one process).
+struct FastScratch {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> s;
+  std::vector<uint32_t> b;
+};
+thread_local FastScratch t_fast;
+
+// Fills a.xq/xd/xs (q8_0) or a.xb (bf16) from x.
+void quantize_for(detail::MatmulArgs& a) {
+  FastScratch& f = t_fast;
+  const int64_t n = a.n, cols = a.cols;
+  if (a.dtype == DType::Q8_0) {
+    const int64_t nb = cols / kQ8BlockSize;
+    if (int64_t(f.q.size()) < n * cols) f.q.resize(size_t(n * cols));
+    if (int64_t(f.d.size()) < n * nb) {
+      f.d.resize(size_t(n * nb));
+      f.s.resize(size_t(n * nb));
+    }
+    for (int64_t t = 0; t < n; ++t)
+      quantize_activations_q8(a.x + t * a.ldx, cols, f.q.data() + t * cols, f.d.data() + t * nb, f.s.data() + t * nb);
+    a.xq = f.q.data();
+    a.xd = f.d.data();
+    a.xs = f.s.data();
+  } else {
+    if (int64_t(f.b.size()) < n * cols / 2) f.b.resize(size_t(n * cols / 2));
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xt = a.x + t * a.ldx;
+      uint32_t* o = f.b.data() + t * cols / 2;
+      for (int64_t c = 0; c < cols; c += 32)
+        for (int j = 0; j < 16; ++j)
+          o[c / 2 + j] = uint32_t(round_to_bf16(xt[c + j])) | (uint32_t(round_to_bf16(xt[c + j + 16])) << 16);
+    }
+    a.xb = f.b.data();
+  }
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- matmul
 void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
-            ThreadPool* pool, bool accumulate) {
+            ThreadPool* pool, bool accumulate, Numerics numerics) {
   LOOM_CHECK(n >= 0 && w.rows >= 0 && w.cols >= 0, "n=", n, " rows=", w.rows, " cols=", w.cols);
   LOOM_CHECK(w.cols % dtype_block_elems(w.dtype) == 0, "cols=", w.cols, " dtype=", dtype_name(w.dtype));
   LOOM_CHECK(n <= 1 || (ldx >= w.cols && ldy >= w.rows), "ldx=", ldx, " ldy=", ldy);
@@ -40,10 +140,16 @@ void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* 
   a.ldy = ldy;
   a.accumulate = accumulate;
   const detail::KernelTable& tab = detail::active_table();
+  auto rows_fn = tab.matmul_rows;
+  // Fast mode: bf16 needs whole 32-column chunks (else the call stays exact).
+  if (numerics_applies(numerics, w.dtype) && w.cols > 0 && (w.dtype == DType::Q8_0 || w.cols % 32 == 0)) {
+    quantize_for(a);
+    rows_fn = w.dtype == DType::Q8_0 ? tab.q8_fast_rows : tab.bf16_fast_rows;
+  }
   // Small products stay on the calling thread: waking workers costs more than they save.
   const bool small = double(n) * double(w.rows) * double(w.cols) < 64.0 * 1024;
   if (small || !pool || pool->size() == 1 || w.rows < 32) {
-    tab.matmul_rows(a, 0, w.rows);
+    rows_fn(a, 0, w.rows);
     return;
   }
   // Threads take chunks of rows from a shared counter rather than fixed shares, so a worker
@@ -60,7 +166,7 @@ void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* 
     for (;;) {
       const int64_t r0 = next.fetch_add(chunk, std::memory_order_relaxed);
       if (r0 >= w.rows) break;
-      tab.matmul_rows(a, r0, std::min(w.rows, r0 + chunk));
+      rows_fn(a, r0, std::min(w.rows, r0 + chunk));
     }
   });
 }

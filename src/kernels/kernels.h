@@ -27,10 +27,60 @@ namespace loom::kernels {
 // d*q, exact in f32) and f32 activations (no activation quantization), so results differ from
 // matmul_ref, between paths, and between n == 1 and n > 1, only by the f32 summation order:
 // |y - y_ref| <= (cols + 8) * 2^-24 * sum_k |x_k w_k| (tests/kernels/test_matmul.cpp).
+//
+// Numerics modes (`numerics`): Numerics::exact is the above. Numerics::fast changes what the
+// activations are for two weight dtypes (f32 and f16 weights compute exactly as in exact mode):
+//  - q8_0: each token's x is quantized per 32-value block (the weight's blocks, so a block never
+//    straddles a shard boundary: col_block of q8_0 starts on a block) to int8, as
+//    quantize_activations_q8 states: amax = max|x_i|, d = amax / 127 (f32), q_i = round-to-even
+//    (x_i * (127 / amax)) in [-127, 127] (q = 0, d = 0 for an all-zero block). Then, per output
+//    (token t, row r), blocks in order:  s_b = sum_i q_w[i] * q_x[i] (exact, int32),
+//    p_b = f32(d_w) * d_x (f32 product), acc = fmaf(float(s_b), p_b, acc)  (acc from 0; y = acc,
+//    or y = y + acc when accumulating). Every path (scalar, AVX2, AVX-512 VNNI), n == 1 and n > 1,
+//    plain rows and row tiles perform exactly these operations: the same bits.
+//    Error against the exact product (matmul_ref), per output:
+//      |y - y_ref| <= sum_b 0.5001 * d_x,b * sum_{i in b} |w_i|                (quantization of x:
+//                       |x_i - d q_i| <= d/2, plus 127 * 2^-22 * d for the product x * (127/amax))
+//                   + (nb + 2) * 2^-24 * sum_b |p_b * s_b|                       (f32 rounding)
+//    and against matmul_fast_ref (the same quantization, summed in double) the second term alone.
+//  - bf16: each x value is rounded to bf16 (round to nearest even; quantize_activations_bf16) and
+//    multiplied with the bf16 weights as AVX512-BF16's vdpbf16ps does (products exact in f32):
+//    per output 16 lane sums over 32-column chunks c, lane j taking, in this order,
+//    fmaf(w[32c + j + 16], xb[32c + j + 16], a_j) then fmaf(w[32c + j], xb[32c + j], a_j), then
+//    the tree ((a_j + a_{j+8}) pairs, then +4, +2, +1). Needs cols % 32 == 0 (else the call runs
+//    in exact mode). Error against matmul_ref, per output:
+//      |y - y_ref| <= (2^-9 + (cols + 8) * 2^-24 * (1 + 2^-9)) * sum_k |x_k w_k|  (rounding x:
+//                       |x - bf16(x)| <= 2^-9 |x|; then the f32 sums of exact products)
+//                   + 2^-126 * cols * max|w|   (vdpbf16ps flushes subnormal inputs and results)
+//    and against matmul_fast_ref the f32-sum term alone. The scalar and AVX2 paths give the same
+//    bits as each other; the AVX512-BF16 path gives them too unless an input or partial sum is
+//    subnormal (the instruction flushes it; the others keep it). (The VNNI and AVX512-BF16 kernels
+//    were compiled but not run where they were written: that machine had AVX2 only; the kernel
+//    tests compare every path's bits with the scalar path's where they run.)
+enum class Numerics { exact, fast };
 void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
-            ThreadPool* pool, bool accumulate = false);
+            ThreadPool* pool, bool accumulate = false, Numerics numerics = Numerics::exact);
 void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
                 bool accumulate = false);
+// The fast mode's reference: x quantized as stated above (q8_0 weights: int8 blocks, bf16
+// weights: bf16 values; other dtypes: x unchanged), then the product summed in double.
+void matmul_fast_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
+                     bool accumulate = false);
+// Whether `numerics` changes what matmul computes for weights of `dtype` (fast: q8_0 and bf16).
+bool numerics_applies(Numerics numerics, DType dtype);
+// The activation quantization of the fast mode, one token row of `cols` values (cols % 32 == 0):
+// q[cols], d[cols/32] (block scales), qsum[cols/32] (sum of each block's q).
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, int32_t* qsum);
+// bf16 rounding of one value (round to nearest even; NaN stays NaN), and of a row.
+uint16_t round_to_bf16(float x);
+// "exact" or "fast".
+const char* numerics_name(Numerics n);
+// Parses "exact" / "fast"; throws loom::Error naming `what` and the value otherwise.
+Numerics parse_numerics(const char* name, const char* what);
+// The process default: LOOM_NUMERICS (exact|fast) if set, else fast; set_default_numerics (the
+// CLI's --numerics) overrides it. Engines take it unless their options name a mode.
+Numerics default_numerics();
+void set_default_numerics(Numerics n);
 
 // ---------------------------------------------------------------- elementwise
 // out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]   (out may alias x)
@@ -156,6 +206,7 @@ int sample_ref(const float* logits, int n, const SamplingParams& p, float u);
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false;
   bool avx512vl = false, avx512dq = false, avx512_bf16 = false, avx512_vnni = false;
+  bool amx_tile = false, amx_int8 = false, amx_bf16 = false;
 };
 const CpuFeatures& cpu_features();
 // The kernel path chosen for this process: "avx512", "avx2" or "scalar". LOOM_KERNELS=scalar|avx2
@@ -163,6 +214,10 @@ const CpuFeatures& cpu_features();
 // otherwise; a LOOM_KERNELS naming a path the CPU lacks falls back to the best it has, and an
 // unknown name throws loom::Error on first use.
 const char* kernel_path();
+// The fast mode's kernels on the current path: "vnni" / "avx2" / "scalar" for q8_0, "avx512bf16" /
+// "avx2" / "scalar" for bf16 (the AVX-512 path uses VNNI and AVX512-BF16 only where the CPU has them).
+const char* fast_q8_kernel();
+const char* fast_bf16_kernel();
 // Paths this CPU can run, lowest first (always starts with "scalar").
 std::vector<const char*> available_kernel_paths();
 // Tests and benchmarks: makes `path` the kernel path of this process (overrides LOOM_KERNELS).

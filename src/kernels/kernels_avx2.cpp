@@ -67,12 +67,76 @@ struct Avx2 {
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return mul(y, _mm256_castsi256_ps(e));
   }
+
+  // ---- fast mode (kernels_fast_impl.h); the same operations as the scalar path's definitions.
+  using F8 = __m256;
+  using I8 = __m256i;
+  static F8 f8_zero() { return _mm256_setzero_ps(); }
+  static F8 f8_set1(float f) { return _mm256_set1_ps(f); }
+  static F8 f8_load(const float* p) { return _mm256_loadu_ps(p); }
+  static void f8_store(float* p, F8 a) { _mm256_storeu_ps(p, a); }
+  static F8 f8_mul(F8 a, F8 b) { return _mm256_mul_ps(a, b); }
+  static F8 f8_fma(F8 a, F8 b, F8 c) { return _mm256_fmadd_ps(a, b, c); }
+  static F8 f8_from_f16(const uint16_t* p) { return load_f16(p); }
+  static F8 f8_from_i32(I8 s) { return _mm256_cvtepi32_ps(s); }
+  static float f8_lane(F8 a, int i) {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, a);
+    return t[i];
+  }
+  // 8 rows x 32 int8: |w| (u8) times x with w's sign (s8) pairwise into int16 (|w| <= 128,
+  // |x| <= 127: no saturation), pairs of those into int32, then a transposing add tree.
+  static I8 q8_dot8(const int8_t* w, int64_t stride, const int8_t* x, int32_t /*xsum*/) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * stride));
+      const __m256i d16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+      p[r] = _mm256_madd_epi16(d16, ones);
+    }
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+    // h0123: 128-bit lane 0 = rows 0..3 over columns 0..15, lane 1 = rows 0..3 over 16..31.
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                            _mm256_permute2x128_si256(h0123, h4567, 0x31));
+  }
+  // 16 lanes as two vectors of 8.
+  struct A16 {
+    __m256 lo, hi;
+  };
+  static A16 a16_zero() { return A16{_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static __m256 pair_lo(__m256i u) { return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)); }
+  static __m256 pair_hi(__m256i u) { return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(int(0xFFFF0000u)))); }
+  static void a16_step_pairs(A16& a, const uint32_t* w, const uint32_t* x) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 8));
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8));
+    a.lo = _mm256_fmadd_ps(pair_lo(w0), pair_lo(x0), _mm256_fmadd_ps(pair_hi(w0), pair_hi(x0), a.lo));
+    a.hi = _mm256_fmadd_ps(pair_lo(w1), pair_lo(x1), _mm256_fmadd_ps(pair_hi(w1), pair_hi(x1), a.hi));
+  }
+  static void a16_step_plain(A16& a, const uint16_t* w, const uint32_t* x) {
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8));
+    a.lo = _mm256_fmadd_ps(load_bf16(w), pair_lo(x0), _mm256_fmadd_ps(load_bf16(w + 16), pair_hi(x0), a.lo));
+    a.hi = _mm256_fmadd_ps(load_bf16(w + 8), pair_lo(x1), _mm256_fmadd_ps(load_bf16(w + 24), pair_hi(x1), a.hi));
+  }
+  static float a16_reduce(const A16& a) {
+    const __m256 s8 = _mm256_add_ps(a.lo, a.hi);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // [s4[0] + s4[2], s4[1] + s4[3]]
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+  }
 };
 
 #include "kernels/kernels_impl.h"
+#include "kernels/kernels_fast_impl.h"
 
 }  // namespace
 
-const KernelTable& table_avx2() { return make_table<Avx2>("avx2"); }
+const KernelTable& table_avx2() { return make_table<Avx2>("avx2", "avx2", "avx2"); }
 
 }  // namespace loom::kernels::detail

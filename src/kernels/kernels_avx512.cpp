@@ -75,6 +75,6 @@ struct Avx512 {
 
 }  // namespace
 
-const KernelTable& table_avx512() { return make_table<Avx512>("avx512"); }
+const KernelTable& table_avx512() { return make_table<Avx512, false>("avx512", nullptr, nullptr); }
 
 }  // namespace loom::kernels::detail

@@ -698,8 +698,29 @@ double fma_peak_impl(int64_t iters) {
 }
 
 template <class S>
-const KernelTable& make_table(const char* name) {
-  static const KernelTable t{name, &matmul_rows_impl<S>, &rmsnorm_impl<S>, &swiglu_impl<S>,
-                             &attention_items_impl<S>, &fma_peak_impl<S>};
+void q8_fast_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1);
+template <class S>
+void bf16_fast_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1);
+
+// kFast: S has the fast-mode members (kernels_fast_impl.h); else the table's fast entries are
+// null and the dispatch fills them (cpu_features.cpp).
+template <class S, bool kFast = true>
+const KernelTable& make_table(const char* name, const char* q8_fast_name, const char* bf16_fast_name) {
+  using Rows = void (*)(const MatmulArgs&, int64_t, int64_t);
+  Rows q8 = nullptr, bf16 = nullptr;
+  if constexpr (kFast) {
+    q8 = &q8_fast_rows_impl<S>;
+    bf16 = &bf16_fast_rows_impl<S>;
+  }
+  static const KernelTable t{name,
+                             &matmul_rows_impl<S>,
+                             &rmsnorm_impl<S>,
+                             &swiglu_impl<S>,
+                             &attention_items_impl<S>,
+                             q8,
+                             bf16,
+                             q8_fast_name,
+                             bf16_fast_name,
+                             &fma_peak_impl<S>};
   return t;
 }

@@ -5,6 +5,7 @@
 // f32 rounding of the optimised accumulation order only. Never call these on a hot path.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -31,6 +32,48 @@ void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, flo
       out = accumulate ? float(double(out) + acc) : float(acc);
     }
   }
+}
+
+void matmul_fast_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
+                     bool accumulate) {
+  const int64_t cols = w.cols;
+  const bool q8 = w.dtype == DType::Q8_0, bf16 = w.dtype == DType::BF16 && cols % 32 == 0;
+  std::vector<float> xs(size_t(std::max<int64_t>(n * cols, 1)));  // x as the fast mode sees it
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t b = 0; b < cols; b += 32) {
+      const float* xi = x + i * ldx + b;
+      float* o = xs.data() + i * cols + b;
+      const int64_t m = std::min<int64_t>(32, cols - b);
+      if (q8) {
+        // kernels.h: d = amax / 127, q = round-to-even(x * (127 / amax)); x seen as d * q.
+        double amax = 0.0;
+        for (int64_t k = 0; k < m; ++k) amax = std::max(amax, double(std::fabs(xi[k])));
+        const float famax = float(amax);
+        const float d = famax / 127.0f, id = famax > 0.0f ? 127.0f / famax : 0.0f;
+        for (int64_t k = 0; k < m; ++k) {
+          float q = std::nearbyint(xi[k] * id);
+          q = std::min(127.0f, std::max(-127.0f, q));
+          o[k] = float(double(d) * double(q));  // exact: 24-bit d times a 7-bit integer
+        }
+      } else if (bf16) {
+        for (int64_t k = 0; k < m; ++k) {
+          uint32_t u;
+          std::memcpy(&u, &xi[k], 4);
+          if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+            o[k] = xi[k];
+            continue;
+          }
+          const uint32_t lsb = (u >> 16) & 1u;
+          u = (u + 0x7FFFu + lsb) & 0xFFFF0000u;
+          std::memcpy(&o[k], &u, 4);
+        }
+      } else {
+        for (int64_t k = 0; k < m; ++k) o[k] = xi[k];
+      }
+    }
+  // q8_0: d * q is exact in f32 and d_w * q_w too, so the double products below are the exact
+  // products of the quantized values.
+  matmul_ref(xs.data(), n, cols, w, y, ldy, accumulate);
 }
 
 void rmsnorm_ref(float* out, const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps) {

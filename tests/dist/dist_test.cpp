@@ -240,6 +240,37 @@ TEST_F(DistSynthGqa, EveryPlanMatchesSingleRankGreedy) {
   }
 }
 
+// ---- numerics modes: every plan gives the single-rank tokens in fast and exact mode, for
+// q8_0 and bf16 weights (kernels.h "Numerics"). Exactness class: summation order (TP shards sum
+// their activation blocks' products separately; the blocks themselves are the single rank's,
+// since a q8_0 shard starts on a block), so greedy tokens equal, differences explained by
+// expect_tokens with the single-rank top-2 gap. ----
+
+TEST(DistNumerics, EveryPlanMatchesSingleRankInBothModes) {
+  for (DType dt : {DType::Q8_0, DType::BF16}) {
+    SynthOptions so;
+    so.shape = parse_synth_dims("d=128,layers=2,heads=4,kv_heads=2,head_dim=32,ffn=256,vocab=512,ctx=256");
+    so.dtype = dt;
+    so.seed = 3;
+    so.threads = 1;
+    const std::string path = test::temp_dir() + "/numerics-" + std::string(dtype_name(dt)) + ".gguf";
+    write_synth_model(so, path);
+    std::shared_ptr<Model> model = load_model(path);
+    const auto prompts = random_prompts(6, 30, model->config.vocab_size, 31);
+    for (kernels::Numerics num : {kernels::Numerics::fast, kernels::Numerics::exact}) {
+      const kernels::Numerics before = kernels::default_numerics();
+      kernels::set_default_numerics(num);  // the single-rank reference and the engines below
+      std::vector<std::vector<int32_t>> want;
+      for (const auto& p : prompts) want.push_back(alone(model, p, 8));
+      for (const std::string plan : {"tp=2", "tp=4", "dp=2,tp=2", "sp=2,tp=2", "kvp=2,tpa=2"}) {
+        SCOPED_TRACE(cat(dtype_name(dt), " ", kernels::numerics_name(num), " ", plan));
+        expect_tokens(cat("plan ", plan), model, prompts, want, run_plan(plan, model, greedy_requests(prompts, 8)));
+      }
+      kernels::set_default_numerics(before);
+    }
+  }
+}
+
 // ---- plan sets: a policy switching plans of different KV placements (the KV migrates) ----
 
 struct SetRun {
