@@ -206,7 +206,7 @@ std::vector<TraceRequest> read_mooncake_jsonl(const std::string& path,
     if (blank(line)) continue;
     nlohmann::json j;
     try {
-      j = parse_json_bounded(line, "line", kTraceLineJsonLimits);  // depth-bounded
+      j = parse_json_bounded(line, "invalid JSON", kTraceLineJsonLimits);  // depth-bounded
     } catch (const Error& e) {
       r.error("(line)", e.what(), line);
     }
