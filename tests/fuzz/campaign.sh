@@ -14,11 +14,14 @@ jobs=${3:-2}
 shift $(( $# > 3 ? 3 : $# ))
 names=${*:-"gguf safetensors hf_config tokenizer_json llama2c llama2c_tokenizer openai_request step_codec"}
 sh "$here/run.sh" build "$build/fuzz"
+build=$(cd "$build" && pwd)
+par=""
+[ "$jobs" -gt 1 ] && par="-jobs=$jobs -workers=$jobs"  # workers log to fuzz-N.log in the work dir
 for n in $names; do
   work="$build/fuzz-campaign/$n"
   mkdir -p "$work/corpus" "$work/artifacts" "$work/tmp"
   echo "== fuzz_$n for ${secs}s on $jobs jobs (corpus $work/corpus)"
-  LOOM_FUZZ_TMP="$work/tmp" "$build/fuzz/fuzz_$n" -max_total_time="$secs" -jobs="$jobs" -workers="$jobs" \
+  (cd "$work" && LOOM_FUZZ_TMP="$work/tmp" "$build/fuzz/fuzz_$n" -max_total_time="$secs" $par \
     -rss_limit_mb=2048 -timeout=20 -artifact_prefix="$work/artifacts/" \
-    "$work/corpus" "$here/corpus/$n" || echo "fuzz_$n: findings in $work/artifacts"
+    "$work/corpus" "$here/corpus/$n") || echo "fuzz_$n: findings in $work/artifacts"
 done
