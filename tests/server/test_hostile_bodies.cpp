@@ -139,6 +139,12 @@ TEST(HostileBodies, LiveServerAnswers400AndKeepsServing) {
     EXPECT_EQ(j["error"]["param"], b.param.empty() ? json(nullptr) : json(b.param));
     EXPECT_LT(res->body.size(), 600u);
   }
+  // An unknown model with a 1 MB name: 404 quoting a capped excerpt.
+  auto nf = c.Post("/v1/completions", json{{"prompt", "hi"}, {"model", std::string(1 << 20, 'm')}}.dump(),
+                   "application/json");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_LT(nf->body.size(), 600u);
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
