@@ -31,13 +31,15 @@ struct JsonLimits {
 //    sub-configs ~4 deep) to a few hundred KB (indexes of the largest models);
 //  - tokenizer.json / tokenizer_config.json: up to ~35 MB in published models (Gemma 3's is 33
 //    MB), pre_tokenizer Sequences nest ~4 deep;
+//    Memory: nlohmann holds a 16-byte node per value (plus container growth), so a file of the
+//    maximum size made of 2-byte values ("0,") can cost ~8-16x its size, ~0.5-1 GB at 64 MB;
 //  - safetensors header: the format's own cap is 100,000,000 bytes (the safetensors crate's
 //    MAX_HEADER_SIZE); tensor entries nest 3 deep ({name: {shape: [..]}}), metadata is flat;
 //  - an OpenAI request body: messages[i].content[j] is 4 deep; the server's body limit bounds
 //    the size first;
 //  - one JSONL trace line: a flat record with one array (hash_ids).
 inline constexpr JsonLimits kHfConfigJsonLimits{size_t(4) << 20, 32};
-inline constexpr JsonLimits kTokenizerJsonLimits{size_t(128) << 20, 64};
+inline constexpr JsonLimits kTokenizerJsonLimits{size_t(64) << 20, 64};
 inline constexpr JsonLimits kSafetensorsHeaderLimits{size_t(100'000'000), 8};
 inline constexpr JsonLimits kRequestJsonLimits{size_t(64) << 20, 64};
 inline constexpr JsonLimits kTraceLineJsonLimits{size_t(16) << 20, 8};

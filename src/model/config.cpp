@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <utility>
 
 #include "core/error.h"
@@ -45,8 +46,11 @@ void ModelConfig::validate() const {
     fail("model config: num_attention_heads = ", n_heads, " is not a multiple of num_key_value_heads = ",
          n_kv_heads);
   if (head_dim % 2 != 0) fail("model config: head_dim = ", head_dim, " must be even for RoPE");
-  if (!(rms_eps > 0.0f)) fail("model config: rms_norm_eps = ", rms_eps, " (must be positive)");
-  if (!(rope_theta > 0.0f)) fail("model config: rope_theta = ", rope_theta, " (must be positive)");
+  // Finite too: a double key beyond float's range reads as inf.
+  if (!(rms_eps > 0.0f) || !std::isfinite(rms_eps))
+    fail("model config: rms_norm_eps = ", rms_eps, " (must be positive and finite)");
+  if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
+    fail("model config: rope_theta = ", rope_theta, " (must be positive and finite)");
   if (bos_id >= vocab_size || eos_id >= vocab_size)
     fail("model config: bos/eos token id (", bos_id, "/", eos_id, ") outside vocab_size = ", vocab_size);
   if (rope_scaling.llama3 && !(rope_scaling.factor >= 1.0f))

@@ -201,6 +201,8 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
   if (present(b, "temperature")) {
     const double t = get_number(b["temperature"], "temperature");
     if (t < 0) bad("temperature", cat("'temperature' must be >= 0, got ", t));
+    if (t > double(std::numeric_limits<float>::max()))  // it is kept as a float
+      bad("temperature", cat("'temperature' = ", t, " is outside the float range"));
     r.sampling.temperature = float(t);
   }
   if (present(b, "top_p")) {

@@ -157,6 +157,12 @@ TEST(HostileFiles, ConfigJsonNestedDeepAnyKeyIsOneLine) {
                      {"config.json", "hidden_size", "expected an integer", "(an array of 100000 entries)"});
 }
 
+TEST(HostileFiles, OversizedConfigIsRefusedBeforeReading) {
+  StModel m;
+  write_bytes(m.dir + "/config.json", std::string(size_t(5) << 20, ' '));
+  expect_short_error([&] { load_model(m.dir); }, {"config.json", "5242880 bytes, more than the limit of 4194304 bytes"});
+}
+
 TEST(HostileFiles, ConfigProductsAndHugeValuesAreReportedTruly) {
   StModel m;
   const json good = m.config();

@@ -102,6 +102,10 @@ TEST(HostileBodies, InvalidUtf8AndOutOfRangeNumbersAre400WithTheTrueValue) {
   const ApiError f = error_of({Endpoint::kCompletions, R"({"prompt":"hi","temperature":1e400})", ""});
   EXPECT_EQ(f.status, 400);
   EXPECT_NE(f.message.find("1e400"), std::string::npos) << f.message;
+  // Finite as a double but not as the float it is kept in.
+  const ApiError tf = error_of({Endpoint::kCompletions, R"({"prompt":"hi","temperature":1e300})", "temperature"});
+  EXPECT_EQ(tf.param, "temperature");
+  EXPECT_NE(tf.message.find("float range"), std::string::npos) << tf.message;
   // max_tokens 1e12: reported as given (it read as 2147483652 in the context error).
   const ApiError m = error_of({Endpoint::kCompletions, R"({"prompt":"hi","max_tokens":1e12})", "max_tokens"});
   EXPECT_EQ(m.param, "max_tokens");
