@@ -3,7 +3,7 @@
 # corpus and fuzzes for LOOM_FUZZ_SECONDS. Without clang++/libFuzzer every test skips (77) with a
 # message. LOOM_FUZZ=OFF leaves them out.
 option(LOOM_FUZZ "Register the libFuzzer harness tests (built with clang++ at test time)" ON)
-set(LOOM_FUZZ_SECONDS 4 CACHE STRING "Seconds each fuzz harness runs in ctest")
+set(LOOM_FUZZ_SECONDS 3 CACHE STRING "Seconds each fuzz harness runs in ctest")
 if(LOOM_FUZZ)
   set(loom_fuzz_build ${CMAKE_BINARY_DIR}/fuzz)
   add_test(NAME fuzz_build COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run.sh build ${loom_fuzz_build})
