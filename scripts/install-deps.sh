@@ -10,6 +10,7 @@ packages=(
   libcpp-httplib-dev                 # HTTP server (loom serve)
   openmpi-bin libopenmpi-dev         # multi-process ranks (--comm mpi)
   curl                               # raw HTTP client in server tests
+  clang libclang-rt-dev              # libFuzzer + sanitizer runtimes (tests/fuzz)
 )
 # Tools that may already come from elsewhere than Debian (a newer npm, say): install the
 # Debian package only when the command itself is missing.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstddef>
 
 #include "core/error.h"
 
@@ -65,22 +66,20 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::F32:
       std::memcpy(dst, src, size_t(n) * 4);
       return;
-    case DType::F16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+    // src may be at any address (load_u16): a mapped safetensors tensor can start at an odd byte.
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src, i));
       return;
-    }
-    case DType::BF16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src, i));
       return;
-    }
     case DType::Q8_0: {
       LOOM_CHECK(n % kQ8BlockSize == 0, "n=", n);
-      auto* b = static_cast<const BlockQ8_0*>(src);
-      for (int64_t i = 0; i < n / kQ8BlockSize; ++i) {
-        const float d = f16_to_f32(b[i].d);
-        for (int j = 0; j < kQ8BlockSize; ++j) dst[i * kQ8BlockSize + j] = d * float(b[i].qs[j]);
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n / kQ8BlockSize; ++i, b += sizeof(BlockQ8_0)) {
+        const float d = f16_to_f32(load_u16(b + offsetof(BlockQ8_0, d), 0));
+        const auto* qs = reinterpret_cast<const int8_t*>(b + offsetof(BlockQ8_0, qs));
+        for (int j = 0; j < kQ8BlockSize; ++j) dst[i * kQ8BlockSize + j] = d * float(qs[j]);
       }
       return;
     }

@@ -53,6 +53,21 @@ inline uint32_t f32_to_bits(float f) {
   return u;
 }
 
+// Element i of a 16-bit (or 32-bit) array at any address. Weight data is mapped from files whose
+// formats allow odd offsets (a safetensors header length or data_offsets), so a plain
+// `static_cast<const uint16_t*>(p)[i]` would be a misaligned load, undefined behaviour that
+// UBSan reports; memcpy compiles to the same single load on x86.
+inline uint16_t load_u16(const void* p, int64_t i) {
+  uint16_t v;
+  std::memcpy(&v, static_cast<const uint8_t*>(p) + 2 * i, 2);
+  return v;
+}
+inline float load_f32(const void* p, int64_t i) {
+  float v;
+  std::memcpy(&v, static_cast<const uint8_t*>(p) + 4 * i, 4);
+  return v;
+}
+
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32(uint32_t(h) << 16); }
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_to_bits(f);

@@ -39,9 +39,14 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-std::string read_text_file(const std::string& path) {
+std::string read_text_file(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open '", path, "': ", std::strerror(errno));
+  if (max_bytes != size_t(-1)) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) > max_bytes)
+      fail("'", path, "': ", uint64_t(st.st_size), " bytes, more than the limit of ", max_bytes, " bytes");
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();

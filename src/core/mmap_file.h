@@ -27,7 +27,9 @@ class MappedFile {
 };
 
 // Reads a whole (small) file into a string; throws loom::Error naming the path.
-std::string read_text_file(const std::string& path);
+// max_bytes: files larger than this are refused (one line naming the size and the limit)
+// before anything is read, so an untrusted path cannot make loom allocate its size.
+std::string read_text_file(const std::string& path, size_t max_bytes = size_t(-1));
 bool file_exists(const std::string& path);
 
 }  // namespace loom

@@ -152,6 +152,9 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
     s.priority = r.get<int32_t>("priority");
     if (s.start < 0 || s.num_tokens < 1)
       fail("step descriptor: sequence ", s.seq_id, " has start ", s.start, " and ", s.num_tokens, " tokens");
+    if (int64_t(s.start) + s.num_tokens > INT32_MAX)  // context_len() must not overflow
+      fail("step descriptor: sequence ", s.seq_id, " ends at position ", int64_t(s.start) + s.num_tokens,
+           ", past 2^31-1");
     if (uint64_t(s.num_tokens) * 4 > r.left())
       fail("step descriptor: sequence ", s.seq_id, " lists ", s.num_tokens, " tokens in ", r.left(), " bytes");
     s.token_ids.resize(size_t(s.num_tokens));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "engine/metrics.h"
 
 namespace loom {
@@ -21,16 +22,29 @@ struct LineReader {
   explicit LineReader(const std::string& path) : path(path), in(path) {
     if (!in) fail("cannot open trace file '", path, "'");
   }
+  // Trace lines are short records; a longer one is refused before it is buffered whole.
+  static constexpr size_t kMaxLineBytes = kTraceLineJsonLimits.max_bytes;
   // Next line without its '\r\n'; false at end of file.
   bool next(std::string* line) {
-    if (!std::getline(in, *line)) return false;
+    line->clear();
+    std::streambuf* buf = in.rdbuf();
+    bool any = false;
+    for (int c; (c = buf->sbumpc()) != std::char_traits<char>::eof();) {
+      any = true;
+      if (c == '\n') break;
+      if (line->size() >= kMaxLineBytes)
+        fail(path, ":", line_no + 1, ": line longer than ", kMaxLineBytes, " bytes (not a trace?)");
+      line->push_back(char(c));
+    }
+    if (!any) return false;
     ++line_no;
     if (!line->empty() && line->back() == '\r') line->pop_back();
     return true;
   }
+  // `found` is quoted capped (text_excerpt): a bad field may be megabytes long.
   [[noreturn]] void error(std::string_view field, const std::string& what,
                           std::string_view found) const {
-    fail(path, ":", line_no, ": field '", field, "': ", what, ", found '", found, "'");
+    fail(path, ":", line_no, ": field '", field, "': ", what, ", found '", text_excerpt(found, 80), "'");
   }
   std::string path;
   std::ifstream in;
@@ -185,35 +199,35 @@ std::vector<TraceRequest> read_mooncake_jsonl(const std::string& path,
     if (it == j.end()) r.error(name, "missing", "");
     if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
         it->get<int64_t>() > std::numeric_limits<int>::max())
-      r.error(name, "expected a non-negative integer", it->dump());
+      r.error(name, "expected a non-negative integer", json_excerpt(*it));
     return it->get<int64_t>();
   };
   while (r.next(&line)) {
     if (blank(line)) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      r.error("(line)", cat("invalid JSON: ", e.what()), line.substr(0, 80));
+      j = parse_json_bounded(line, "invalid JSON", kTraceLineJsonLimits);  // depth-bounded
+    } catch (const Error& e) {
+      r.error("(line)", e.what(), line);
     }
-    if (!j.is_object()) r.error("(line)", "expected a JSON object", line.substr(0, 80));
+    if (!j.is_object()) r.error("(line)", "expected a JSON object", line);
     TraceRequest t;
     auto ts = j.find("timestamp");
     if (ts == j.end()) r.error("timestamp", "missing", "");
     if (!ts->is_number() || ts->get<double>() < 0)
-      r.error("timestamp", "expected a non-negative number of milliseconds", ts->dump());
+      r.error("timestamp", "expected a non-negative number of milliseconds", json_excerpt(*ts));
     t.arrival_s = ts->get<double>() / 1000.0;
     if (t.arrival_s < prev)
       r.error("timestamp", cat("timestamps must not decrease (previous ", prev * 1000, " ms)"),
-              ts->dump());
+              json_excerpt(*ts));
     prev = t.arrival_s;
     t.prompt_len = int(count_field(j, "input_length"));
     t.output_len = int(count_field(j, "output_length"));
     auto h = j.find("hash_ids");
     if (h != j.end()) {
-      if (!h->is_array()) r.error("hash_ids", "expected an array of integers", h->dump());
+      if (!h->is_array()) r.error("hash_ids", "expected an array of integers", json_excerpt(*h));
       for (const auto& x : *h) {
-        if (!x.is_number_integer()) r.error("hash_ids", "expected integers", x.dump());
+        if (!x.is_number_integer()) r.error("hash_ids", "expected integers", json_excerpt(x));
         t.prefix_hashes.push_back(x.get<int64_t>());
       }
       t.hash_block_tokens = kMooncakeHashBlockTokens;

@@ -30,10 +30,11 @@ inline typename S::V load_w(const uint8_t* row, int64_t k) {
 
 template <class S, DType D>
 inline float load_w_scalar(const uint8_t* row, int64_t k) {
-  if constexpr (D == DType::F32) return reinterpret_cast<const float*>(row)[k];
-  if constexpr (D == DType::F16) return S::f16(reinterpret_cast<const uint16_t*>(row)[k]);
+  // Rows may be views of a mapped file at any address (core/dtype.h load_u16).
+  if constexpr (D == DType::F32) return load_f32(row, k);
+  if constexpr (D == DType::F16) return S::f16(load_u16(row, k));
   if constexpr (D == DType::BF16) {
-    const uint32_t u = uint32_t(reinterpret_cast<const uint16_t*>(row)[k]) << 16;
+    const uint32_t u = uint32_t(load_u16(row, k)) << 16;
     float f;
     __builtin_memcpy(&f, &u, 4);
     return f;

@@ -15,7 +15,7 @@ struct Scalar {
   static constexpr int64_t kGemmKc = 512;
   static V zero() { return 0.0f; }
   static V set1(float f) { return f; }
-  static V load(const float* p) { return *p; }
+  static V load(const float* p) { return load_f32(p, 0); }  // weight views may be misaligned
   static void store(float* p, V v) { *p = v; }
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
@@ -23,9 +23,9 @@ struct Scalar {
   static V div(V a, V b) { return a / b; }
   static V fma(V a, V b, V c) { return a * b + c; }
   static float hsum(V v) { return v; }
-  static V load_f16(const uint16_t* p) { return f16_to_f32(*p); }
+  static V load_f16(const uint16_t* p) { return f16_to_f32(load_u16(p, 0)); }  // any address
   static V load_bf16(const uint16_t* p) {
-    const uint32_t u = uint32_t(*p) << 16;
+    const uint32_t u = uint32_t(load_u16(p, 0)) << 16;
     float f;
     __builtin_memcpy(&f, &u, 4);
     return f;

@@ -50,8 +50,11 @@ struct ModelConfig {
   std::vector<int> eos_ids;  // every end-of-sequence id the file lists (HF eos may be a list);
                              // eos_id is the first; may be empty (= {eos_id})
 
-  int q_dim() const { return n_heads * head_dim; }
-  int kv_dim() const { return n_kv_heads * head_dim; }
+  // Products of values read from files: computed in 64 bits and checked (validate() rejects a
+  // config whose products leave int; these throw loom::Error rather than overflow if called
+  // on one that was not validated).
+  int q_dim() const { return dim_product(n_heads, head_dim, "num_attention_heads x head_dim"); }
+  int kv_dim() const { return dim_product(n_kv_heads, head_dim, "num_key_value_heads x head_dim"); }
   int group_size() const { return n_heads / n_kv_heads; }
 
   // Throws loom::Error naming the first inconsistent key with its value and the expected one.
@@ -64,6 +67,14 @@ struct ModelConfig {
   // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
   // vocab_size, max_position_embeddings, rope_theta), with HF's half-split RoPE; the other
   // fields keep their defaults.
+  static int dim_product(int a, int b, const char* what) {
+    const int64_t p = int64_t(a) * int64_t(b);
+    if (p > INT32_MAX || p < INT32_MIN) [[unlikely]]
+      dim_overflow(a, b, what);
+    return int(p);
+  }
+  [[noreturn]] static void dim_overflow(int64_t a, int64_t b, const char* what);
+
   static ModelConfig from_dims(const std::string& arch, int d, int layers, int heads, int kv, int head_dim, int ffn,
                                int vocab, int ctx, float theta);
 };

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "core/mmap_file.h"
 
 namespace loom {
@@ -17,6 +18,19 @@ using nlohmann::json;
 
 std::string type_text(const json& j) { return j.type_name(); }
 
+// An integer JSON value within int, reported with its true value when not (2^63 and above are
+// unsigned in nlohmann and would print wrapped to a negative number through int64_t).
+int checked_int(const json& v, const std::string& key, const std::string& what) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int>::max()))
+    fail(what, ": key '", key, "' = ", v.get<uint64_t>(), " is out of range (at most ",
+         std::numeric_limits<int>::max(), ")");
+  const int64_t x = v.get<int64_t>();
+  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+    fail(what, ": key '", key, "' = ", x, " is out of range [", std::numeric_limits<int>::min(), ", ",
+         std::numeric_limits<int>::max(), "]");
+  return int(x);
+}
+
 int get_int(const json& j, const std::string& key, const std::string& what, const int* fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
@@ -24,31 +38,32 @@ int get_int(const json& j, const std::string& key, const std::string& what, cons
     fail(what, ": missing key '", key, "'");
   }
   if (!it->is_number_integer())
-    fail(what, ": key '", key, "': expected an integer, found ", type_text(*it), " ", it->dump());
-  const int64_t v = it->get<int64_t>();
-  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
-    fail(what, ": key '", key, "' = ", v, " is out of range");
-  return int(v);
+    fail(what, ": key '", key, "': expected an integer, found ", type_text(*it), " ", json_excerpt(*it));
+  return checked_int(*it, key, what);
 }
 
 double get_num(const json& j, const std::string& key, const std::string& what, double fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) fail(what, ": key '", key, "': expected a number, found ", type_text(*it), " ", it->dump());
-  return it->get<double>();
+  if (!it->is_number()) fail(what, ": key '", key, "': expected a number, found ", type_text(*it), " ", json_excerpt(*it));
+  // Every number read here is stored as a float: converting one beyond float's range is UB.
+  const double d = it->get<double>();
+  if (!(std::fabs(d) <= double(std::numeric_limits<float>::max())))
+    fail(what, ": key '", key, "' = ", json_excerpt(*it), " is outside the float range");
+  return d;
 }
 
 bool get_bool(const json& j, const std::string& key, const std::string& what, bool fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) fail(what, ": key '", key, "': expected true or false, found ", it->dump());
+  if (!it->is_boolean()) fail(what, ": key '", key, "': expected true or false, found ", json_excerpt(*it));
   return it->get<bool>();
 }
 
 std::string get_str(const json& j, const std::string& key, const std::string& what, const std::string& fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_string()) fail(what, ": key '", key, "': expected a string, found ", it->dump());
+  if (!it->is_string()) fail(what, ": key '", key, "': expected a string, found ", json_excerpt(*it));
   return it->get<std::string>();
 }
 
@@ -74,12 +89,9 @@ double short_double(float f) {
 }  // namespace
 
 HfConfig parse_hf_config(const std::string& text, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(what, ": not valid JSON: ", e.what());
-  }
+  // Bounded (core/json_bounded.h): a key nested thousands deep is one error line, not a crash
+  // in whatever recursion touches it later.
+  const json j = parse_json_bounded(text, what, kHfConfigJsonLimits);
   if (!j.is_object()) fail(what, ": expected a JSON object, found ", type_text(j));
   HfConfig out;
   // The model class from "architectures"; configs written by hand (or by other tools) often
@@ -92,11 +104,11 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
     for (auto& a : kArchs)
       if (*type_it == a.model_type) out.architecture = a.hf;
     if (out.architecture.empty())
-      fail(what, ": model_type '", type_it->get<std::string>(),
+      fail(what, ": model_type '", text_excerpt(type_it->get<std::string>()),
            "' is not supported (loom reads llama, mistral, qwen2) and there is no 'architectures' key");
   } else {
     fail(what, ": key 'architectures': expected a list with the model class name, found ",
-         arch_it == j.end() ? std::string("nothing") : arch_it->dump());
+         arch_it == j.end() ? std::string("nothing") : json_excerpt(*arch_it));
   }
   ModelConfig& c = out.config;
   bool known = false;
@@ -106,7 +118,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
       known = true;
     }
   if (!known)
-    fail(what, ": architecture '", out.architecture,
+    fail(what, ": architecture '", text_excerpt(out.architecture),
          "' is not supported (loom reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
 
   c.d_model = get_int(j, "hidden_size", what, nullptr);
@@ -131,10 +143,11 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   c.qkv_bias = c.arch == "qwen2" || get_bool(j, "attention_bias", what, false);
   if (get_bool(j, "mlp_bias", what, false)) fail(what, ": key 'mlp_bias' = true is not supported");
   const std::string act = get_str(j, "hidden_act", what, "silu");
-  if (act != "silu") fail(what, ": key 'hidden_act' = '", act, "' is not supported (expected silu)");
+  if (act != "silu")
+    fail(what, ": key 'hidden_act' = '", text_excerpt(act), "' is not supported (expected silu)");
 
   if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
-    if (!rs->is_object()) fail(what, ": key 'rope_scaling': expected an object, found ", rs->dump());
+    if (!rs->is_object()) fail(what, ": key 'rope_scaling': expected an object, found ", json_excerpt(*rs));
     const std::string type =
         get_str(*rs, "rope_type", what + " rope_scaling", get_str(*rs, "type", what + " rope_scaling", "default"));
     if (type == "llama3") {
@@ -149,7 +162,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
         fail(w, ": high_freq_factor = ", c.rope_scaling.high_freq_factor, " must exceed low_freq_factor = ",
              c.rope_scaling.low_freq_factor);
     } else if (type != "default") {
-      fail(what, ": rope_scaling type '", type, "' is not supported (loom reads llama3)");
+      fail(what, ": rope_scaling type '", text_excerpt(type), "' is not supported (loom reads llama3)");
     }
   }
 
@@ -159,14 +172,14 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   if (eos == j.end() || eos->is_null()) {
     c.eos_ids = {2};
   } else if (eos->is_number_integer()) {
-    c.eos_ids = {eos->get<int>()};
+    c.eos_ids = {checked_int(*eos, "eos_token_id", what)};
   } else if (eos->is_array() && !eos->empty()) {
     for (auto& e : *eos) {
-      if (!e.is_number_integer()) fail(what, ": key 'eos_token_id': expected integers, found ", eos->dump());
-      c.eos_ids.push_back(e.get<int>());
+      if (!e.is_number_integer()) fail(what, ": key 'eos_token_id': expected integers, found ", json_excerpt(*eos));
+      c.eos_ids.push_back(checked_int(e, "eos_token_id", what));
     }
   } else {
-    fail(what, ": key 'eos_token_id': expected an integer or a list of integers, found ", eos->dump());
+    fail(what, ": key 'eos_token_id': expected an integer or a list of integers, found ", json_excerpt(*eos));
   }
   c.eos_id = c.eos_ids[0];
   for (int e : c.eos_ids)
@@ -184,7 +197,9 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   return out;
 }
 
-HfConfig load_hf_config(const std::string& path) { return parse_hf_config(read_text_file(path), path); }
+HfConfig load_hf_config(const std::string& path) {
+  return parse_hf_config(read_text_file(path, kHfConfigJsonLimits.max_bytes), path);
+}
 
 std::string hf_config_json(const ModelConfig& c, DType dtype) {
   json j;

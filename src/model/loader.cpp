@@ -135,7 +135,7 @@ bool starts_with_gguf(const std::string& path) {
 Vocab vocab_from_file(const std::string& path, int vocab_size) {
   if (!file_exists(path)) fail("tokenizer '", path, "' does not exist");
   if (starts_with_gguf(path)) return gguf_vocab(GgufFile(path));
-  if (fs::path(path).extension() == ".json") return load_tokenizer_json(path);
+  if (fs::path(path).extension() == ".json") return load_tokenizer_json(path, vocab_size);
   return load_llama2c_vocab(path, vocab_size);
 }
 

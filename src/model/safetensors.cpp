@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "model/hf_config.h"
 
 namespace loom {
@@ -47,13 +48,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   if (n > size - 8)
     fail("safetensors '", path, "': header length ", n, " runs past the end of the file (", size - 8,
          " bytes after the length)");
-  const std::string text(reinterpret_cast<const char*>(file_->data() + 8), size_t(n));
-  json h;
-  try {
-    h = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("safetensors '", path, "': header is not valid JSON: ", e.what());
-  }
+  // Bounded before parsing (core/json_bounded.h): the format caps headers at 100 MB, and
+  // entries, shapes or metadata nested thousands deep are one error line, not a crash in a
+  // later recursion.
+  const std::string_view text(reinterpret_cast<const char*>(file_->data() + 8), size_t(n));
+  const json h = parse_json_bounded(text, cat("safetensors '", path, "': header"), kSafetensorsHeaderLimits);
   if (!h.is_object()) fail("safetensors '", path, "': header is not a JSON object");
   const uint8_t* buffer = file_->data() + 8 + n;
   const uint64_t buffer_size = size - 8 - n;
@@ -65,13 +64,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   for (auto& [name, e] : h.items()) {
     if (name == "__metadata__") {
       if (!e.is_object()) fail("safetensors '", path, "': __metadata__ is not an object");
-      for (auto& [k, v] : e.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      for (auto& [k, v] : e.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : json_excerpt(v, 256);
       continue;
     }
-    const std::string what = cat("safetensors '", path, "': tensor '", name, "'");
+    const std::string what = cat("safetensors '", path, "': tensor '", text_excerpt(name), "'");
     if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
-      fail(what, ": expected an object with dtype, shape and data_offsets, found ", e.dump());
-    if (!e["dtype"].is_string()) fail(what, ": dtype is not a string: ", e["dtype"].dump());
+      fail(what, ": expected an object with dtype, shape and data_offsets, found ", json_excerpt(e));
+    if (!e["dtype"].is_string()) fail(what, ": dtype is not a string: ", json_excerpt(e["dtype"]));
     const std::string dt = e["dtype"].get<std::string>();
     RawTensor t;
     t.name = name;
@@ -81,20 +80,25 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     else if (known_dtype_size(dt))
       fail(what, ": dtype ", dt, " is not supported (loom reads F32, F16, BF16)");
     else
-      fail(what, ": unknown dtype '", dt, "' (expected F32, F16 or BF16)");
+      fail(what, ": unknown dtype '", text_excerpt(dt), "' (expected F32, F16 or BF16)");
     const json& shape = e["shape"];
-    if (!shape.is_array()) fail(what, ": shape is not a list: ", shape.dump());
+    if (!shape.is_array()) fail(what, ": shape is not a list: ", json_excerpt(shape));
+    // Element count bounded before each multiply (a shape [2^40, 2^40] overflowed int64 before
+    // the check).
+    constexpr int64_t kMaxDim = int64_t(1) << 40, kMaxElems = int64_t(1) << 48;
     int64_t elems = 1;
     for (auto& d : shape) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
-        fail(what, ": bad dimension ", d.dump(), " in shape ", shape.dump());
-      t.shape.push_back(d.get<int64_t>());
-      elems *= t.shape.back();
-      if (elems > (int64_t(1) << 48)) fail(what, ": shape ", shape.dump(), " is too large");
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(kMaxDim))
+        fail(what, ": bad dimension ", json_excerpt(d), " in shape ", json_excerpt(shape), " (at most 2^40)");
+      const int64_t dim = d.get<int64_t>();
+      t.shape.push_back(dim);
+      if (dim != 0 && elems > kMaxElems / dim)
+        fail(what, ": shape ", json_excerpt(shape), " has more than 2^48 elements");
+      elems *= dim;
     }
     const json& off = e["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      fail(what, ": data_offsets must be two non-negative integers, found ", off.dump());
+      fail(what, ": data_offsets must be two non-negative integers, found ", json_excerpt(off));
     const uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
     if (b > en) fail(what, ": data_offsets [", b, ", ", en, "] end before they begin");
     if (en > buffer_size)
@@ -102,7 +106,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
            " bytes; file truncated?)");
     const uint64_t expect = uint64_t(elems) * uint64_t(dtype_block_bytes(t.dtype));
     if (en - b != expect)
-      fail(what, ": expected ", expect, " bytes for shape ", shape.dump(), " ", dt, ", found ", en - b,
+      fail(what, ": expected ", expect, " bytes for shape ", json_excerpt(shape), " ", dt, ", found ", en - b,
            " (data_offsets [", b, ", ", en, "])");
     t.data = buffer + b;
     t.bytes = int64_t(expect);
@@ -192,20 +196,17 @@ std::vector<std::string> safetensors_model_files(const std::string& path, std::s
     *dir = path;
     const std::string index = (fs::path(path) / "model.safetensors.index.json").string();
     if (file_exists(index)) {
-      json j;
-      try {
-        j = json::parse(read_text_file(index));
-      } catch (const json::exception& e) {
-        fail("'", index, "' is not valid JSON: ", e.what());
-      }
+      const json j = parse_json_bounded(read_text_file(index, kHfConfigJsonLimits.max_bytes), cat("'", index, "'"), kHfConfigJsonLimits);
       if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
         fail("'", index, "': missing key 'weight_map' (an object tensor -> file)");
       std::vector<std::string> files;
       for (auto& [name, file] : j["weight_map"].items()) {
-        if (!file.is_string()) fail("'", index, "': weight_map['", name, "'] is not a file name: ", file.dump());
+        if (!file.is_string())
+          fail("'", index, "': weight_map['", text_excerpt(name), "'] is not a file name: ", json_excerpt(file));
         const std::string f = file.get<std::string>();
         if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
-          fail("'", index, "': weight_map['", name, "'] = '", f, "' is not a file name in the same directory");
+          fail("'", index, "': weight_map['", text_excerpt(name), "'] = '", text_excerpt(f),
+               "' is not a file name in the same directory");
         const std::string full = (fs::path(path) / f).string();
         if (std::find(files.begin(), files.end(), full) == files.end()) files.push_back(full);
       }

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "core/rng.h"
 #include "model/bpe_pretokenize.h"
 
@@ -20,9 +21,17 @@ namespace {
 
 using nlohmann::json;
 
-std::string read_file_or_fail(const std::string& path, const char* what) {
+// max_bytes: larger files are refused before reading (untrusted sizes never size an allocation).
+std::string read_file_or_fail(const std::string& path, const char* what, size_t max_bytes = size_t(-1)) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open ", what, " '", path, "'");
+  if (max_bytes != size_t(-1)) {
+    f.seekg(0, std::ios::end);
+    const std::streamoff size = f.tellg();
+    if (size > 0 && uint64_t(size) > max_bytes)
+      fail(what, " '", path, "': ", uint64_t(size), " bytes, more than the limit of ", max_bytes, " bytes");
+    f.seekg(0, std::ios::beg);
+  }
   std::ostringstream ss;
   ss << f.rdbuf();
   if (f.bad()) fail("cannot read ", what, " '", path, "'");
@@ -95,15 +104,25 @@ std::string classify_split_regex(const std::string& re) {
   return "";
 }
 
+// The recursive walkers below follow Sequence nodes; published files nest them 1-2 deep. The
+// parse already bounds the depth (kTokenizerJsonLimits), and each walker stops at this depth
+// with an error naming it, so none recurses further than this whatever the file holds.
+constexpr int kMaxSequenceDepth = 8;
+
+[[noreturn]] void too_deep(const std::string& what, const char* field) {
+  fail(what, ": ", field, " Sequences nested more than ", kMaxSequenceDepth, " deep");
+}
+
 // Walks the pre_tokenizer tree; returns "llama3"/"qwen2"/"gpt2" or fails naming the regex.
 std::string detect_pre(const json& pt, const std::string& what) {
   std::string found;
   bool byte_level_regex = false;
-  std::function<void(const json&)> walk = [&](const json& n) {
+  std::function<void(const json&, int)> walk = [&](const json& n, int depth) {
+    if (depth > kMaxSequenceDepth) too_deep(what, "pre_tokenizer");
     if (!n.is_object()) return;
     const std::string type = n.value("type", "");
     if (type == "Sequence" && n.contains("pretokenizers")) {
-      for (const auto& c : n["pretokenizers"]) walk(c);
+      for (const auto& c : n["pretokenizers"]) walk(c, depth + 1);
     } else if (type == "Split") {
       std::string re;
       if (n.contains("pattern") && n["pattern"].is_object()) {
@@ -113,7 +132,7 @@ std::string detect_pre(const json& pt, const std::string& what) {
       }
       const std::string c = classify_split_regex(re);
       if (c.empty())
-        fail(what, ": unsupported pre_tokenizer Split regex '", re,
+        fail(what, ": unsupported pre_tokenizer Split regex '", text_excerpt(re, 120),
              "' (supported: the GPT-2, Llama-3 and Qwen2 regexes)");
       if (found.empty()) found = c;
     } else if (type == "ByteLevel") {
@@ -121,22 +140,23 @@ std::string detect_pre(const json& pt, const std::string& what) {
       if (n.value("add_prefix_space", false))
         fail(what, ": ByteLevel add_prefix_space true is not supported");
     } else {
-      fail(what, ": unsupported pre_tokenizer type '", type, "'");
+      fail(what, ": unsupported pre_tokenizer type '", text_excerpt(type), "'");
     }
   };
-  walk(pt);
+  walk(pt, 0);
   if (!found.empty()) return found;
   if (byte_level_regex) return "gpt2";
   fail(what, ": pre_tokenizer has neither a Split regex nor ByteLevel with use_regex");
 }
 
 // Finds the BOS a TemplateProcessing post-processor prepends ("" if none).
-std::string template_bos(const json& pp) {
+std::string template_bos(const json& pp, const std::string& what, int depth = 0) {
+  if (depth > kMaxSequenceDepth) too_deep(what, "post_processor");
   if (!pp.is_object()) return "";
   const std::string type = pp.value("type", "");
   if (type == "Sequence" && pp.contains("processors")) {
     for (const auto& c : pp["processors"]) {
-      std::string b = template_bos(c);
+      std::string b = template_bos(c, what, depth + 1);
       if (!b.empty()) return b;
     }
   } else if (type == "TemplateProcessing" && pp.contains("single") && pp["single"].is_array() &&
@@ -184,10 +204,11 @@ void spm_scores_from_merges(Vocab& v, const std::unordered_map<std::string, int3
   std::string a, b;
   for (size_t r = 0; r < v.merges.size(); ++r) {
     const std::string& m = v.merges[r];
-    if (!split_merge(m, &a, &b)) fail(what, ": merge ", r, " '", m, "' does not split at exactly one space");
+    if (!split_merge(m, &a, &b))
+      fail(what, ": merge ", r, " '", text_excerpt(m), "' does not split at exactly one space");
     const auto ia = id_of.find(a), ib = id_of.find(b), ic = id_of.find(a + b);
     if (ia == id_of.end() || ib == id_of.end() || ic == id_of.end())
-      fail(what, ": merge ", r, " '", m, "': its parts or their concatenation are not in the vocabulary");
+      fail(what, ": merge ", r, " '", text_excerpt(m), "': its parts or their concatenation are not in the vocabulary");
     if (!produced[size_t(ic->second)]) {
       produced[size_t(ic->second)] = 1;
       v.scores[size_t(ic->second)] = -float(r);
@@ -204,27 +225,28 @@ void spm_scores_from_merges(Vocab& v, const std::unordered_map<std::string, int3
 // U+2581 or splits words is an error naming it.
 bool detect_spm_space_prefix(const json& j, const std::string& what) {
   bool prepend = false, replace = false;
-  std::function<void(const json&)> norm = [&](const json& n) {
+  std::function<void(const json&, int)> norm = [&](const json& n, int depth) {
+    if (depth > kMaxSequenceDepth) too_deep(what, "normalizer");
     if (n.is_null()) return;
     const std::string type = n.value("type", "");
     if (type == "Sequence" && n.contains("normalizers")) {
-      for (const auto& c : n["normalizers"]) norm(c);
+      for (const auto& c : n["normalizers"]) norm(c, depth + 1);
     } else if (type == "Prepend" && n.value("prepend", "") == kSpmMarker) {
       prepend = true;
     } else if (type == "Replace" && n.contains("pattern") && n["pattern"].is_object() &&
                n["pattern"].value("String", "") == " " && n.value("content", "") == kSpmMarker) {
       replace = true;
     } else {
-      fail(what, ": unsupported normalizer '", n.dump(), "' for SentencePiece BPE (supported: Prepend(\"",
+      fail(what, ": unsupported normalizer '", json_excerpt(n, 120), "' for SentencePiece BPE (supported: Prepend(\"",
            kSpmMarker, "\"), Replace(\" \", \"", kSpmMarker, "\"))");
     }
   };
-  if (j.contains("normalizer")) norm(j["normalizer"]);
+  if (j.contains("normalizer")) norm(j["normalizer"], 0);
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
     const json& pt = j["pre_tokenizer"];
     if (pt.value("type", "") != "Metaspace" || pt.value("replacement", "") != kSpmMarker ||
         pt.value("split", true))
-      fail(what, ": unsupported pre_tokenizer '", pt.dump(), "' for SentencePiece BPE (supported: null, ",
+      fail(what, ": unsupported pre_tokenizer '", json_excerpt(pt, 120), "' for SentencePiece BPE (supported: null, ",
            "or Metaspace with replacement \"", kSpmMarker, "\" and split false)");
     replace = true;
     // prepend_scheme "first" only prefixes the text's first fragment; loom also prefixes the
@@ -498,30 +520,39 @@ void write_llama2c_vocab(const Vocab& v, const std::string& path) {
 // tokenizer.json
 
 Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string& config_json,
-                           const std::string& what) {
-  json j, cfg;
-  try {
-    j = json::parse(tokenizer_json);
-    if (!config_json.empty()) cfg = json::parse(config_json);
-  } catch (const json::exception& e) {
-    fail(what, ": invalid JSON: ", e.what());
-  }
+                           const std::string& what, int64_t max_tokens) {
+  // Bounded parses (core/json_bounded.h): size and nesting depth checked on the raw text.
+  const json j = parse_json_bounded(tokenizer_json, what, kTokenizerJsonLimits);
+  const json cfg = config_json.empty()
+                       ? json()
+                       : parse_json_bounded(config_json, what + " (tokenizer_config.json)", kTokenizerJsonLimits);
   try {
     if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
       fail(what, ": no \"model\" object");
     const json& model = j["model"];
     const std::string type = model.value("type", "BPE");
-    if (type != "BPE") fail(what, ": model.type '", type, "' is not supported (only \"BPE\")");
+    if (type != "BPE") fail(what, ": model.type '", text_excerpt(type), "' is not supported (only \"BPE\")");
     // byte_fallback marks SentencePiece BPE converted by HF (Llama-2): read as an Spm vocabulary.
     const bool spm = model.value("byte_fallback", false);
     if (!model.contains("vocab") || !model["vocab"].is_object()) fail(what, ": model.vocab is not an object");
 
+    // Every id is checked against the id space before anything is sized from it: one id of
+    // 16,777,215 in a 10 KB file once cost 34 s and 3.4 GB before the vocabulary-size error.
+    // The bound is the model's vocabulary size when the caller knows it, else 2^24.
     constexpr int64_t kMaxTokens = 1 << 24;
+    const int64_t bound = max_tokens > 0 ? std::min(max_tokens, kMaxTokens) : kMaxTokens;
+    const std::string bound_text =
+        max_tokens > 0 && max_tokens <= kMaxTokens ? cat("the model's vocab_size ", bound) : std::string("2^24");
+    auto checked_id = [&](const json& id, const std::string& where) -> int64_t {
+      if (!id.is_number_integer()) fail(what, ": ", where, " is not an integer id: ", json_excerpt(id));
+      if (id.is_number_unsigned() ? id.get<uint64_t>() >= uint64_t(bound)
+                                  : (id.get<int64_t>() < 0 || id.get<int64_t>() >= bound))
+        fail(what, ": ", where, " = ", json_excerpt(id), " is outside [0, ", bound, ") (", bound_text, ")");
+      return id.get<int64_t>();
+    };
     std::vector<std::pair<int64_t, std::string>> entries;
-    for (const auto& [piece, id] : model["vocab"].items()) {
-      if (!id.is_number_integer()) fail(what, ": model.vocab['", piece, "'] is not an integer id");
-      entries.emplace_back(id.get<int64_t>(), piece);
-    }
+    for (const auto& [piece, id] : model["vocab"].items())
+      entries.emplace_back(checked_id(id, cat("model.vocab['", text_excerpt(piece), "']")), piece);
     struct Added {
       int64_t id;
       std::string content;
@@ -529,16 +560,17 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
     };
     std::vector<Added> added;
     if (j.contains("added_tokens") && j["added_tokens"].is_array())
-      for (const auto& a : j["added_tokens"])
-        added.push_back({a.at("id").get<int64_t>(), a.at("content").get<std::string>(), a.value("special", false)});
+      for (const auto& a : j["added_tokens"]) {
+        if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
+          fail(what, ": added_tokens[", added.size(), "] is not {\"id\": ..., \"content\": \"...\"}: ",
+               json_excerpt(a));
+        added.push_back({checked_id(a["id"], cat("added_tokens[", added.size(), "].id")),
+                         a["content"].get<std::string>(), a.value("special", false)});
+      }
 
-    int64_t n = 0;
+    int64_t n = 0;  // ids are below bound <= 2^24: id + 1 cannot overflow
     for (const auto& e : entries) n = std::max(n, e.first + 1);
     for (const auto& a : added) n = std::max(n, a.id + 1);
-    for (const auto& e : entries)
-      if (e.first < 0 || e.first >= kMaxTokens) fail(what, ": token id ", e.first, " outside [0, 2^24)");
-    for (const auto& a : added)
-      if (a.id < 0 || a.id >= kMaxTokens) fail(what, ": added token id ", a.id, " outside [0, 2^24)");
 
     Vocab v;
     v.kind = spm ? VocabKind::Spm : VocabKind::Bpe;
@@ -547,15 +579,16 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
     std::vector<uint8_t> set(size_t(n), 0);
     for (auto& [id, piece] : entries) {
       if (set[size_t(id)] && v.tokens[size_t(id)] != piece)
-        fail(what, ": id ", id, " is given to both '", v.tokens[size_t(id)], "' and '", piece, "'");
+        fail(what, ": id ", id, " is given to both '", text_excerpt(v.tokens[size_t(id)]), "' and '",
+             text_excerpt(piece), "'");
       v.tokens[size_t(id)] = std::move(piece);
       v.types[size_t(id)] = TokenType::Normal;
       set[size_t(id)] = 1;
     }
     for (const auto& a : added) {
       if (set[size_t(a.id)] && v.tokens[size_t(a.id)] != a.content)
-        fail(what, ": added token ", a.id, " '", a.content, "' collides with vocab piece '",
-             v.tokens[size_t(a.id)], "'");
+        fail(what, ": added token ", a.id, " '", text_excerpt(a.content), "' collides with vocab piece '",
+             text_excerpt(v.tokens[size_t(a.id)]), "'");
       v.tokens[size_t(a.id)] = a.content;
       v.types[size_t(a.id)] = a.special ? TokenType::Control : TokenType::UserDefined;
       set[size_t(a.id)] = 1;
@@ -591,7 +624,7 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
     }
     auto id_or_fail = [&](const std::string& piece, const char* role) {
       auto it = id_of.find(piece);
-      if (it == id_of.end()) fail(what, ": ", role, " token '", piece, "' is not in the vocabulary");
+      if (it == id_of.end()) fail(what, ": ", role, " token '", text_excerpt(piece), "' is not in the vocabulary");
       return it->second;
     };
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
@@ -600,7 +633,7 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
     }
 
     // BOS: tokenizer_config's bos_token, else the post-processor template's first token.
-    const std::string tmpl_bos = j.contains("post_processor") ? template_bos(j["post_processor"]) : "";
+    const std::string tmpl_bos = j.contains("post_processor") ? template_bos(j["post_processor"], what) : "";
     const std::string cfg_bos = config_token(cfg, "bos_token");
     if (!cfg_bos.empty()) v.bos_id = id_or_fail(cfg_bos, "bos");
     else if (!tmpl_bos.empty()) v.bos_id = id_or_fail(tmpl_bos, "bos");
@@ -636,17 +669,19 @@ Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string&
     }
     return v;
   } catch (const json::exception& e) {
-    fail(what, ": unexpected JSON structure: ", e.what());
+    fail(what, ": unexpected JSON structure: ", text_excerpt(e.what(), 200));
   }
 }
 
-Vocab load_tokenizer_json(const std::string& path) {
-  const std::string text = read_file_or_fail(path, "tokenizer.json");
+Vocab load_tokenizer_json(const std::string& path, int64_t max_tokens) {
+  const std::string text = read_file_or_fail(path, "tokenizer.json", kTokenizerJsonLimits.max_bytes);
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   const std::string cfg_path = dir + "tokenizer_config.json";
-  const std::string cfg = file_exists(cfg_path) ? read_file_or_fail(cfg_path, "tokenizer_config.json") : "";
-  return parse_tokenizer_json(text, cfg, path);
+  const std::string cfg = file_exists(cfg_path)
+                              ? read_file_or_fail(cfg_path, "tokenizer_config.json", kTokenizerJsonLimits.max_bytes)
+                              : "";
+  return parse_tokenizer_json(text, cfg, path, max_tokens);
 }
 
 std::string vocab_to_tokenizer_json(const Vocab& v) {

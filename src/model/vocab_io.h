@@ -46,10 +46,13 @@ std::string llama2c_vocab_bytes(const Vocab& v);
 // and added_tokens become Unused "<|loom_unused_N|>". BOS: bos_token, else the first
 // SpecialToken of a TemplateProcessing post-processor; add_bos: add_bos_token, else whether
 // that template adds one. Model types other than BPE are errors.
-Vocab load_tokenizer_json(const std::string& path);
+// Untrusted input: both files are parsed within kTokenizerJsonLimits (core/json_bounded.h), and
+// every token id must lie in [0, max_tokens) (the model's vocab_size; 0: 2^24) before anything
+// is sized from the ids.
+Vocab load_tokenizer_json(const std::string& path, int64_t max_tokens = 0);
 // The same from text; config_json may be "" (no tokenizer_config.json).
 Vocab parse_tokenizer_json(const std::string& tokenizer_json, const std::string& config_json = "",
-                           const std::string& what = "tokenizer.json");
+                           const std::string& what = "tokenizer.json", int64_t max_tokens = 0);
 // Serialises v as an HF-compatible tokenizer.json (loadable by the `tokenizers` library).
 //  - Bpe: version, truncation/padding null, added_tokens (the Control/UserDefined tokens),
 //    normalizer null, pre_tokenizer Sequence[Split(regex of v.pre), ByteLevel], post_processor

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "core/rng.h"
 
 namespace loom::server {
@@ -23,6 +24,16 @@ using nlohmann::json;
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// A server's answers are untrusted input too: parsed bounded (core/json_bounded.h), discarded
+// when not JSON within the limits.
+json parse_answer(std::string_view text) {
+  try {
+    return parse_json_bounded(text, "answer", kRequestJsonLimits);
+  } catch (const Error&) {
+    return json(json::value_t::discarded);
+  }
+}
 
 double seconds_since(SteadyClock::time_point t0) {
   return std::chrono::duration<double>(SteadyClock::now() - t0).count();
@@ -115,13 +126,16 @@ void send_one(const std::string& url, const std::string& model, const std::vecto
         saw_done = true;
         return;
       }
-      json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+      json j = parse_answer(payload);
       if (j.is_discarded()) {
-        error = "unparsable chunk: " + payload.substr(0, 200);
+        error = "unparsable chunk: " + text_excerpt(payload, 200);
         return;
       }
       if (j.contains("error")) {
-        error = j["error"].value("message", j["error"].dump());
+        const json& e = j["error"];
+        error = e.is_object() && e.contains("message") && e["message"].is_string()
+                    ? text_excerpt(e["message"].get<std::string>(), 1000)
+                    : json_excerpt(e, 200);
         return;
       }
       if (j.contains("usage") && j["usage"].is_object())
@@ -151,10 +165,12 @@ void send_one(const std::string& url, const std::string& model, const std::vecto
   if (!ok) {
     r->error = "HTTP request failed: " + httplib::to_string(err);
   } else if (status != 200) {
-    json j = json::parse(raw_error_body, nullptr, false);
+    const json j = parse_answer(raw_error_body);
+    const bool has_message = j.is_object() && j.contains("error") && j["error"].is_object() &&
+                             j["error"].contains("message") && j["error"]["message"].is_string();
     r->error = cat("HTTP ", status, ": ",
-                   (!j.is_discarded() && j.contains("error")) ? j["error"].value("message", raw_error_body)
-                                                              : raw_error_body.substr(0, 200));
+                   has_message ? text_excerpt(j["error"]["message"].get<std::string>(), 1000)
+                               : text_excerpt(raw_error_body, 200));
   } else if (!error.empty()) {
     r->error = error;
   } else if (!saw_done) {
@@ -369,8 +385,8 @@ BenchServeReport run_bench_serve(const BenchServeOptions& o) {
     auto res = cli.Get("/v1/models");
     if (!res) fail("cannot reach ", o.url, "/v1/models: ", httplib::to_string(res.error()));
     if (res->status != 200) fail(o.url, "/v1/models answered HTTP ", res->status);
-    json j = json::parse(res->body, nullptr, false);
-    if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
+    json j = parse_answer(res->body);
+    if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
       fail(o.url, "/v1/models did not list a model");
     const json* card = &j["data"][0];
     for (const json& c : j["data"])

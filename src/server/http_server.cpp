@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "core/log.h"
 #include "server/connection_probe.h"
 #include "server/openai_api.h"
@@ -178,7 +179,9 @@ void HttpServer::Impl::check_fits(int prompt_len, int max_tokens, Endpoint ep) {
 void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
   ApiRequest a = parse_api_request(ep, req.body);
   if (!a.model.empty() && a.model != opt.model_name)
-    throw make_error(404, cat("The model `", a.model, "` does not exist (this server serves `", opt.model_name, "`)."),
+    throw make_error(404,
+                     cat("The model `", text_excerpt(a.model), "` does not exist (this server serves `",
+                         opt.model_name, "`)."),  // the client's name capped: it may be megabytes
                      "invalid_request_error", "model", "model_not_found");
   std::vector<TokenId> prompt = prompt_tokens(a);
   const int prompt_len = int(prompt.size());

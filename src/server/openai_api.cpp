@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 
 namespace loom::server {
 
@@ -25,30 +26,41 @@ bool present(const json& body, const char* key) {
   return it != body.end() && !it->is_null();
 }
 
+// Error messages quote the client's values through json_excerpt: capped, and rendered without
+// recursion (a value nested 52k deep once crashed the handler thread through dump()).
+std::string shown(const json& v) { return json_excerpt(v, 64); }
+
 // Integer field: JSON integers, and floats with an integral value (some clients send 16.0).
+// Integers above 2^63-1 (JSON allows them; nlohmann reads them as unsigned) are reported with
+// their true value, not wrapped to a negative one.
 int64_t get_int(const json& v, const std::string& name) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    bad(name, cat("'", name, "' = ", v.get<uint64_t>(), " is out of range (at most 2^63-1)"));
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return int64_t(d);
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (std::fabs(d) < 9.0e18) return int64_t(d);
+      bad(name, cat("'", name, "' = ", shown(v), " is out of range (at most 2^63-1)"));
+    }
   }
-  bad(name, cat("'", name, "' must be an integer, got ", v.dump()));
+  bad(name, cat("'", name, "' must be an integer, got ", shown(v)));
 }
 
 double get_number(const json& v, const std::string& name) {
-  if (!v.is_number()) bad(name, cat("'", name, "' must be a number, got ", v.dump()));
+  if (!v.is_number()) bad(name, cat("'", name, "' must be a number, got ", shown(v)));
   const double d = v.get<double>();
   if (!std::isfinite(d)) bad(name, cat("'", name, "' must be finite"));
   return d;
 }
 
 bool get_bool(const json& v, const std::string& name) {
-  if (!v.is_boolean()) bad(name, cat("'", name, "' must be a boolean, got ", v.dump()));
+  if (!v.is_boolean()) bad(name, cat("'", name, "' must be a boolean, got ", shown(v)));
   return v.get<bool>();
 }
 
 std::string get_string(const json& v, const std::string& name) {
-  if (!v.is_string()) bad(name, cat("'", name, "' must be a string, got ", v.dump()));
+  if (!v.is_string()) bad(name, cat("'", name, "' must be a string, got ", shown(v)));
   return v.get<std::string>();
 }
 
@@ -56,11 +68,12 @@ std::vector<TokenId> get_token_ids(const json& v, const std::string& name) {
   std::vector<TokenId> ids;
   ids.reserve(v.size());
   for (const json& x : v) {
-    if (!x.is_number_integer()) bad(name, cat("'", name, "' token ids must be integers, got ", x.dump()));
-    const int64_t id = x.get<int64_t>();
-    if (id < 0 || id > std::numeric_limits<TokenId>::max())
-      bad(name, cat("'", name, "' token id ", id, " is out of range"));
-    ids.push_back(TokenId(id));
+    if (!x.is_number_integer()) bad(name, cat("'", name, "' token ids must be integers, got ", shown(x)));
+    if (x.is_number_unsigned() ? x.get<uint64_t>() > uint64_t(std::numeric_limits<TokenId>::max())
+                               : (x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<TokenId>::max()))
+      bad(name, cat("'", name, "' token id ", shown(x), " is out of range [0, ",
+                    std::numeric_limits<TokenId>::max(), "]"));
+    ids.push_back(TokenId(x.get<int64_t>()));
   }
   return ids;
 }
@@ -106,7 +119,8 @@ void parse_messages(const json& m, ApiRequest* r) {
     msg.role = get_string(x["role"], where + ".role");
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer")
       bad(where + ".role",
-          cat("'", where, ".role' must be system, developer, user or assistant, got '", msg.role, "'"));
+          cat("'", where, ".role' must be system, developer, user or assistant, got '", text_excerpt(msg.role),
+              "'"));
     if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
     if (!present(x, "content")) {
       if (msg.role == "assistant") {
@@ -144,9 +158,11 @@ json error_json(const ApiError& e) {
 ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
   json b;
   try {
-    b = json::parse(body);
-  } catch (const json::parse_error& e) {
-    bad("", cat("the request body is not valid JSON: ", e.what()), "invalid_json");
+    // Depth- and size-bounded (core/json_bounded.h); a number out of the double range (1e400)
+    // and invalid UTF-8 are parse errors here, answered with 400 like any other.
+    b = parse_json_bounded(body, "the request body", kRequestJsonLimits);
+  } catch (const Error& e) {
+    bad("", e.what(), "invalid_json");
   }
   if (!b.is_object()) bad("", cat("the request body must be a JSON object, got ", b.type_name()));
   ApiRequest r;
@@ -176,11 +192,17 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
   if (present(b, max_key)) {
     const int64_t m = get_int(b[max_key], max_key);
     if (m < 1) bad(max_key, cat("'", max_key, "' must be >= 1, got ", m));
-    r.max_tokens = int(std::min<int64_t>(m, std::numeric_limits<int>::max()));
+    // Reported as given: clamping first made 1e12 read as 2147483647 in the context error.
+    if (m > std::numeric_limits<int>::max())
+      bad(max_key, cat("'", max_key, "' = ", m, " is more than any context length (at most ",
+                       std::numeric_limits<int>::max(), ")"), "context_length_exceeded");
+    r.max_tokens = int(m);
   }
   if (present(b, "temperature")) {
     const double t = get_number(b["temperature"], "temperature");
     if (t < 0) bad("temperature", cat("'temperature' must be >= 0, got ", t));
+    if (t > double(std::numeric_limits<float>::max()))  // it is kept as a float
+      bad("temperature", cat("'temperature' = ", t, " is outside the float range"));
     r.sampling.temperature = float(t);
   }
   if (present(b, "top_p")) {
