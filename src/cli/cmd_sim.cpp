@@ -191,7 +191,8 @@ void run_sim(const RunArgs& a) {
   int longest = 0;
   for (const auto& r : trace) longest = std::max(longest, r.prompt_len + r.output_len);
   cfg.max_model_len = std::max(cm.model().max_seq_len, longest);
-  if (!a.quiet) cfg.progress = progress_bar;
+  // Progress bars are for people: only on a terminal, never into logs and pipes (issue 19).
+  if (!a.quiet && ::isatty(STDERR_FILENO)) cfg.progress = progress_bar;
   const sim::Simulator simulator(cm, cfg);
   const sim::SimResult r = simulator.run(trace);
   const auto j = sim::summary_json(r, simulator);
@@ -361,9 +362,10 @@ void run_plan(const PlanArgs& a) {
   std::vector<Point> pts;
   const auto cands = candidate_plans(node.gpus_per_node);
   int done = 0;
+  const bool bar = !a.json && ::isatty(STDERR_FILENO);  // only on a terminal
   for (const auto& p : cands) {
     ++done;
-    if (!a.json) std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
+    if (bar) std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
     try {
       pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p.plan, p.policy, a.input_tokens,
                                           a.output_tokens, a.num_requests)});
@@ -371,7 +373,7 @@ void run_plan(const PlanArgs& a) {
       // A plan that does not divide the model or whose weights do not fit is not a candidate.
     }
   }
-  if (!a.json) std::fprintf(stderr, "\n");
+  if (bar) std::fprintf(stderr, "\n");
   auto dominates = [](const sim::LatencyThroughput& x, const sim::LatencyThroughput& y) {
     const bool ge = x.ttft_ms <= y.ttft_ms && x.tpot_ms <= y.tpot_ms && x.throughput_tok_s >= y.throughput_tok_s;
     const bool gt = x.ttft_ms < y.ttft_ms || x.tpot_ms < y.tpot_ms || x.throughput_tok_s > y.throughput_tok_s;

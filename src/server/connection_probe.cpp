@@ -1,5 +1,7 @@
 #include "server/connection_probe.h"
 
+#include "server/http_front.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -63,12 +65,21 @@ ConnectionProbe ConnectionProbe::find(const std::string& local_addr, int local_p
   return p;
 }
 
+ConnectionProbe ConnectionProbe::current() {
+  ConnectionProbe p;
+  if (const Connection* c = current_connection()) {
+    p.fd_ = c->fd;
+    p.half_closed_ = c->peer_half_closed;
+  }
+  return p;
+}
+
 bool ConnectionProbe::closed() const {
   if (fd_ < 0) return false;
   char c;
   const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0) return false;
-  if (n == 0) return true;
+  if (n == 0) return !half_closed_;
   return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 

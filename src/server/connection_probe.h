@@ -20,6 +20,10 @@ namespace loom::server {
 class ConnectionProbe {
  public:
   ConnectionProbe() = default;
+  // The connection the calling handler thread serves (http_front.h's current_connection()).
+  // A client that half-closed its side after the request (legal HTTP/1.1) is not gone: for it
+  // closed() only reports a reset, and a full close is noticed when a write fails.
+  static ConnectionProbe current();
   static ConnectionProbe find(const std::string& local_addr, int local_port, const std::string& remote_addr,
                               int remote_port);
   bool found() const { return fd_ >= 0; }
@@ -27,6 +31,7 @@ class ConnectionProbe {
 
  private:
   int fd_ = -1;
+  bool half_closed_ = false;
 };
 
 }  // namespace loom::server
