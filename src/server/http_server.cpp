@@ -56,6 +56,23 @@ ApiError finish_error(const RequestStream::Update& u) {
 
 bool is_failure(FinishReason r) { return r != FinishReason::kStop && r != FinishReason::kLength; }
 
+// Whether a non-streaming request's client has gone (issue 19, defect 12). An end of stream is
+// ambiguous: a client that shut down only its write side after the request (legal HTTP/1.1)
+// still reads the answer. The first time it is seen, an interim "100 Continue" (which HTTP/1.1
+// clients must accept before the final response, RFC 9110 section 15.2) is sent: a client that
+// closed completely answers it with a reset, which the following probes see; a half-closed one
+// ignores it and gets its response. HTTP/1.0 clients get no interim response: for them only a
+// reset counts.
+bool client_gone(const ConnectionProbe& probe, const httplib::Request& req, bool* eof_probed) {
+  const PeerState ps = probe.state();
+  if (ps == PeerState::kGone) return true;
+  if (ps == PeerState::kEof && !*eof_probed) {
+    *eof_probed = true;
+    if (req.version == "HTTP/1.1" && !probe.send_interim_continue()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<TokenId> serving_eos_ids(const Tokenizer& tok, const std::string& model_format, int bos_id) {
@@ -155,7 +172,9 @@ void HttpServer::Impl::check_text_fits(size_t bytes, const std::optional<int>& m
                        bytes, " bytes, which is at least ", min_tokens, " tokens (no token of this vocabulary spans more than ",
                        max_token_bytes, " bytes), plus ", completion,
                        " in the completion. Please reduce the length of the ", where, " or the completion."),
-                   "invalid_request_error", where, "context_length_exceeded");
+                   "invalid_request_error",
+                   // As check_fits: the prompt alone too long names it; else the completion's share.
+                   min_tokens + 1 > max_len || ep == Endpoint::kChat ? where : "max_tokens", "context_length_exceeded");
 }
 
 std::vector<TokenId> HttpServer::Impl::prompt_tokens(const ApiRequest& a) {
@@ -257,6 +276,7 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
   if (!a.stream) {
     std::string text;
     RequestStream::Update u;
+    bool eof_probed = false;
     auto next_probe = std::chrono::steady_clock::now() + kPoll;
     for (;;) {
       if (st->next(&u, kPoll)) {
@@ -267,7 +287,7 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
       const auto now = std::chrono::steady_clock::now();
       if (now < next_probe) continue;
       next_probe = now + kPoll;
-      if (probe.closed()) {
+      if (client_gone(probe, req, &eof_probed)) {
         engine.cancel(rid);  // nobody will read the answer
         res.status = 499;    // (nginx's "client closed request"; never seen by the client)
         return;
@@ -287,6 +307,7 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
     std::chrono::steady_clock::time_point next_probe = std::chrono::steady_clock::now() + kPoll;
     bool role_sent = false;
     bool done = false;
+    bool eof_probed = false;
   };
   auto ss = std::make_shared<StreamState>();
   ss->st = st;
@@ -313,7 +334,17 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
           const auto now = std::chrono::steady_clock::now();
           if (now >= ss->next_probe) {
             ss->next_probe = now + kPoll;
-            if (ss->probe.closed()) {
+            const PeerState ps = ss->probe.state();
+            if (ps == PeerState::kEof && !ss->eof_probed) {
+              // Closed or only half-closed? An SSE comment (ignored by every SSE parser) tells:
+              // a closed client answers it with a reset, which the next probe sees.
+              ss->eof_probed = true;
+              static const char kComment[] = ": probe\n\n";
+              if (!sink.write(kComment, sizeof kComment - 1)) {
+                eng->cancel(rid);
+                return false;
+              }
+            } else if (ps == PeerState::kGone) {
               eng->cancel(rid);
               return false;
             }

@@ -15,8 +15,11 @@
 // "data: {"error": ...}\n\n" and [DONE].
 //
 // Client disconnects: a streaming request is cancelled when a write to the client fails or,
-// while it waits for tokens, when ConnectionProbe sees the socket closed; a non-streaming one
-// when ConnectionProbe sees it closed while waiting. Cancelling frees its KV blocks.
+// while it waits for tokens, when ConnectionProbe sees the socket reset; a non-streaming one
+// when ConnectionProbe sees it reset while waiting. An end of stream alone may be a half-closed
+// client (shutdown(SHUT_WR) after the request, legal HTTP/1.1), which still reads: it is told
+// apart by one harmless write (an SSE comment; for non-streaming an interim 100 Continue) that a
+// closed client answers with a reset. Cancelling frees its KV blocks.
 //
 // Connections: an event-driven front end (http_front.h) holds each connection until its request
 // has arrived whole (header deadline, body deadline, connection cap, size bounds), so slow or

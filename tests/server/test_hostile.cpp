@@ -217,8 +217,12 @@ TEST(ServeHostile, HalfClosedClientGetsTheFullResponse) {
     ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                              "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload));
     ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
-    const std::string resp = read_to_eof(fd, 20);
+    std::string resp = read_to_eof(fd, 20);
     ::close(fd);
+    // Interim 1xx responses may come first (the server's probe of an ended stream); HTTP/1.1
+    // clients skip them.
+    while (resp.rfind("HTTP/1.1 1", 0) == 0 && resp.find("\r\n\r\n") != std::string::npos)
+      resp.erase(0, resp.find("\r\n\r\n") + 4);
     ASSERT_EQ(resp.rfind("HTTP/1.1 200", 0), 0u) << resp.substr(0, 200);
     const size_t head = resp.find("\r\n\r\n");
     ASSERT_NE(head, std::string::npos);
