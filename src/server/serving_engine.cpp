@@ -289,7 +289,7 @@ void ServingEngine::finish_live(std::unordered_map<RequestId, Live>::iterator it
 }
 
 void ServingEngine::fail_all(const std::string& what) {
-  log_warn("serve: engine step failed, failing ", live_.size(), " live requests: ", what);
+  if (!live_.empty()) log_warn("serve: engine step failed, failing ", live_.size(), " live requests: ", what);
   EngineLoop& loop = engine_.loop();
   for (auto it = live_.begin(); it != live_.end();) {
     auto next = std::next(it);
