@@ -7,6 +7,8 @@
 
 #include "engine/policy.h"
 #include "engine/trace.h"
+#include "model/loader.h"
+#include "model/tokenizer.h"
 #include "parallel/plan.h"
 #include "sim/experiments.h"
 #include "sim/model_catalog.h"
@@ -238,6 +240,7 @@ void run_sim(const RunArgs& a) {
 
 struct ValidateEngineArgs {
   std::string model;
+  std::string tokenizer;  // as every subcommand that takes a model file (the prompts are ids)
   std::string profile;
   std::string trace;
   std::string synthetic;  // as sim run: poisson:RATE | gamma:RATE:CV | bursty:RATE:ON:OFF | batch
@@ -259,6 +262,13 @@ void run_validate_engine(const ValidateEngineArgs& a) {
   if (a.profile.empty())
     fail("give --profile DIR (a profile of this machine: `loom profile -o DIR --model ", a.model, "`)");
   if (a.plans.empty()) fail("give at least one --plan (e.g. --plan tp=2 --plan dp=2 --plan sp=2@shift)");
+  if (!a.tokenizer.empty()) {
+    // The workload is token ids: the tokenizer only has to load and agree with the model.
+    const int n = Tokenizer::create(load_vocab(a.model, a.tokenizer))->vocab_size();
+    const int model_vocab = sim::find_model(a.model).vocab_size;
+    if (n > model_vocab)
+      fail("--tokenizer ", a.tokenizer, " has ", n, " tokens, more than the model's vocabulary of ", model_vocab);
+  }
   const sim::MachineProfile profile = sim::read_profile(a.profile);
   const ModelConfig mc = sim::find_model(a.model);
   sim::EngineValidationOptions o;
@@ -476,6 +486,8 @@ void register_sim(CLI::App& app) {
                                  "and print the relative error per plan");
   auto vea = std::make_shared<ValidateEngineArgs>();
   ve->add_option("--model", vea->model, "Model file loom can load (llama2.c, GGUF, safetensors)")->required();
+  ve->add_option("--tokenizer,-t", vea->tokenizer,
+                 "Tokenizer file (llama2.c .bin or tokenizer.json) if not with the model; checked against the model");
   ve->add_option("--profile", vea->profile, "Profile of this machine (`loom profile -o DIR --model PATH`)");
   ve->add_option("--trace", vea->trace, "Azure CSV, Mooncake JSONL or lengths CSV (clipped to the context)");
   ve->add_option("--synthetic", vea->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");

@@ -19,4 +19,8 @@ if "$loom" bench offline -m "$dir/stories260K.bin" --tokenizer "$tmp/missing.jso
   echo "FAIL: a missing --tokenizer was accepted"; exit 1
 fi
 grep -q "missing.json" "$tmp/out" || { echo "FAIL: the error does not name the tokenizer:"; cat "$tmp/out"; exit 1; }
-echo "OK: no progress bars into pipes; bench offline takes and checks --tokenizer"
+# sim validate-engine (a model file too) takes --tokenizer, checked before anything else runs.
+if "$loom" sim validate-engine --model "$dir/stories260K.bin" --tokenizer "$tmp/missing.json" --profile "$tmp" \
+     --plan tp=1 >"$tmp/out" 2>&1; then echo "FAIL: validate-engine accepted a missing --tokenizer"; exit 1; fi
+grep -q "missing.json" "$tmp/out" || { echo "FAIL: validate-engine: the error does not name the tokenizer:"; cat "$tmp/out"; exit 1; }
+echo "OK: no progress bars into pipes; bench offline and sim validate-engine take and check --tokenizer"
