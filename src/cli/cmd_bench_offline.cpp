@@ -34,6 +34,7 @@
 #include "engine/trace.h"
 #include "kernels/kernels.h"
 #include "model/loader.h"
+#include "model/tokenizer.h"
 
 namespace loom::cli {
 
@@ -43,6 +44,7 @@ struct BenchOfflineArgs {
   std::string model;
   std::string tiers;     // SLO tiers (Nitsum, cluster/tiers.h); "" = none
   std::string tier_mix;  // NAME:WEIGHT,... over the tiers; "" = all in the first
+  std::string tokenizer;  // as every subcommand that takes a model (prompts here are synthetic ids)
   std::string trace;
   std::string trace_format = "auto";
   std::string synthetic;       // poisson[:RATE] | gamma[:RATE[:CV]] | bursty[:RATE[:ON:OFF]] | batch
@@ -280,6 +282,16 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   layout_ranks(a.layout, a.ranks, a.block_size);  // the plans and the policy, before any weight loads
   std::shared_ptr<const Model> model = load_model(a.model);
   const ModelConfig& mc = model->config;
+  // The workload is token ids, so the tokenizer only has to agree with the model: loaded and
+  // checked up front like everywhere else, and reported (ids beyond it would be no text).
+  int tokenizer_vocab = -1;
+  if (!a.tokenizer.empty()) {
+    auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
+    tokenizer_vocab = tok->vocab_size();
+    if (tokenizer_vocab > mc.vocab_size)
+      fail("--tokenizer ", a.tokenizer, " has ", tokenizer_vocab, " tokens, more than the model's vocabulary of ",
+           mc.vocab_size);
+  }
 
   EngineConfig cfg;
   cfg.threads = a.threads;
@@ -313,6 +325,7 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   const double input_tok_s = s.duration_s > 0 ? double(s.num_prompt_tokens) / s.duration_s : 0.0;
 
   nlohmann::json j;
+  if (tokenizer_vocab >= 0) j["tokenizer"] = {{"path", a.tokenizer}, {"vocab_size", tokenizer_vocab}};
   j["model"] = {{"path", a.model},
                 {"format", model->format},
                 {"n_layers", mc.n_layers},
@@ -417,6 +430,8 @@ void register_bench_offline(CLI::App& bench) {
   auto a = std::make_shared<BenchOfflineArgs>();
   CLI::App* sub = bench.add_subcommand("offline", "Run a set of requests through the engine as fast as possible");
   sub->add_option("--model,-m", a->model, "Model: llama2.c .bin, GGUF file, or safetensors dir/file")->required();
+  sub->add_option("--tokenizer,-t", a->tokenizer,
+                  "Tokenizer file (llama2.c .bin or tokenizer.json) if not with the model; checked against the model");
   auto* trace = sub->add_option("--trace", a->trace, "Trace file: Azure CSV, Mooncake JSONL or arXiv lengths CSV");
   sub->add_option("--trace-format", a->trace_format, "auto, azure, mooncake, arxiv")->capture_default_str();
   auto* synth = sub->add_option("--synthetic", a->synthetic,

@@ -96,25 +96,84 @@ void run_generate_distributed(const GenerateArgs& a) {
       prompts.push_back(r.prompt);
       reqs.push_back(std::move(r));
     }
-    const double t0 = e.clock().now();
-    std::vector<Sequence> done = e.run(reqs);
-    const double secs = e.clock().now() - t0;
-    std::vector<const Sequence*> by_id(reqs.size(), nullptr);
-    for (const Sequence& s : done) by_id.at(size_t(s.id())) = &s;
+    // Streamed as it is generated (issue 19, defect 14): prompt i's text goes out token by token
+    // while every earlier prompt has finished; a later prompt's text is held until then, so stdout
+    // is the prompts' texts in prompt order, each on its own line(s), and a fault late in a long
+    // run leaves everything generated before it on stdout.
+    struct Out {
+      std::unique_ptr<StreamDecoder> dec;
+      std::string held;  // decoded, not yet printed (not its turn)
+      bool finished = false;
+      std::vector<int32_t> output;
+    };
+    std::vector<Out> outs(reqs.size());
+    size_t turn = 0;  // the prompt whose text streams now
+    auto emit = [&](size_t i, const std::string& piece) {
+      if (piece.empty()) return;
+      if (i == turn) {
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+      } else {
+        outs[i].held += piece;
+      }
+    };
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      outs[i].dec = std::make_unique<StreamDecoder>(*tok);
+      std::string shown;
+      for (int32_t id : prompts[i]) shown += outs[i].dec->push(id);
+      emit(i, shown);
+    }
+    auto advance = [&] {
+      // Finished prompts in order end their line; the next one's held text comes out.
+      while (turn < outs.size() && outs[turn].finished) {
+        std::fputs("\n", stdout);
+        if (a.print_ids) print_ids(prompts[turn], outs[turn].output);
+        ++turn;
+        if (turn < outs.size()) {
+          std::fputs(outs[turn].held.c_str(), stdout);
+          outs[turn].held.clear();
+        }
+      }
+      std::fflush(stdout);
+    };
     int64_t n_gen = 0;
+    std::vector<const Sequence*> by_id(reqs.size(), nullptr);
+    e.loop().on_token = [&](const TokenEvent& ev) {
+      const size_t i = size_t(ev.seq_id);
+      if (i >= outs.size() || outs[i].finished) return;
+      if (std::find(stop.begin(), stop.end(), ev.token) == stop.end()) emit(i, outs[i].dec->push(ev.token));
+    };
+    std::vector<Sequence> finished_seqs;
+    finished_seqs.reserve(reqs.size());
+    auto prev_finish = e.loop().on_finish;
+    e.loop().on_finish = [&](const Sequence& s) {
+      if (prev_finish) prev_finish(s);
+      const size_t i = size_t(s.id());
+      if (i >= outs.size() || outs[i].finished) return;
+      emit(i, outs[i].dec->flush());
+      outs[i].output = s.output;
+      outs[i].finished = true;
+      advance();
+    };
+    const double t0 = e.clock().now();
+    std::vector<Sequence> done;
+    try {
+      done = e.run(reqs);
+    } catch (...) {
+      e.loop().on_token = nullptr;
+      e.loop().on_finish = prev_finish;
+      std::fflush(stdout);
+      throw;
+    }
+    e.loop().on_token = nullptr;
+    e.loop().on_finish = prev_finish;
+    const double secs = e.clock().now() - t0;
+    for (const Sequence& s : done) by_id.at(size_t(s.id())) = &s;
     for (size_t i = 0; i < reqs.size(); ++i) {
       const Sequence* s = by_id[i];
       if (!s) fail("prompt ", i, " did not finish");
       if (s->finish_reason == FinishReason::kRejected || s->finish_reason == FinishReason::kError)
         fail("prompt ", i, ": ", finish_reason_name(s->finish_reason), ": ", s->finish_detail);
-      StreamDecoder stream(*tok);
-      std::string text;
-      for (int32_t id : prompts[i]) text += stream.push(id);
-      for (int32_t id : s->output)
-        if (std::find(stop.begin(), stop.end(), id) == stop.end()) text += stream.push(id);
-      text += stream.flush();
-      std::printf("%s\n", text.c_str());
-      if (a.print_ids) print_ids(prompts[i], s->output);
       n_gen += s->num_output();
     }
     std::fflush(stdout);

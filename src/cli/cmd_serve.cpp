@@ -2,9 +2,11 @@
 // Loopback by default; Ctrl-C / SIGTERM stop it cleanly.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cluster/tiers.h"
@@ -35,6 +37,9 @@ struct ServeArgs {
   int max_queue = 256;
   int threads = 0;
   int http_threads = 0;
+  int max_connections = 0;
+  double header_timeout_s = server::HttpServerOptions{}.header_timeout_s;
+  int64_t max_body_bytes = int64_t(server::HttpServerOptions{}.max_body_bytes);
   int ranks = 1;
   std::string comm = "local";
   std::string tiers;  // SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,... or a file
@@ -54,6 +59,11 @@ void run_serve(const ServeArgs& a) {
   if (a.kv_cache_bytes < 0) fail("--kv-cache-bytes must be > 0, got ", a.kv_cache_bytes);
   // Bad tiers fail here, in one line, before the model loads.
   const cluster::SloTiers tiers = a.tiers.empty() ? cluster::SloTiers() : cluster::parse_tiers(a.tiers);
+  if (a.max_connections < 0) fail("--max-connections must be >= 0 (0: from the descriptor limit), got ", a.max_connections);
+  if (!(a.header_timeout_s > 0) || a.header_timeout_s > 3600)
+    fail("--header-timeout must be in (0, 3600] seconds, got ", a.header_timeout_s);
+  if (a.max_body_bytes < 1024 || a.max_body_bytes > (int64_t(1) << 30))
+    fail("--max-body-bytes must be in [1024, 2^30], got ", a.max_body_bytes);
 
   // Stop signals are taken by sigwait below; block them before any thread starts so every
   // thread inherits the mask.
@@ -88,6 +98,17 @@ void run_serve(const ServeArgs& a) {
     so.max_queue = a.max_queue;
     so.tiers = tiers;
     so.model_name = a.served_model_name.empty() ? base_name(a.model) : a.served_model_name;
+    // A dead engine (a follower rank failed, died or froze) stops the server: /health already
+    // answers 503; the stop signal wakes the waiter below, and serve exits with the error.
+    std::mutex dead_mu;
+    std::string dead_reason;
+    so.on_dead = [&](const std::string& why) {
+      {
+        std::lock_guard<std::mutex> lock(dead_mu);
+        dead_reason = why;
+      }
+      ::kill(::getpid(), SIGTERM);
+    };
     server::ServingEngine serving(engine, *tok, server::serving_eos_ids(*tok, model->format, model->config.bos_id),
                                   so);
     server::HttpServerOptions ho;
@@ -95,6 +116,9 @@ void run_serve(const ServeArgs& a) {
     ho.port = a.port;
     ho.model_name = so.model_name;
     ho.http_threads = a.http_threads;
+    ho.max_connections = a.max_connections;
+    ho.header_timeout_s = a.header_timeout_s;
+    ho.max_body_bytes = size_t(a.max_body_bytes);
     server::HttpServer http(serving, *tok, ho);
     const int port = http.bind();
 
@@ -115,6 +139,8 @@ void run_serve(const ServeArgs& a) {
     if (!ok) pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
     if (!ok) fail("listening on ", a.host, ":", port, " failed");
+    std::lock_guard<std::mutex> lock(dead_mu);
+    if (!dead_reason.empty()) fail("the engine failed; the server stopped: ", dead_reason);
   });
 }
 
@@ -146,6 +172,15 @@ void register_serve(CLI::App& app) {
   sub->add_option("--threads", a->threads, "Compute threads (0: all cores, or LOOM_THREADS)")->capture_default_str();
   add_numerics_option(sub);
   sub->add_option("--http-threads", a->http_threads, "HTTP handler threads (0: max-num-seqs + max-queue + 16)")
+      ->capture_default_str();
+  sub->add_option("--max-connections", a->max_connections,
+                  "Open connections at most; beyond it the one waiting longest for its request is dropped "
+                  "(0: from the descriptor limit)")
+      ->capture_default_str();
+  sub->add_option("--header-timeout", a->header_timeout_s,
+                  "Seconds a client has to send its request line and headers (then 408)")
+      ->capture_default_str();
+  sub->add_option("--max-body-bytes", a->max_body_bytes, "Request bodies above this get 413 unread")
       ->capture_default_str();
   sub->add_option("--ranks", a->ranks, "Ranks of the engine (local: threads; mpi: 0 = mpirun's -np)")
       ->capture_default_str();

@@ -7,6 +7,8 @@
 
 #include "engine/policy.h"
 #include "engine/trace.h"
+#include "model/loader.h"
+#include "model/tokenizer.h"
 #include "parallel/plan.h"
 #include "sim/experiments.h"
 #include "sim/model_catalog.h"
@@ -192,7 +194,8 @@ void run_sim(const RunArgs& a) {
   int longest = 0;
   for (const auto& r : trace) longest = std::max(longest, r.prompt_len + r.output_len);
   cfg.max_model_len = std::max(cm.model().max_seq_len, longest);
-  if (!a.quiet) cfg.progress = progress_bar;
+  // Progress bars are for people: only on a terminal, never into logs and pipes (issue 19).
+  if (!a.quiet && ::isatty(STDERR_FILENO)) cfg.progress = progress_bar;
   const sim::Simulator simulator(cm, cfg);
   const sim::SimResult r = simulator.run(trace);
   const auto j = sim::summary_json(r, simulator);
@@ -238,6 +241,7 @@ void run_sim(const RunArgs& a) {
 
 struct ValidateEngineArgs {
   std::string model;
+  std::string tokenizer;  // as every subcommand that takes a model file (the prompts are ids)
   std::string profile;
   std::string trace;
   std::string synthetic;  // as sim run: poisson:RATE | gamma:RATE:CV | bursty:RATE:ON:OFF | batch
@@ -259,6 +263,13 @@ void run_validate_engine(const ValidateEngineArgs& a) {
   if (a.profile.empty())
     fail("give --profile DIR (a profile of this machine: `loom profile -o DIR --model ", a.model, "`)");
   if (a.plans.empty()) fail("give at least one --plan (e.g. --plan tp=2 --plan dp=2 --plan sp=2@shift)");
+  if (!a.tokenizer.empty()) {
+    // The workload is token ids: the tokenizer only has to load and agree with the model.
+    const int n = Tokenizer::create(load_vocab(a.model, a.tokenizer))->vocab_size();
+    const int model_vocab = sim::find_model(a.model).vocab_size;
+    if (n > model_vocab)
+      fail("--tokenizer ", a.tokenizer, " has ", n, " tokens, more than the model's vocabulary of ", model_vocab);
+  }
   const sim::MachineProfile profile = sim::read_profile(a.profile);
   const ModelConfig mc = sim::find_model(a.model);
   sim::EngineValidationOptions o;
@@ -430,9 +441,10 @@ void run_plan(const PlanArgs& a) {
   std::vector<Point> pts;
   const auto cands = candidate_plans(node.gpus_per_node);
   int done = 0;
+  const bool bar = !a.json && ::isatty(STDERR_FILENO);  // only on a terminal
   for (const auto& p : cands) {
     ++done;
-    if (!a.json) std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
+    if (bar) std::fprintf(stderr, "\r[%d/%zu] %-30s", done, cands.size(), p.label().c_str());
     try {
       pts.push_back({p, sim::measure_plan(a.model, a.hardware, a.dtype, p.plan, p.policy, a.input_tokens,
                                           a.output_tokens, a.num_requests)});
@@ -440,7 +452,7 @@ void run_plan(const PlanArgs& a) {
       // A plan that does not divide the model or whose weights do not fit is not a candidate.
     }
   }
-  if (!a.json) std::fprintf(stderr, "\n");
+  if (bar) std::fprintf(stderr, "\n");
   auto dominates = [](const sim::LatencyThroughput& x, const sim::LatencyThroughput& y) {
     const bool ge = x.ttft_ms <= y.ttft_ms && x.tpot_ms <= y.tpot_ms && x.throughput_tok_s >= y.throughput_tok_s;
     const bool gt = x.ttft_ms < y.ttft_ms || x.tpot_ms < y.tpot_ms || x.throughput_tok_s > y.throughput_tok_s;
@@ -543,6 +555,8 @@ void register_sim(CLI::App& app) {
                                  "and print the relative error per plan");
   auto vea = std::make_shared<ValidateEngineArgs>();
   ve->add_option("--model", vea->model, "Model file loom can load (llama2.c, GGUF, safetensors)")->required();
+  ve->add_option("--tokenizer,-t", vea->tokenizer,
+                 "Tokenizer file (llama2.c .bin or tokenizer.json) if not with the model; checked against the model");
   ve->add_option("--profile", vea->profile, "Profile of this machine (`loom profile -o DIR --model PATH`)");
   ve->add_option("--trace", vea->trace, "Azure CSV, Mooncake JSONL or lengths CSV (clipped to the context)");
   ve->add_option("--synthetic", vea->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");

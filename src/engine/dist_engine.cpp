@@ -214,6 +214,7 @@ class Leader final : public DistEngine {
   const std::vector<std::string>& start_info() const override { return st_.info; }
   std::string policy() const override { return core_.control().policy().describe(); }
   std::vector<PlanStats> plan_stats() const override { return core_.executor().stats(); }
+  std::string fault() const override { return core_.executor().broken() ? core_.executor().error() : std::string(); }
   Scheduler& scheduler() override { return core_.scheduler(); }
   EngineLoop& loop() override { return core_.loop(); }
   Clock& clock() override { return core_.clock(); }

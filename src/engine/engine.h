@@ -51,6 +51,10 @@ class EngineHandle {
   virtual Metrics& metrics() = 0;
   // Per plan of the engine's set: steps, tokens, switches into it, KV bytes moved, switch time.
   virtual std::vector<PlanStats> plan_stats() const = 0;
+  // "" while the engine can run steps; else why it cannot (the first failure of its step group:
+  // a communicator error, a peer that failed or timed out, plan_executor.h). A faulted engine
+  // fails every later step at once: a server must stop serving it (server/serving_engine.h).
+  virtual std::string fault() const { return {}; }
 };
 
 // World rank 0's scheduling side over a RankEngine, shared by the single-rank Engine and the
@@ -104,6 +108,7 @@ class Engine : public EngineHandle {
   Clock& clock() override { return core_->clock(); }
   int num_kv_blocks() const override { return num_blocks_; }
   std::vector<PlanStats> plan_stats() const override { return core_->executor().stats(); }
+  std::string fault() const override { return core_->executor().broken() ? core_->executor().error() : std::string(); }
   int64_t kv_cache_bytes() const { return rank_->kv().bytes(); }
   RankEngine& rank() { return *rank_; }
 

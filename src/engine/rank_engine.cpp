@@ -11,7 +11,18 @@
 
 namespace loom {
 
-int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position) {
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position,
+                     const std::vector<std::pair<TokenId, int32_t>>& output_counts) {
+  thread_local std::vector<float> adjusted;
+  if (p.adjusts_logits()) {
+    adjusted.assign(logits, logits + vocab);
+    for (const auto& [id, bias] : p.logit_bias)
+      if (id >= 0 && id < vocab) adjusted[size_t(id)] += bias;
+    for (const auto& [id, count] : output_counts)
+      if (id >= 0 && id < vocab && count > 0)
+        adjusted[size_t(id)] -= p.frequency_penalty * float(count) + p.presence_penalty;
+    logits = adjusted.data();
+  }
   if (p.temperature <= 0.0f) return kernels::argmax(logits, vocab);
   kernels::SamplingParams kp;
   kp.temperature = p.temperature;
@@ -142,7 +153,7 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
       if (!s.sample || int(((s.seq_id % dp) + dp) % dp) != my_replica) continue;
       LOOM_CHECK(row < n_rows, "step ", batch.step_index, ": ", n_rows, " logit rows for more samples");
       res.sampled.push_back({s.seq_id, sample_token(logits_.data() + int64_t(row) * vocab, vocab, s.sampling,
-                                                    s.start + s.num_tokens)});
+                                                    s.start + s.num_tokens, s.output_counts)});
       ++row;
     }
   }

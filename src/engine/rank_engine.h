@@ -118,7 +118,10 @@ class RankEngine {
 void check_block_sizes(const std::vector<Plan>& plans, int block_size);
 
 // The token chosen from `logits[vocab]` for the sample at `position` of a request.
-int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position);
+// With p.adjusts_logits(): logit bias and penalties (request.h) on a copy of the logits first;
+// output_counts as in ScheduledSeq (ids outside [0, vocab) are ignored).
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position,
+                     const std::vector<std::pair<TokenId, int32_t>>& output_counts = {});
 
 // The forward batch of a step; want_logits follows ScheduledSeq::sample.
 void to_forward_batch(const StepBatch& batch, ForwardBatch& fb);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kv/block_allocator.h"
@@ -22,6 +23,15 @@ struct SamplingParams {
   float top_p = 1.0f;        // nucleus mass in (0, 1]; 1 = off
   int top_k = 0;             // 0 = off
   uint64_t seed = 0;         // the executor derives the stream from (seed, position)
+  // OpenAI's logit adjustments, applied to the raw logits before temperature, top-k/top-p and
+  // greedy alike (OpenAI API reference, "frequency and presence penalties"):
+  //   logit[t] += logit_bias[t] - frequency_penalty * c[t] - presence_penalty * (c[t] > 0)
+  // with c[t] the times t occurs in the sequence's output so far.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::vector<std::pair<TokenId, float>> logit_bias;  // (token id, bias); ids unique
+  bool adjusts_logits() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty(); }
+  bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f; }
 };
 
 struct StopConditions {

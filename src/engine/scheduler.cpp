@@ -1,5 +1,7 @@
 #include "engine/scheduler.h"
 
+#include <unordered_map>
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
@@ -194,6 +196,11 @@ ScheduledSeq Scheduler::make_entry(const Sequence& s, int n) const {
   for (int p = e.start; p < e.start + n; ++p) e.token_ids.push_back(s.token_at(p));
   e.block_ids = s.block_table.blocks();
   e.sampling = s.request.sampling;
+  if (e.sample && e.sampling.has_penalties()) {
+    std::unordered_map<TokenId, int32_t> counts;
+    for (TokenId t : s.output) ++counts[t];
+    e.output_counts.assign(counts.begin(), counts.end());
+  }
   e.priority = s.request.priority;
   LOOM_CHECK(s.block_table.num_slots() >= e.start + n, "seq ", s.id(), " has ",
              s.block_table.num_slots(), " slots, step needs ", e.start + n);

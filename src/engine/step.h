@@ -33,6 +33,9 @@ struct ScheduledSeq {
   // their pages by sequence id, so these do not travel in the step descriptor).
   std::vector<BlockId> block_ids;
   SamplingParams sampling;          // used by the executor when `sample`
+  // With sampling.has_penalties() and `sample`: each distinct output token so far and its count
+  // (the penalties need them on whichever rank samples; empty otherwise).
+  std::vector<std::pair<TokenId, int32_t>> output_counts;
   int priority = 0;                 // copied from the request (for policies / cost models)
 
   int context_len() const { return start + num_tokens; }

@@ -86,12 +86,27 @@ void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std
     w.put<int64_t>(s.seq_id);
     w.put<int32_t>(s.start);
     w.put<int32_t>(s.num_tokens);
-    w.put<uint8_t>(uint8_t((s.is_prefill ? 1 : 0) | (s.sample ? 2 : 0)));
+    const bool adjust = s.sampling.adjusts_logits();
+    w.put<uint8_t>(uint8_t((s.is_prefill ? 1 : 0) | (s.sample ? 2 : 0) | (adjust ? 4 : 0)));
     w.put<float>(s.sampling.temperature);
     w.put<float>(s.sampling.top_p);
     w.put<int32_t>(s.sampling.top_k);
     w.put<uint64_t>(s.sampling.seed);
     w.put<int32_t>(s.priority);
+    if (adjust) {  // flag 4: logit bias, penalties and the output counts they need
+      w.put<uint32_t>(uint32_t(s.sampling.logit_bias.size()));
+      for (const auto& [id, bias] : s.sampling.logit_bias) {
+        w.put<int32_t>(id);
+        w.put<float>(bias);
+      }
+      w.put<float>(s.sampling.presence_penalty);
+      w.put<float>(s.sampling.frequency_penalty);
+      w.put<uint32_t>(uint32_t(s.output_counts.size()));
+      for (const auto& [id, count] : s.output_counts) {
+        w.put<int32_t>(id);
+        w.put<int32_t>(count);
+      }
+    }
     w.put_bytes(s.token_ids.data(), s.token_ids.size() * sizeof(TokenId));
   }
 }
@@ -150,6 +165,26 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
     s.sampling.top_k = r.get<int32_t>("top_k");
     s.sampling.seed = r.get<uint64_t>("seed");
     s.priority = r.get<int32_t>("priority");
+    if (flags & 4) {
+      const uint32_t n_bias = r.get<uint32_t>("logit bias count");
+      if (uint64_t(n_bias) * 8 > r.left())
+        fail("step descriptor: sequence ", s.seq_id, " lists ", n_bias, " logit biases in ", r.left(), " bytes");
+      s.sampling.logit_bias.resize(n_bias);
+      for (auto& [id, bias] : s.sampling.logit_bias) {
+        id = r.get<int32_t>("logit bias id");
+        bias = r.get<float>("logit bias");
+      }
+      s.sampling.presence_penalty = r.get<float>("presence penalty");
+      s.sampling.frequency_penalty = r.get<float>("frequency penalty");
+      const uint32_t n_counts = r.get<uint32_t>("output count entries");
+      if (uint64_t(n_counts) * 8 > r.left())
+        fail("step descriptor: sequence ", s.seq_id, " lists ", n_counts, " output counts in ", r.left(), " bytes");
+      s.output_counts.resize(n_counts);
+      for (auto& [id, count] : s.output_counts) {
+        id = r.get<int32_t>("output count id");
+        count = r.get<int32_t>("output count");
+      }
+    }
     if (s.start < 0 || s.num_tokens < 1)
       fail("step descriptor: sequence ", s.seq_id, " has start ", s.start, " and ", s.num_tokens, " tokens");
     if (int64_t(s.start) + s.num_tokens > INT32_MAX)  // context_len() must not overflow

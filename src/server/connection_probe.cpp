@@ -1,8 +1,11 @@
 #include "server/connection_probe.h"
 
+#include "server/http_front.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -63,13 +66,32 @@ ConnectionProbe ConnectionProbe::find(const std::string& local_addr, int local_p
   return p;
 }
 
-bool ConnectionProbe::closed() const {
-  if (fd_ < 0) return false;
+ConnectionProbe ConnectionProbe::current() {
+  ConnectionProbe p;
+  if (const Connection* c = current_connection()) p.fd_ = c->fd;
+  return p;
+}
+
+PeerState ConnectionProbe::state() const {
+  if (fd_ < 0) return PeerState::kOpen;
   char c;
   const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0) return false;
-  if (n == 0) return true;
-  return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+  if (n > 0) return PeerState::kOpen;
+  if (n == 0) {
+    // After the peer's FIN recv() keeps returning 0 even once a reset has arrived (the socket
+    // is "done"); the TCP state tells: CLOSE_WAIT = only the FIN, CLOSE = reset since.
+    tcp_info ti{};
+    socklen_t len = sizeof ti;
+    if (::getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE) return PeerState::kGone;
+    return PeerState::kEof;
+  }
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? PeerState::kOpen : PeerState::kGone;
+}
+
+bool ConnectionProbe::send_interim_continue() const {
+  if (fd_ < 0) return true;
+  static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  return ::send(fd_, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof kContinue - 1);
 }
 
 }  // namespace loom::server

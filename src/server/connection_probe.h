@@ -17,13 +17,22 @@
 
 namespace loom::server {
 
+enum class PeerState { kOpen, kEof, kGone };
+
 class ConnectionProbe {
  public:
   ConnectionProbe() = default;
+  // The connection the calling handler thread serves (http_front.h's current_connection()).
+  static ConnectionProbe current();
   static ConnectionProbe find(const std::string& local_addr, int local_port, const std::string& remote_addr,
                               int remote_port);
   bool found() const { return fd_ >= 0; }
-  bool closed() const;
+  // kEof: the client shut down its sending side: closed, or only half-closed (it may still
+  // read; the caller tells them apart, http_server.cpp client_gone). kGone: reset or error.
+  PeerState state() const;
+  bool closed() const { return state() != PeerState::kOpen; }
+  // Writes "HTTP/1.1 100 Continue\r\n\r\n" (non-blocking); false when it cannot be sent.
+  bool send_interim_continue() const;
 
  private:
   int fd_ = -1;

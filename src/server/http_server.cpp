@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <csignal>
+#include <optional>
 #include <ctime>
 #include <random>
 #include <thread>
@@ -11,6 +13,7 @@
 #include "core/json_bounded.h"
 #include "core/log.h"
 #include "server/connection_probe.h"
+#include "server/http_front.h"
 #include "server/openai_api.h"
 
 namespace loom::server {
@@ -54,6 +57,23 @@ ApiError finish_error(const RequestStream::Update& u) {
 
 bool is_failure(FinishReason r) { return r != FinishReason::kStop && r != FinishReason::kLength; }
 
+// Whether a non-streaming request's client has gone (issue 19, defect 12). An end of stream is
+// ambiguous: a client that shut down only its write side after the request (legal HTTP/1.1)
+// still reads the answer. The first time it is seen, an interim "100 Continue" (which HTTP/1.1
+// clients must accept before the final response, RFC 9110 section 15.2) is sent: a client that
+// closed completely answers it with a reset, which the following probes see; a half-closed one
+// ignores it and gets its response. HTTP/1.0 clients get no interim response: for them only a
+// reset counts.
+bool client_gone(const ConnectionProbe& probe, const httplib::Request& req, bool* eof_probed) {
+  const PeerState ps = probe.state();
+  if (ps == PeerState::kGone) return true;
+  if (ps == PeerState::kEof && !*eof_probed) {
+    *eof_probed = true;
+    if (req.version == "HTTP/1.1" && !probe.send_interim_continue()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<TokenId> serving_eos_ids(const Tokenizer& tok, const std::string& model_format, int bos_id) {
@@ -64,16 +84,19 @@ std::vector<TokenId> serving_eos_ids(const Tokenizer& tok, const std::string& mo
   return ids;
 }
 
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of concurrent connections overflows the
-// accept queue and the kernel drops some of them. Its listening socket is a protected member;
-// this exposes it so bind() can re-listen with the system's maximum backlog (listen() on a
-// listening socket only changes the backlog).
+// cpp-httplib's Server does the routing and the HTTP framing of one request over a Stream; the
+// connections themselves belong to the FrontEnd (http_front.h), which hands a handler thread a
+// connection only once its request has arrived whole. process_request is protected: this
+// exposes it. svr_sock_ stands for "not shutting down" in cpp-httplib's chunked writer (a
+// streaming response ends when it becomes INVALID_SOCKET), so it mirrors the front end's
+// listening socket while it runs.
 class ListeningServer : public httplib::Server {
  public:
-  void widen_backlog() {
-    const auto fd = svr_sock_.load();
-    if (fd != INVALID_SOCKET) ::listen(fd, SOMAXCONN);
+  bool serve(httplib::Stream& strm, bool close_connection, bool& connection_closed) {
+    return process_request(strm, close_connection, connection_closed, nullptr);
   }
+  void set_running(int fd) { svr_sock_ = fd; }
+  void set_stopped() { svr_sock_ = INVALID_SOCKET; }
 };
 
 struct HttpServer::Impl {
@@ -81,6 +104,7 @@ struct HttpServer::Impl {
   const Tokenizer& tok;
   HttpServerOptions opt;
   ListeningServer svr;
+  std::unique_ptr<FrontEnd> front;
   std::thread thread;
   std::mt19937_64 id_rng{std::random_device{}()};
   std::mutex rng_mu;
@@ -98,7 +122,11 @@ struct HttpServer::Impl {
     return buf;
   }
 
+  // Longest span of input bytes one token can stand for (see check_text_fits).
+  size_t max_token_bytes = 4;
+
   void routes();
+  void check_text_fits(size_t bytes, const std::optional<int>& max_tokens, Endpoint ep);
   void generate(Endpoint ep, const httplib::Request& req, httplib::Response& res);
   std::vector<TokenId> prompt_tokens(const ApiRequest& a);
   void check_fits(int prompt_len, int max_tokens, Endpoint ep);
@@ -127,6 +155,29 @@ httplib::Server::Handler guarded(F f) {
   };
 }
 
+// Text too long for the context is refused before tokenizing it (a 50 MB prompt took 2 GB and
+// 10-20 s to tokenize before context_length_exceeded; issue 19, defect 8). The bound: loom's
+// tokenizers (Spm and byte-level BPE, model/tokenizer.h) never drop input bytes, and each token
+// covers at most max_token_bytes of them (its stored piece is at least as long as the bytes it
+// stands for: ' ' -> U+2581, a byte -> its GPT-2 alphabet character or "<0xAB>"; an unknown
+// code point -> one unk token, hence at least 4), so text of B bytes is at least
+// ceil(B / max_token_bytes) tokens.
+void HttpServer::Impl::check_text_fits(size_t bytes, const std::optional<int>& max_tokens, Endpoint ep) {
+  const int64_t min_tokens = int64_t((bytes + max_token_bytes - 1) / max_token_bytes);
+  const int64_t completion = max_tokens ? *max_tokens : 1;
+  const int max_len = engine.max_model_len();
+  if (min_tokens + completion <= max_len) return;
+  const char* where = ep == Endpoint::kChat ? "messages" : "prompt";
+  throw make_error(400,
+                   cat("This model's maximum context length is ", max_len, " tokens. However, the ", where, " is ",
+                       bytes, " bytes, which is at least ", min_tokens, " tokens (no token of this vocabulary spans more than ",
+                       max_token_bytes, " bytes), plus ", completion,
+                       " in the completion. Please reduce the length of the ", where, " or the completion."),
+                   "invalid_request_error",
+                   // As check_fits: the prompt alone too long names it; else the completion's share.
+                   min_tokens + 1 > max_len || ep == Endpoint::kChat ? where : "max_tokens", "context_length_exceeded");
+}
+
 std::vector<TokenId> HttpServer::Impl::prompt_tokens(const ApiRequest& a) {
   std::vector<TokenId> prompt;
   if (a.endpoint == Endpoint::kCompletions) {
@@ -137,11 +188,16 @@ std::vector<TokenId> HttpServer::Impl::prompt_tokens(const ApiRequest& a) {
                            "invalid_request_error", "prompt");
       prompt = a.prompt_ids;
     } else {
+      check_text_fits(a.prompt_text.size(), a.max_tokens, a.endpoint);
       prompt = tok.encode(a.prompt_text, tok.vocab().add_bos);
     }
   } else {
+    size_t content = 0;
+    for (const ChatMessage& m : a.messages) content += m.content.size();
+    check_text_fits(content, a.max_tokens, a.endpoint);
     // The template writes BOS itself where its format has one.
     const std::string text = apply_chat_template(tok.vocab(), a.messages, /*add_generation_prompt=*/true);
+    check_text_fits(text.size(), a.max_tokens, a.endpoint);
     prompt = tok.encode(text, /*add_bos=*/false);
   }
   if (prompt.empty())
@@ -183,6 +239,10 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
                      cat("The model `", text_excerpt(a.model), "` does not exist (this server serves `",
                          opt.model_name, "`)."),  // the client's name capped: it may be megabytes
                      "invalid_request_error", "model", "model_not_found");
+  for (const auto& [id, bias] : a.sampling.logit_bias)
+    if (id >= tok.vocab_size())
+      throw make_error(400, cat("'logit_bias' token id ", id, " is out of the vocabulary (size ", tok.vocab_size(), ")"),
+                       "invalid_request_error", "logit_bias");
   std::vector<TokenId> prompt = prompt_tokens(a);
   const int prompt_len = int(prompt.size());
   int max_tokens = 0;
@@ -230,12 +290,12 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
   const std::string model = opt.model_name;
   std::shared_ptr<RequestStream> st = engine.submit(std::move(r), tier);  // OverloadError -> 429
   const RequestId rid = st->id();
-  const ConnectionProbe probe =
-      ConnectionProbe::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  const ConnectionProbe probe = ConnectionProbe::current();
 
   if (!a.stream) {
     std::string text;
     RequestStream::Update u;
+    bool eof_probed = false;
     auto next_probe = std::chrono::steady_clock::now() + kPoll;
     for (;;) {
       if (st->next(&u, kPoll)) {
@@ -246,7 +306,7 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
       const auto now = std::chrono::steady_clock::now();
       if (now < next_probe) continue;
       next_probe = now + kPoll;
-      if (probe.closed()) {
+      if (client_gone(probe, req, &eof_probed)) {
         engine.cancel(rid);  // nobody will read the answer
         res.status = 499;    // (nginx's "client closed request"; never seen by the client)
         return;
@@ -266,6 +326,7 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
     std::chrono::steady_clock::time_point next_probe = std::chrono::steady_clock::now() + kPoll;
     bool role_sent = false;
     bool done = false;
+    bool eof_probed = false;
   };
   auto ss = std::make_shared<StreamState>();
   ss->st = st;
@@ -292,7 +353,17 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
           const auto now = std::chrono::steady_clock::now();
           if (now >= ss->next_probe) {
             ss->next_probe = now + kPoll;
-            if (ss->probe.closed()) {
+            const PeerState ps = ss->probe.state();
+            if (ps == PeerState::kEof && !ss->eof_probed) {
+              // Closed or only half-closed? An SSE comment (ignored by every SSE parser) tells:
+              // a closed client answers it with a reset, which the next probe sees.
+              ss->eof_probed = true;
+              static const char kComment[] = ": probe\n\n";
+              if (!sink.write(kComment, sizeof kComment - 1)) {
+                eng->cancel(rid);
+                return false;
+              }
+            } else if (ps == PeerState::kGone) {
               eng->cancel(rid);
               return false;
             }
@@ -349,8 +420,14 @@ void HttpServer::Impl::routes() {
                          {"vocab_size", tok.vocab_size()}};
             send_json(r, 200, json{{"object", "list"}, {"data", json::array({card})}});
           }));
-  svr.Get("/health", guarded([](const httplib::Request&, httplib::Response& r) {
-            send_json(r, 200, json{{"status", "ok"}});
+  // 503 once the engine is dead (ServingEngine::dead_reason): load balancers and supervisors
+  // take the replica out, and the server is shutting down.
+  svr.Get("/health", guarded([this](const httplib::Request&, httplib::Response& r) {
+            const std::string dead = engine.dead_reason();
+            if (dead.empty())
+              send_json(r, 200, json{{"status", "ok"}});
+            else
+              send_json(r, 503, json{{"status", "unhealthy"}, {"error", dead}});
           }));
   svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& r) {
             r.status = 200;
@@ -385,40 +462,51 @@ HttpServer::HttpServer(ServingEngine& engine, const Tokenizer& tok, HttpServerOp
   if (impl_->opt.model_name.empty()) impl_->opt.model_name = engine.options().model_name;
   int threads = impl_->opt.http_threads;
   if (threads <= 0) threads = engine.engine_config().max_num_seqs + engine.options().max_queue + 16;
-  impl_->svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  impl_->svr.set_tcp_nodelay(true);
   impl_->svr.set_payload_max_length(impl_->opt.max_body_bytes);
+  for (const std::string& piece : tok.vocab().tokens) impl_->max_token_bytes = std::max(impl_->max_token_bytes, piece.size());
   impl_->routes();
+  FrontEndOptions fo;
+  fo.threads = threads;
+  fo.max_connections = impl_->opt.max_connections;
+  fo.header_timeout_s = impl_->opt.header_timeout_s;
+  fo.body_timeout_s = impl_->opt.body_timeout_s;
+  fo.max_body_bytes = impl_->opt.max_body_bytes;
+  Impl* im = impl_.get();
+  impl_->front = std::make_unique<FrontEnd>(
+      fo, [im](httplib::Stream& strm, bool close_connection, bool& connection_closed) {
+        return im->svr.serve(strm, close_connection, connection_closed);
+      });
 }
 
 HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::bind() {
-  const std::string& host = impl_->opt.host;
-  if (impl_->opt.port == 0) {
-    port_ = impl_->svr.bind_to_any_port(host);
-    if (port_ <= 0) fail("cannot bind ", host, " on any port");
-  } else {
-    if (!impl_->svr.bind_to_port(host, impl_->opt.port))
-      fail("cannot bind ", host, ":", impl_->opt.port, " (in use, or not an address of this machine)");
-    port_ = impl_->opt.port;
-  }
-  impl_->svr.widen_backlog();
+  port_ = impl_->front->bind(impl_->opt.host, impl_->opt.port);
+  impl_->svr.set_running(impl_->front->listen_fd());
   return port_;
 }
 
-bool HttpServer::listen() { return impl_->svr.listen_after_bind(); }
+bool HttpServer::listen() {
+  const bool ok = impl_->front->run();
+  impl_->svr.set_stopped();
+  return ok;
+}
 
 int HttpServer::start() {
   const int p = bind();
-  impl_->thread = std::thread([this] { impl_->svr.listen_after_bind(); });
-  for (int i = 0; i < 2000 && !impl_->svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->thread = std::thread([this] { listen(); });
+  for (int i = 0; i < 2000 && !impl_->front->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return p;
 }
 
 void HttpServer::stop() {
-  impl_->svr.stop();
+  impl_->svr.set_stopped();
+  impl_->front->stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
+
+int HttpServer::max_connections() const { return impl_->front->max_connections(); }
+int64_t HttpServer::connections_timed_out() const { return impl_->front->timed_out(); }
+int64_t HttpServer::connections_evicted() const { return impl_->front->evicted(); }
 
 }  // namespace loom::server

@@ -4,7 +4,8 @@
 //   POST /v1/completions        prompt (text or token ids) -> text; SSE when stream: true
 //   POST /v1/chat/completions   messages -> chat template (the model's, built-ins) -> text
 //   GET  /v1/models             the served model (id, max_model_len, vocab_size)
-//   GET  /health                200 {"status": "ok"} while the engine thread runs
+//   GET  /health                200 {"status": "ok"} while the engine serves; 503
+//                               {"status": "unhealthy", "error": why} once it is dead
 //   GET  /metrics               Prometheus text format 0.0.4 (prometheus.h lists the series)
 // Anything else: 404 with an OpenAI error body.
 //
@@ -14,18 +15,25 @@
 // "data: {"error": ...}\n\n" and [DONE].
 //
 // Client disconnects: a streaming request is cancelled when a write to the client fails or,
-// while it waits for tokens, when ConnectionProbe sees the socket closed; a non-streaming one
-// when ConnectionProbe sees it closed while waiting. Cancelling frees its KV blocks.
+// while it waits for tokens, when ConnectionProbe sees the socket reset; a non-streaming one
+// when ConnectionProbe sees it reset while waiting. An end of stream alone may be a half-closed
+// client (shutdown(SHUT_WR) after the request, legal HTTP/1.1), which still reads: it is told
+// apart by one harmless write (an SSE comment; for non-streaming an interim 100 Continue) that a
+// closed client answers with a reset. Cancelling frees its KV blocks.
 //
-// Handler threads: one per connection being served. The pool has max_num_seqs + max_queue + 16
-// threads by default, so that with every running and waiting slot taken, a new request still
-// gets a thread to answer it 429, and /health and /metrics still answer.
+// Connections: an event-driven front end (http_front.h) holds each connection until its request
+// has arrived whole (header deadline, body deadline, connection cap, size bounds), so slow or
+// idle clients hold no thread. Handler threads: one per request being served. The pool has
+// max_num_seqs + max_queue + 16 threads by default, so that with every running and waiting slot
+// taken, a new request still gets a thread to answer it 429, and /health and /metrics still
+// answer.
 //
 // Errors never escape a handler: ApiError -> its status, OverloadError -> 429, anything else
-// -> 500 with the message. SIGPIPE is ignored process-wide by the constructor (cpp-httplib 0.11
-// sends without MSG_NOSIGNAL; a write to a closed socket must fail, not kill the server).
+// -> 500 with the message. SIGPIPE is ignored process-wide by the constructor (a write to a
+// closed socket must fail, not kill the server; the front end sends with MSG_NOSIGNAL too).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,7 +48,12 @@ struct HttpServerOptions {
   int port = 8000;            // 0: any free port (see port())
   std::string model_name;     // served model name (--served-model-name)
   int http_threads = 0;       // 0: max_num_seqs + max_queue + 16
-  size_t max_body_bytes = 64u << 20;
+  // Request bodies above this get 413 before they are read. 8 MiB: a whole 128k-token context
+  // as JSON token ids or escaped text is well below it.
+  size_t max_body_bytes = 8u << 20;
+  int max_connections = 0;        // 0: from the descriptor limit (http_front.h)
+  double header_timeout_s = 10;   // request line + headers must arrive within this
+  double body_timeout_s = 60;     // then the body within this
 };
 
 class HttpServer {
@@ -59,6 +72,9 @@ class HttpServer {
   int start();
   void stop();
   int port() const { return port_; }
+  int max_connections() const;
+  int64_t connections_timed_out() const;  // closed by the header/body deadline
+  int64_t connections_evicted() const;    // closed to make room under the connection cap
 
  private:
   struct Impl;

@@ -146,6 +146,63 @@ void parse_messages(const json& m, ApiRequest* r) {
   }
 }
 
+// Issue 19, defect 10: the OpenAI fields loom implements (logit_bias, presence_penalty,
+// frequency_penalty: engine/request.h SamplingParams; user: accepted, not used) and the ones it
+// does not (a 400 naming the field, as vLLM answers what it does not support, rather than
+// silently ignoring them).
+void parse_logit_fields(const json& b, ApiRequest* r) {
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (!present(b, key)) continue;
+    const double v = get_number(b[key], key);
+    if (v < -2 || v > 2) bad(key, cat("'", key, "' must be in [-2, 2], got ", v));
+    (std::string(key) == "presence_penalty" ? r->sampling.presence_penalty : r->sampling.frequency_penalty) = float(v);
+  }
+  if (present(b, "logit_bias")) {
+    const json& lb = b["logit_bias"];
+    if (!lb.is_object()) bad("logit_bias", cat("'logit_bias' must be an object {token id: bias}, got ", lb.type_name()));
+    if (lb.size() > ApiRequest::kMaxLogitBias)
+      bad("logit_bias", cat("'logit_bias' has ", lb.size(), " entries, more than ", ApiRequest::kMaxLogitBias));
+    for (auto it = lb.begin(); it != lb.end(); ++it) {
+      const std::string& k = it.key();
+      const std::string shown = k.size() > 24 ? k.substr(0, 24) + "..." : k;
+      if (k.empty() || k.size() > 10 || k.find_first_not_of("0123456789") != std::string::npos ||
+          (k.size() > 1 && k[0] == '0'))
+        bad("logit_bias", cat("'logit_bias' keys must be token ids (decimal integers), got '", shown, "'"));
+      const int64_t id = std::stoll(k);
+      if (id > std::numeric_limits<TokenId>::max())
+        bad("logit_bias", cat("'logit_bias' token id ", k, " is out of range"));
+      const double v = get_number(it.value(), "logit_bias");
+      if (v < -100 || v > 100) bad("logit_bias", cat("'logit_bias' values must be in [-100, 100], got ", v, " for ", k));
+      r->sampling.logit_bias.emplace_back(TokenId(id), float(v));
+    }
+  }
+  if (present(b, "user")) get_string(b["user"], "user");  // accepted (OpenAI: an end-user id), unused
+  if (present(b, "top_logprobs"))
+    bad("top_logprobs", "'top_logprobs' is not supported (loom returns no logprobs)");
+  // Not implemented: refused by name rather than ignored.
+  if (present(b, "suffix")) {
+    const json& sfx = b["suffix"];
+    if (!(sfx.is_string() && sfx.get<std::string>().empty()))
+      bad("suffix", "'suffix' (insertion after the completion) is not supported");
+  }
+  for (const char* key : {"tools", "functions"}) {
+    if (!present(b, key)) continue;
+    if (!(b[key].is_array() && b[key].empty()))
+      bad(key, cat("'", key, "' (tool and function calling) is not supported"));
+  }
+  for (const char* key : {"tool_choice", "function_call"}) {
+    if (!present(b, key)) continue;
+    if (!(b[key].is_string() && b[key].get<std::string>() == "none"))
+      bad(key, cat("'", key, "' (tool and function calling) is not supported"));
+  }
+  if (present(b, "response_format")) {
+    const json& rf = b["response_format"];
+    const bool text = rf.is_object() && rf.contains("type") && rf["type"].is_string() && rf["type"] == "text";
+    if (!text)
+      bad("response_format", "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not supported");
+  }
+}
+
 }  // namespace
 
 json error_json(const ApiError& e) {
@@ -264,6 +321,7 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
     if (slo.tpot_ms < 0) bad("slo.tpot_ms", cat("'slo.tpot_ms' must be >= 0, got ", slo.tpot_ms));
     r.slo = slo;
   }
+  parse_logit_fields(b, &r);
   return r;
 }
 

@@ -13,8 +13,12 @@
 //   stop (string or list of non-empty strings), stream, stream_options.include_usage
 //   (only with stream), ignore_eos*, priority* (int, lower = more urgent), and loom's
 //   slo {ttft_ms, tpot_ms} (>= 0, ms).
+//   presence_penalty, frequency_penalty (in [-2, 2]), logit_bias ({token id: bias in [-100, 100]},
+//   ids checked against the vocabulary by the server), user (accepted, unused).
 // Unknown fields are ignored (clients send many optional ones); fields that change the output
-// in ways loom cannot honour (echo, logprobs, best_of > 1, n != 1) are rejected.
+// in ways loom cannot honour (echo, logprobs, top_logprobs, best_of > 1, n != 1, suffix, tools,
+// tool_choice, functions, function_call, response_format other than text) are rejected with a
+// 400 naming the field.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +68,7 @@ struct ApiRequest {
   int priority = 0;
   std::optional<Slo> slo;
   std::string tier;  // SLO tier name (loom extension, Nitsum); "" = the server's first tier
+  static constexpr size_t kMaxLogitBias = 1024;  // logit_bias entries at most
 };
 
 // Parses and validates a request body. Throws ApiError (400) naming the field.

@@ -94,6 +94,7 @@ std::shared_ptr<RequestStream> ServingEngine::submit(Request r, int tier) {
   std::shared_ptr<RequestStream> st;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!dead_.empty()) throw OverloadError{"the engine has failed and the server is shutting down: " + dead_, 503};
     if (stop_) throw OverloadError{"the server is shutting down", 503};
     const int waiting = std::max(0, num_live_ - stats_.num_running);
     if (waiting >= options_.max_queue) {
@@ -160,7 +161,31 @@ void ServingEngine::run() {
     }
     publish();
     busy = !loop.idle();
-    consecutive_faults = faulted ? consecutive_faults + 1 : 0;
+    // Only a step that ran clean ends a series of faults (an empty step between two failing
+    // requests proves nothing).
+    if (faulted)
+      ++consecutive_faults;
+    else if (ran)
+      consecutive_faults = 0;
+    std::string dead = engine_.fault();
+    if (dead.empty() && consecutive_faults >= options_.max_consecutive_faults)
+      dead = cat(consecutive_faults, " engine steps in a row failed");
+    if (!dead.empty()) {
+      log_line(LogLevel::Error, cat("serve: the engine has failed, failing every request and shutting down: ", dead));
+      fail_all(dead);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        dead_ = dead;
+        for (auto& [r, st] : inbox_) {
+          st->finish("", 0, FinishReason::kError, "internal error in the engine: " + dead);
+          --num_live_;
+        }
+        inbox_.clear();
+      }
+      publish();
+      if (options_.on_dead) options_.on_dead(dead);
+      break;
+    }
     if (busy && (!ran || consecutive_faults > 0)) {
       // Nothing could run (or the loop keeps failing): do not spin on the core the engine's
       // workers need; new submissions and cancellations still wake us.
@@ -278,7 +303,7 @@ void ServingEngine::finish_live(std::unordered_map<RequestId, Live>::iterator it
 }
 
 void ServingEngine::fail_all(const std::string& what) {
-  log_warn("serve: engine step failed, failing ", live_.size(), " live requests: ", what);
+  if (!live_.empty()) log_warn("serve: engine step failed, failing ", live_.size(), " live requests: ", what);
   EngineLoop& loop = engine_.loop();
   for (auto it = live_.begin(); it != live_.end();) {
     auto next = std::next(it);
@@ -306,12 +331,21 @@ void ServingEngine::publish() {
   stats_.plans = engine_.plan_stats();
 }
 
+std::string ServingEngine::dead_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dead_;
+}
+
 EngineStats ServingEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;
   s.num_live = num_live_;
-  // Requests not yet handed to the scheduler are waiting too.
-  s.num_waiting = std::max(s.num_waiting, num_live_ - s.num_running);
+  // One consistent picture from one snapshot: every live request is running or waiting (those
+  // not yet handed to the scheduler are waiting). Taking the scheduler's waiting count from an
+  // older snapshot than its running count showed 40 running + 39 waiting with 40 live at the
+  // start of a burst (issue 19, defect 11).
+  s.num_running = std::min(s.num_running, s.num_live);
+  s.num_waiting = s.num_live - s.num_running;
   return s;
 }
 

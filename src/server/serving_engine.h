@@ -15,6 +15,11 @@
 // Faults: the executor failing on a step finishes that step's requests with FinishReason::kError
 // (EngineLoop does this); any other exception on the engine thread (a hook, the scheduler) fails
 // every live request with kError, cancels them (their KV blocks are freed) and the loop goes on.
+// The engine is dead when its step group broke (EngineHandle::fault(): a follower rank failed,
+// died or froze past the communicator timeout; every later step would fail at once) or after
+// max_consecutive_faults steps in a row threw: then every live and queued request fails, later
+// submits get 503, dead_reason() says why (/health answers 503) and on_dead runs once, on the
+// engine thread, so the server can shut down (as vLLM does on a dead engine).
 // cancel(id) from any thread (a client went away) aborts the request and frees its blocks at
 // the next step.
 //
@@ -95,6 +100,8 @@ struct ServingOptions {
   // first by default) and /metrics counts, per tier, the finished requests and those meeting
   // both the TTFT and the TPOT target (goodput). Empty: no tiers.
   cluster::SloTiers tiers;
+  int max_consecutive_faults = 3;
+  std::function<void(const std::string& why)> on_dead;
 };
 
 // A snapshot for /metrics and /health.
@@ -129,6 +136,8 @@ class ServingEngine {
   void cancel(RequestId id);
 
   EngineStats stats() const;
+  // "" while the engine serves; else why it stopped (see Faults above).
+  std::string dead_reason() const;
   std::string render_metrics() const;  // Prometheus text format 0.0.4
   // The engine's fixed configuration (read-only from any thread).
   const EngineConfig& engine_config() const { return engine_.config(); }
@@ -173,6 +182,7 @@ class ServingEngine {
   std::vector<std::pair<Request, std::shared_ptr<RequestStream>>> inbox_;
   std::vector<RequestId> cancels_;
   bool stop_ = false;
+  std::string dead_;  // why the engine is dead ("" while it serves)
   int num_live_ = 0;  // submitted, not finished (under mu_)
   EngineStats stats_;  // last published (under mu_)
 

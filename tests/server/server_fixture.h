@@ -46,7 +46,10 @@ struct StackOptions {
   int max_queue = 64;
   int max_tokens_per_step = 256;
   int64_t kv_cache_bytes = 8 << 20;
-  double step_delay_ms = 0;  // slows every step down (via the fault hook) to widen timing windows
+  double step_delay_ms = 0;
+  int max_connections = 0;        // HttpServerOptions (0: from the descriptor limit)
+  double header_timeout_s = 10;
+  size_t max_body_bytes = HttpServerOptions{}.max_body_bytes;  // slows every step down (via the fault hook) to widen timing windows
   std::function<void(Engine&, const StepBatch&)> hook;
   std::string tiers;  // SLO tiers (cluster::parse_tiers syntax); "" = none
 };
@@ -78,6 +81,9 @@ class Stack {
     ho.host = "127.0.0.1";
     ho.port = 0;
     ho.model_name = "test-model";
+    ho.max_connections = opt_.max_connections;
+    ho.header_timeout_s = opt_.header_timeout_s;
+    ho.max_body_bytes = opt_.max_body_bytes;
     http_ = std::make_unique<HttpServer>(*serving_, *tok_, ho);
     port_ = http_->start();
   }
@@ -95,6 +101,7 @@ class Stack {
     return c;
   }
   ServingEngine& serving() { return *serving_; }
+  HttpServer& http() { return *http_; }
   Engine& engine() { return *engine_; }
   const Tokenizer& tok() const { return *tok_; }
   const Model& model() const { return *model_; }

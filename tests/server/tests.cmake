@@ -28,3 +28,13 @@ if(LOOM_NODE AND LOOM_NPM)
                        FIXTURES_REQUIRED server_node
                        ENVIRONMENT "LOOM_BIN=$<TARGET_FILE:loom>;LOOM_NODE_DIR=${loom_node_dir};LOOM_WORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/server-node-work")
 endif()
+
+# Issue 19, defect 4 under mpirun: a frozen follower rank makes the engine dead and the server
+# shut down (curl as the client).
+if(LOOM_MPI AND LOOM_CURL)
+  add_test(NAME server_mpi_dead_follower
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/serve_dead_follower_mpi.sh $<TARGET_FILE:loom>
+                   ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin ${loom_mpirun})
+  set_tests_properties(server_mpi_dead_follower PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${loom_mpi_env}")
+endif()
