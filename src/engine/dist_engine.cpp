@@ -144,6 +144,14 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
     }
   }
 
+  if (o.policy == "sidp" && world.rank() == 0) {
+    st.threshold = o.sidp_threshold;
+    if (st.threshold < 0) {
+      if (!o.default_sidp_threshold) fail("--policy sidp needs --sidp-threshold (no default threshold given)");
+      st.threshold = o.default_sidp_threshold(*st.model, st.plans.plan(0), st.threads);
+    }
+  }
+
   // 3. this rank's KV store and the RankEngine of every plan
   // SiDP (S12): when every plan of the set is weights=owner, this rank does not hold the FFN it
   // does not own: those bytes (less its cache slots) go to the KV budget.
@@ -199,7 +207,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   world.all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(int64_t));
   if (world.rank() == 0) {
     st.info.push_back(cat("plans: ", st.plans.to_string(), "; policy ", o.policy,
-                          st.threshold >= 0 ? cat(" (threshold ", st.threshold, " tokens)") : std::string(),
+                          st.threshold >= 0 ? cat(" (threshold ", st.threshold, o.policy == "sidp" ? " sequences per replica)" : " tokens)") : std::string(),
                           n_plans > 1 ? cat("; weights ", o.shift_weights) : std::string()));
     for (int r = 0; r < world.size(); ++r) {
       std::string line = cat("rank ", r, ":");

@@ -16,6 +16,8 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "engine/dist_engine.h"
+#include "engine/policy.h"
+#include "engine/step.h"
 #include "engine/rank_engine.h"
 #include "engine/sidp.h"
 #include "engine/stage_ffn_owner.h"
@@ -246,7 +248,7 @@ TEST_F(SidpStories, CasMatchesPlainDpAndDummiesSendNothing) {
 std::map<int64_t, std::vector<int32_t>> run_dist(const std::vector<std::string>& plans, const std::string& policy,
                                                  const std::shared_ptr<Model>& model, std::vector<Request> requests,
                                                  std::vector<PlanStats>* stats = nullptr,
-                                                 std::vector<std::string>* info = nullptr) {
+                                                 std::vector<std::string>* info = nullptr, int64_t threshold = -1) {
   DistOptions o;
   o.comm = "local";
   o.plans = plans;
@@ -256,6 +258,7 @@ std::map<int64_t, std::vector<int32_t>> run_dist(const std::vector<std::string>&
   o.engine.max_num_seqs = 64;
   o.engine.kv_cache_bytes = int64_t(8) << 20;
   o.comm_options.timeout_s = 30;
+  o.sidp_threshold = threshold;
   o.load_model = [model](int) { return model; };
   std::map<int64_t, std::vector<int32_t>> out;
   run_distributed(o, [&](DistEngine& e) {
@@ -281,6 +284,53 @@ TEST_F(SidpStories, GreedyTokensOfTheSingleRankEngine) {
     for (const std::string& line : info) printed = printed || line.find("plain DP holds") != std::string::npos;
     EXPECT_TRUE(printed) << "start-up prints the bytes per rank against plain DP";
   }
+}
+
+// The orchestrated switch (S11): a shrinking batch (requests of different lengths) enters CaS in
+// the tail; tokens stay the single-rank engine's across the switch, and the steps of each mode
+// are the steps of its plan.
+TEST_F(SidpStories, PolicySwitchesToCasInTheTailWithTheSameTokens) {
+  std::vector<int> lengths;
+  for (size_t i = 0; i < prompts_.size(); ++i) lengths.push_back(4 + 5 * int(i));
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts_.size(); ++i) want.push_back(alone(model_, prompts_[i], lengths[i]));
+  for (int D : {2, 3, 4}) {
+    SCOPED_TRACE(cat("D=", D));
+    std::vector<PlanStats> stats;
+    const auto got = run_dist({cat("dp=", D, ",weights=owner")}, "sidp", model_, greedy_requests(prompts_, lengths),
+                              &stats, nullptr, /*B_th=*/2);
+    expect_tokens("sidp", model_, prompts_, want, got);
+    ASSERT_EQ(stats.size(), 2u);
+    EXPECT_NE(stats[0].name.find("weights=owner"), std::string::npos);
+    EXPECT_NE(stats[1].name.find("sidp=cas"), std::string::npos);
+    EXPECT_GT(stats[0].steps, 0) << "WaS steps";
+    EXPECT_GT(stats[1].steps, 0) << "CaS steps";
+    EXPECT_EQ(stats[1].kv_bytes_moved, 0) << "the modes share one KV placement";
+  }
+}
+
+TEST(SidpPolicy, HysteresisWindow) {
+  const PlanSet set = PlanSet::make(policy_plans("sidp", {Plan::parse("dp=2,weights=owner")}),
+                                    ModelShape{8, 4, 8, 172, 5, 64, 1});
+  ASSERT_EQ(set.size(), 2);
+  auto policy = make_layout_policy("sidp", set, 4);  // B_th = 4 sequences per replica
+  auto step = [](int seqs) {
+    StepBatch b;
+    b.seqs.resize(size_t(seqs));
+    return b;
+  };
+  // 2 replicas: 6 sequences = 3 per replica < 4; CaS only after kSidpWindow such steps.
+  for (int i = 0; i < kSidpWindow - 1; ++i) EXPECT_EQ(policy->choose(step(6)), 0) << i;
+  EXPECT_EQ(policy->choose(step(16)), 0);  // one big step resets the count
+  for (int i = 0; i < kSidpWindow - 1; ++i) EXPECT_EQ(policy->choose(step(6)), 0) << i;
+  EXPECT_EQ(policy->choose(step(6)), 1);
+  // Back to WaS only above (1 + h) * B_th = 6 per replica for a window; 5 per replica stays CaS.
+  for (int i = 0; i < 3 * kSidpWindow; ++i) EXPECT_EQ(policy->choose(step(10)), 1) << i;
+  for (int i = 0; i < kSidpWindow - 1; ++i) EXPECT_EQ(policy->choose(step(14)), 1) << i;
+  EXPECT_EQ(policy->choose(step(14)), 0);
+  EXPECT_EQ(policy_plans("sidp:cas", {Plan::parse("dp=2,weights=owner")})[0].to_string(),
+            "dp=2,weights=owner,sidp=cas");
+  EXPECT_THROW(policy_plans("sidp", {Plan::parse("dp=2")}), Error);
 }
 
 TEST(SidpSynthGqa, GreedyTokensOfTheSingleRankEngine) {
