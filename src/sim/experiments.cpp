@@ -96,10 +96,14 @@ ExperimentResult run_shift_431() {
 }  // namespace
 
 const std::vector<Experiment>& experiment_registry() {
-  static const std::vector<Experiment> e = {
-      {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
-       run_shift_431},
-  };
+  static const std::vector<Experiment> e = [] {
+    std::vector<Experiment> v = {
+        {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
+         run_shift_431},
+    };
+    for (Experiment& x : sidp_experiments()) v.push_back(std::move(x));
+    return v;
+  }();
   return e;
 }
 

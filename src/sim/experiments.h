@@ -34,6 +34,8 @@ struct Experiment {
 };
 
 const std::vector<Experiment>& experiment_registry();
+// SiDP's experiments (exp_sidp.cpp): sidp-fig5, sidp-fig11, sidp-headline.
+std::vector<Experiment> sidp_experiments();
 // Throws loom::Error listing the names when `name` is unknown.
 const Experiment& find_experiment(const std::string& name);
 
