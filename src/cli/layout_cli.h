@@ -7,6 +7,8 @@
 //                            measured memcpy bandwidth and peak FLOP/s, kernels/roofline.h, as a
 //                            CPU device of the simulator, sim/shift_threshold.h), printed at start
 //   --shift-weights separate|slice                        engine/shard_weights.h
+//   --sidp-threshold N       SiDP: B_th in sequences per replica below which --policy sidp moves
+//                            every replica to compute-as-a-service (engine/policy.h)
 //   --profile DIR            the default threshold from the cost model calibrated by a loom profile
 //                            of this machine (`loom profile -o DIR`, sim/profile.h) instead
 #pragma once
@@ -26,6 +28,7 @@ struct LayoutArgs {
   std::vector<std::string> plans;
   std::string policy = "fixed";
   int64_t threshold = -1;
+  int64_t sidp_threshold = -1;  // --sidp-threshold: B_th of --policy sidp (sequences per replica)
   std::string weights = "separate";
   std::string profile;
   // Anything beyond one rank running tp=1 with the fixed policy.

@@ -230,7 +230,10 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
     }
     if (sidp_freed_bytes(*st.model, st.plans, 0) != 0) {
       std::string line = "SiDP KV budget per rank grows by the FFN bytes it does not hold:";
-      for (int r = 0; r < world.size(); ++r) line += cat(" rank ", r, " +", sidp_freed_bytes(*st.model, st.plans, r));
+      for (int r = 0; r < world.size(); ++r) {
+        const int64_t f = sidp_freed_bytes(*st.model, st.plans, r);
+        line += f >= 0 ? cat(" rank ", r, " +", f) : cat(" rank ", r, " +0 (its slots outweigh the FFN it drops by ", -f, ")");
+      }
       st.info.push_back(line);
     }
   }
