@@ -12,3 +12,8 @@ if(LOOM_MPI)
   set_tests_properties(sim_mpi_profile PROPERTIES TIMEOUT 120 ENVIRONMENT "${loom_mpi_env}"
                        PASS_REGULAR_EXPRESSION "mpi profile ok")
 endif()
+# SiDP experiments (issue 14): they run and name themselves.
+foreach(e sidp-fig5 sidp-fig11 sidp-headline)
+  add_test(NAME sim_cli_experiment_${e} COMMAND loom sim experiment ${e} --json)
+  set_tests_properties(sim_cli_experiment_${e} PROPERTIES PASS_REGULAR_EXPRESSION "\"experiment\": \"${e}\"")
+endforeach()
