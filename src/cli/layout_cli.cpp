@@ -23,11 +23,15 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
   sub->add_option("--policy", a.policy,
                   "Layout policy: fixed (the first plan), shift (Shift Algorithm 2 over an sp x tp plan: base above "
                   "--shift-threshold tokens per step, full TP otherwise), cycle:N (the next plan every N steps); test "
-                  "hooks alternate, random:SEED")
+                  "hooks alternate, random:SEED; sidp (SiDP WaS/CaS by batch, needs --sidp-threshold), sidp:was, "
+                  "sidp:cas")
       ->capture_default_str();
   sub->add_option("--shift-threshold", a.threshold,
                   "Tokens per step above which --policy shift runs the base config (default: from the cost "
                   "model for this machine)");
+  sub->add_option("--sidp-threshold", a.sidp_threshold,
+                  "SiDP B_th (sequences per replica): --policy sidp runs compute-as-a-service after a window of "
+                  "steps below it, weight-as-a-service above (sim: `loom sim experiment sidp-fig11` prices it for GPUs)");
   sub->add_option("--shift-weights", a.weights,
                   "Weights of plans whose shards overlap (the Shift pair): separate (own copies, w/t + w/P) or "
                   "slice (views of the first copy, w/t)")
@@ -65,6 +69,7 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
   o.plans = a.plans.empty() ? std::vector<std::string>{cat("tp=", std::max(ranks, 1))} : a.plans;
   o.policy = a.policy;
   o.shift_threshold = a.threshold;
+  o.sidp_threshold = a.sidp_threshold;
   o.shift_weights = a.weights;
   const std::string profile = a.profile;
   o.default_shift_threshold = [profile](const Model& m, const Plan& plan, int threads) -> int64_t {

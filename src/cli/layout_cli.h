@@ -10,6 +10,8 @@
 //   --device cpu|cuda        where the ranks compute (default cpu). cuda is checked up front
 //                            (gpu/device.h): one line and a non-zero exit when the build has no
 //                            CUDA backend or no GPU is visible
+//   --sidp-threshold N       SiDP: B_th in sequences per replica below which --policy sidp moves
+//                            every replica to compute-as-a-service (engine/policy.h)
 //   --profile DIR            the default threshold from the cost model calibrated by a loom profile
 //                            of this machine (`loom profile -o DIR`, sim/profile.h) instead
 #pragma once
@@ -29,6 +31,7 @@ struct LayoutArgs {
   std::vector<std::string> plans;
   std::string policy = "fixed";
   int64_t threshold = -1;
+  int64_t sidp_threshold = -1;  // --sidp-threshold: B_th of --policy sidp (sequences per replica)
   std::string weights = "separate";
   std::string profile;
   std::string device = "cpu";

@@ -20,7 +20,9 @@
 //   - Sizes are counts of elements (f32) or of bytes as the name says; all counts are size_t and
 //     may exceed INT_MAX (the mpi backend splits messages into pieces of at most 1 GiB).
 //   - Buffers of one call must not overlap unless the function says so.
-//   - A Communicator is used by one thread at a time (the rank's thread).
+//   - A Communicator is used by one thread at a time (the rank's thread, or one helper thread that
+//     alone uses a communicator split for it: SiDP's prefetch thread; the MPI backend initialises
+//     MPI_THREAD_MULTIPLE for that).
 //   - Failures: a loom::Error from a collective means the group is broken (a rank failed, timed
 //     out or disagreed); the rank should stop using the group. check_agreement() is the exception:
 //     it completes the collective on every rank before throwing, so the group stays usable.

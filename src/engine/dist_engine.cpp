@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
+#include "engine/sidp.h"
 #include "kv/block_allocator.h"
 #include "model/loader.h"
 
@@ -82,6 +83,20 @@ std::string engine_fingerprint(const std::string& plans, const Model& m, const E
              " max_len=", e.max_model_len);
 }
 
+// SiDP: the weight bytes rank `rank` does not hold against plain DP when every plan of the set is
+// weights=owner (the owned FFN once, the slots of every WaS plan), else 0.
+int64_t sidp_freed_bytes(const Model& model, const PlanSet& plans, int rank) {
+  int64_t slots = 0;
+  sidp::Memory m;
+  for (const Plan& p : plans.plans()) {
+    if (p.weights != WeightSource::FetchFromOwner) return 0;
+    m = sidp::memory(model, p, rank);
+    slots += m.slots;
+  }
+  if (plans.size() == 0) return 0;
+  return m.plain_dp - m.attention - m.ffn_owned - slots;
+}
+
 struct RankState {
   std::string backend;
   int world_size = 1, world_rank = 0;
@@ -129,10 +144,21 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
     }
   }
 
+  if (o.policy == "sidp" && world.rank() == 0) {
+    st.threshold = o.sidp_threshold;
+    if (st.threshold < 0) {
+      if (!o.default_sidp_threshold) fail("--policy sidp needs --sidp-threshold (no default threshold given)");
+      st.threshold = o.default_sidp_threshold(*st.model, st.plans.plan(0), st.threads);
+    }
+  }
+
   // 3. this rank's KV store and the RankEngine of every plan
+  // SiDP (S12): when every plan of the set is weights=owner, this rank does not hold the FFN it
+  // does not own: those bytes (less its cache slots) go to the KV budget.
+  const int64_t sidp_freed = sidp_freed_bytes(*st.model, st.plans, world.rank());
   int64_t budget;
   if (st.config.kv_cache_bytes) {
-    budget = *st.config.kv_cache_bytes;
+    budget = *st.config.kv_cache_bytes + std::max<int64_t>(sidp_freed, 0);
   } else {
     const int sharing = st.backend == "local" ? world.size() : 1;  // ranks of this process
     // The shards' decode copies (shard_weights.h) come out of the same memory: leave them out of
@@ -143,6 +169,11 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
       for (const WeightView* w : L.matrices()) layer_bytes += w->bytes();
     int64_t copies = st.model->output.bytes();
     for (const Plan& p : st.plans.plans()) {
+      if (p.weights == WeightSource::FetchFromOwner) {
+        const int ranks_here = st.backend == "local" ? world.size() : 1;
+        const int first = st.backend == "local" ? 0 : world.rank();
+        for (int r = first; r < first + ranks_here; ++r) copies += sidp::memory(*st.model, p, r).total();
+      }
       if (p.weights != WeightSource::Resident) continue;
       const int ranks_here = st.backend == "local" ? world.size() : 1;
       copies += layer_bytes * ranks_here / std::max(1, p.size() / p.dp);
@@ -177,7 +208,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   world.all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(int64_t));
   if (world.rank() == 0) {
     st.info.push_back(cat("plans: ", st.plans.to_string(), "; policy ", o.policy,
-                          st.threshold >= 0 ? cat(" (threshold ", st.threshold, " tokens)") : std::string(),
+                          st.threshold >= 0 ? cat(" (threshold ", st.threshold, o.policy == "sidp" ? " sequences per replica)" : " tokens)") : std::string(),
                           n_plans > 1 ? cat("; weights ", o.shift_weights) : std::string()));
     for (int r = 0; r < world.size(); ++r) {
       std::string line = cat("rank ", r, ":");
@@ -188,6 +219,22 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
                     owned > 0 ? cat("copied ", owned) : std::string("no copy"), ")");
       }
       line += cat("; KV store ", all[size_t(r) * mine.size() + mine.size() - 1], " bytes");
+      st.info.push_back(line);
+    }
+    for (int id = 0; id < n_plans; ++id) {
+      const Plan& p = st.plans.plan(id);
+      if (p.weights != WeightSource::FetchFromOwner) continue;
+      st.info.push_back(cat("SiDP ", p.to_string(), ": ", p.sidp_cas ? "compute-as-a-service" : "weight-as-a-service",
+                            p.sidp_cas ? std::string() : cat(", ", p.sidp_slots(), " slots, lookahead ", p.sidp_lookahead(),
+                                                            sidp::peak_shifting(p) ? ", peak shifting" : ", layer order")));
+      for (int r = 0; r < world.size(); ++r) st.info.push_back(sidp::describe_memory(sidp::memory(*st.model, p, r), p, r));
+    }
+    if (sidp_freed_bytes(*st.model, st.plans, 0) != 0) {
+      std::string line = "SiDP KV budget per rank grows by the FFN bytes it does not hold:";
+      for (int r = 0; r < world.size(); ++r) {
+        const int64_t f = sidp_freed_bytes(*st.model, st.plans, r);
+        line += f >= 0 ? cat(" rank ", r, " +", f) : cat(" rank ", r, " +0 (its slots outweigh the FFN it drops by ", -f, ")");
+      }
       st.info.push_back(line);
     }
   }

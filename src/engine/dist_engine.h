@@ -77,6 +77,10 @@ struct DistOptions {
   // rank 0 (required then).
   int64_t shift_threshold = -1;
   std::function<int64_t(const Model&, const Plan&, int threads_per_rank)> default_shift_threshold;
+  // SiDP (--policy sidp): B_th in sequences per replica (policy.h); < 0: default_sidp_threshold
+  // on world rank 0 (required then).
+  int64_t sidp_threshold = -1;
+  std::function<int64_t(const Model&, const Plan&, int threads_per_rank)> default_sidp_threshold;
   // Shift 3.3.2 weights of a base / shift pair: "separate" (copies of both shards) or "slice".
   std::string shift_weights = "separate";
   // KV migration buffer per round (bytes); 0: the default (kv_transfer.h).

@@ -61,12 +61,60 @@ class RandomPolicy final : public LayoutPolicy {
   Rng rng_;
 };
 
-const char* kChoices = "fixed, shift, cycle:N, alternate, random:SEED";
+// SiDP §4.3 (S11; PAPERS-NOTES 1.4.4): the orchestrator switches every replica between WaS and
+// CaS at a step boundary. Effective batch = the step's sequences / D (the per-replica mean);
+// CaS after `window` consecutive steps below B_th, back to WaS after `window` consecutive steps
+// above (1 + h) * B_th, so the mode does not flap.
+class SidpPolicy final : public LayoutPolicy {
+ public:
+  SidpPolicy(int was, int cas, int dp, int64_t threshold, int window, double h)
+      : was_(was), cas_(cas), dp_(dp), th_(threshold), window_(window), h_(h) {
+    if (threshold < 0) fail("SiDP threshold B_th must be >= 0 sequences per replica, got ", threshold);
+  }
+  int choose(const StepBatch& b) override {
+    const double eff = double(b.seqs.size()) / double(dp_);
+    if (eff < double(th_)) {
+      ++below_, above_ = 0;
+    } else if (eff > (1.0 + h_) * double(th_)) {
+      ++above_, below_ = 0;
+    } else {
+      below_ = above_ = 0;
+    }
+    if (!cas_mode_ && below_ >= window_) cas_mode_ = true, below_ = 0;
+    if (cas_mode_ && above_ >= window_) cas_mode_ = false, above_ = 0;
+    return cas_mode_ ? cas_ : was_;
+  }
+  std::string describe() const override {
+    return cat("sidp(B_th=", th_, " seqs/replica, window=", window_, ", h=", h_, ")");
+  }
+
+ private:
+  int was_, cas_, dp_;
+  int64_t th_;
+  int window_;
+  double h_;
+  bool cas_mode_ = false;
+  int below_ = 0, above_ = 0;
+};
+
+class NamedFixedPolicy final : public LayoutPolicy {
+ public:
+  explicit NamedFixedPolicy(std::string name) : name_(std::move(name)) {}
+  int choose(const StepBatch&) override { return 0; }
+  std::string describe() const override { return name_; }
+
+ private:
+  std::string name_;
+};
+
+const char* kChoices = "fixed, shift, cycle:N, alternate, random:SEED, sidp, sidp:was, sidp:cas";
 
 }  // namespace
 
 void check_policy_name(const std::string& name) {
-  if (name == "fixed" || name == "shift" || name == "alternate") return;
+  if (name == "fixed" || name == "shift" || name == "alternate" || name == "sidp" || name == "sidp:was" ||
+      name == "sidp:cas")
+    return;
   uint64_t v = 0;
   if (name.rfind("cycle:", 0) == 0) {
     if (!parse_u64(name.substr(6), &v) || v < 1)
@@ -82,6 +130,17 @@ void check_policy_name(const std::string& name) {
 
 std::vector<Plan> policy_plans(const std::string& name, std::vector<Plan> plans) {
   check_policy_name(name);
+  if (name.rfind("sidp", 0) == 0) {
+    if (plans.size() != 1 || plans[0].weights != WeightSource::FetchFromOwner)
+      fail("--policy ", name, " needs one SiDP plan, e.g. --plan dp=4,weights=owner; got ",
+           plans.empty() ? std::string("no plan") : plans[0].to_string(), plans.size() > 1 ? " and more plans" : "");
+    Plan was = plans[0], cas = plans[0];
+    was.sidp_cas = false;
+    cas.sidp_cas = true;
+    if (name == "sidp:was") return {was};
+    if (name == "sidp:cas") return {cas};
+    return {was, cas};
+  }
   const bool pairs = name == "shift" || name == "alternate" || name.rfind("random:", 0) == 0;
   if (pairs && plans.size() == 1 && plans[0].sp > 1 && !plans[0].shift) plans.push_back(plans[0].shift_config());
   if (name == "shift") {
@@ -110,6 +169,14 @@ std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const 
     return std::make_unique<ShiftPolicy>(base, shift, threshold);
   }
   if (name == "alternate") return std::make_unique<CyclePolicy>(set.size(), 1, "alternate");
+  if (name == "sidp:was" || name == "sidp:cas") return std::make_unique<NamedFixedPolicy>(name);
+  if (name == "sidp") {
+    int was = -1, cas = -1;
+    for (int i = 0; i < set.size(); ++i)
+      if (set.plan(i).weights == WeightSource::FetchFromOwner) (set.plan(i).sidp_cas ? cas : was) = i;
+    if (was < 0 || cas < 0) fail("the sidp policy needs a WaS and a CaS plan in the set; got ", set.to_string());
+    return std::make_unique<SidpPolicy>(was, cas, set.plan(was).dp, threshold, kSidpWindow, kSidpHysteresis);
+  }
   uint64_t v = 0;
   if (name.rfind("cycle:", 0) == 0) {
     parse_u64(name.substr(6), &v);

@@ -11,6 +11,13 @@
 //   cycle:N      the next plan of the set every N steps (tests and demonstrations)
 //   alternate    cycle:1
 //   random:SEED  a plan drawn per step from Rng(SEED) (reproducible; a test hook)
+//   sidp         SiDP §4.3 over one plan dp=D,weights=owner (policy_plans adds its sidp=cas
+//                twin): CaS once the effective batch per replica (the step's sequences / D) has
+//                stayed below B_th (`threshold`) for kSidpWindow steps, WaS again once it has
+//                stayed above (1 + kSidpHysteresis) * B_th as long; both plans share one KV
+//                placement, so a switch moves nothing. The mode of every step is its plan's
+//                (PlanStats per plan: steps in WaS, steps in CaS)
+//   sidp:was, sidp:cas  the one mode, forced
 // shift, alternate and random given a single sp x tp plan run it with its shift config
 // (policy_plans adds it), as `--plan sp=2,tp=2 --policy shift` always has.
 #pragma once
@@ -26,6 +33,9 @@
 namespace loom {
 
 struct StepBatch;
+
+inline constexpr int kSidpWindow = 4;            // steps (PAPERS-NOTES 1.4.4: W iterations)
+inline constexpr double kSidpHysteresis = 0.5;   // h: back to WaS above (1 + h) * B_th
 
 class LayoutPolicy {
  public:

@@ -44,7 +44,11 @@ int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) 
   if (logits) logits->clear();
   make_step_rows(batch, L.tokens, rows_);
   const StepRows& rows = rows_;
-  if (rows.n == 0) return 0;  // nothing of this replica in the step (DP)
+  ffn_->begin_step(batch);
+  if (rows.n == 0) {  // nothing of this replica in the step (DP)
+    ffn_->idle(L.layers);
+    return 0;
+  }
   for (size_t i = 0; i < rows.seqs.size(); ++i) {
     const ForwardSeq& s = rows.seqs[i];
     ctx_.kv->reserve(s.seq_id, s.start_pos + s.n_tokens, holds_);

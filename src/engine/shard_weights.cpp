@@ -164,14 +164,20 @@ std::vector<ShardLayerWeights> shard_views(const Model& model, const WeightShard
 }
 
 const ShardWeightSet& RankWeights::get(const WeightShards& shards, WeightSource source) {
-  LOOM_CHECK(source != WeightSource::FetchFromOwner, "weights=owner is not executed");
   for (const auto& e : entries_)
     if (e->shards == shards && e->source == source) return e->set;
   auto e = std::make_unique<Entry>();
   e->shards = shards;
   e->source = source;
-  const std::vector<ShardLayerWeights> views = shard_views(*model_, shards);
+  std::vector<ShardLayerWeights> views = shard_views(*model_, shards);
   bool done = false;
+  if (source == WeightSource::FetchFromOwner) {
+    // SiDP (S1, S2): attention replicated and resident; the FFN is the owner stage's
+    // (engine/sidp.h OwnerWeights holds the owned layers; the others are fetched or served).
+    for (ShardLayerWeights& L : views) L.w_gate = L.w_up = L.w_down = WeightView{};
+    e->set = decode_shard(views, pool_);
+    done = true;
+  }
   if (source == WeightSource::SliceOfFull) {
     e->set.layers = views;  // Nitsum 3.2.1: compute on the mapped full copy
     done = true;

@@ -24,7 +24,11 @@
 // FFN stages (make_ffn_stage):
 //   TensorParallel  W_gate / W_up row block, W_down column block of the rank's FFN units, partial
 //                   sums all-reduced over "ffn-tp" (a group of one on a single rank: local).
-//   (SiDP's owner FFN, issue 14.)
+//   Owner (SiDP, stage_ffn_owner.h; weights=owner): the FFN of layer l lives only on DP rank
+//                   l mod D. WaS (sidp=was): a prefetch thread streams the upcoming non-owned
+//                   layers from their owners into cache slots with one-sided gets; compute runs
+//                   locally. CaS (sidp=cas): a non-owner ships its rows to the owner, which runs one
+//                   GEMM over every replica's rows and returns them.
 //
 // Rows: a step's rows reach a rank through its plan's token share (RankLayout::tokens): the
 // sequences of its DP replica, and with SP a padded slice of their tokens. A stage sees StepRows.
@@ -93,6 +97,12 @@ class FfnStage {
   // xn: [m, d] normed rows; out: [m, d] the FFN block's output (after its reduction).
   virtual void forward(int layer, int64_t m, const float* xn, float* out) = 0;
   virtual const char* name() const = 0;
+  // Called by RankForward with every step's whole batch before the layer loop (SiDP CaS: an owner
+  // learns how many rows each replica sends; the orchestrator's dummy flags, S10).
+  virtual void begin_step(const ForwardBatch&) {}
+  // Called instead of the layer loop when the rank has no rows this step (a DP replica without
+  // work): an FFN that serves other ranks (SiDP CaS owner) serves them here.
+  virtual void idle(const Range& /*layers*/) {}
 };
 
 // The stage factory: the one place a plan's layout turns into code.

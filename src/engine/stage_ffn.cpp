@@ -2,6 +2,7 @@
 // the local FFN), and the factory.
 #include "core/error.h"
 #include "engine/stage.h"
+#include "engine/stage_ffn_owner.h"
 
 namespace loom {
 
@@ -41,8 +42,7 @@ class TensorParallelFfn final : public FfnStage {
 }  // namespace
 
 std::unique_ptr<FfnStage> make_ffn_stage(const StageContext& c) {
-  if (c.layout.weights == WeightSource::FetchFromOwner)
-    fail("plan ", c.plan.to_string(), ": no owner FFN stage (SiDP) yet (issue 14)");
+  if (c.layout.weights == WeightSource::FetchFromOwner) return make_owner_ffn_stage(c);
   return std::make_unique<TensorParallelFfn>(c);
 }
 

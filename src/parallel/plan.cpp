@@ -58,7 +58,7 @@ Plan Plan::parse(std::string_view text) {
     p.shift = true;
     s.remove_prefix(6);
   }
-  bool seen_tp = false, seen_tpa = false, seen[9] = {};
+  bool seen_tp = false, seen_tpa = false, seen[12] = {};
   auto once = [&](int slot, std::string_view key) {
     if (seen[slot]) fail("plan '", text, "' sets ", key, " twice");
     seen[slot] = true;
@@ -69,7 +69,7 @@ Plan Plan::parse(std::string_view text) {
     s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
     size_t eq = item.find('=');
     if (eq == std::string_view::npos)
-      fail("plan '", text, "': item '", item, "' is not key=value (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights)");
+      fail("plan '", text, "': item '", item, "' is not key=value (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights, sidp, slots, lookahead)");
     std::string_view key = trim(item.substr(0, eq)), val = trim(item.substr(eq + 1));
     if (key == "tp") {
       once(0, key), seen_tp = true, p.tp = parse_int(key, val);
@@ -105,8 +105,17 @@ Plan Plan::parse(std::string_view text) {
       else if (val == "full") p.weights = WeightSource::SliceOfFull;
       else if (val == "owner") p.weights = WeightSource::FetchFromOwner;
       else fail("plan key weights=", val, " is not one of resident, full, owner");
+    } else if (key == "sidp") {
+      once(9, key);
+      if (val == "was") p.sidp_cas = false;
+      else if (val == "cas") p.sidp_cas = true;
+      else fail("plan key sidp=", val, " is not was or cas (SiDP weight- or compute-as-a-service)");
+    } else if (key == "slots") {
+      once(10, key), p.slots = parse_int(key, val);
+    } else if (key == "lookahead") {
+      once(11, key), p.lookahead = parse_int(key, val);
     } else {
-      fail("plan '", text, "': unknown key '", key, "' (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights)");
+      fail("plan '", text, "': unknown key '", key, "' (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights, sidp, slots, lookahead)");
     }
   }
   if (p.kvp > 1 && seen_tp)
@@ -116,6 +125,11 @@ Plan Plan::parse(std::string_view text) {
   if (p.shift && p.kvp > 1) fail("plan '", text, "': shift: applies to an sp x tp base, not to kvp=", p.kvp);
   if (!p.stage_layers.empty() && int(p.stage_layers.size()) != p.pp)
     fail("plan '", text, "': layers= lists ", p.stage_layers.size(), " stages, pp=", p.pp);
+  if ((seen[9] || seen[10] || seen[11]) && p.weights != WeightSource::FetchFromOwner)
+    fail("plan '", text, "': sidp=, slots= and lookahead= are SiDP keys and need weights=owner");
+  if (p.slots > 0 && p.lookahead > 0 && p.slots < p.lookahead)
+    fail("plan '", text, "': slots=", p.slots, " is fewer than lookahead=", p.lookahead,
+         " (every layer fetched ahead needs its own cache slot)");
   return p.normalized();
 }
 
@@ -124,14 +138,23 @@ Plan Plan::normalized() const {
   if (p.sp == 1) p.shift = false;
   if (p.kvp == 1) p.kv_block = 16, p.hopb = true;
   if (p.pp == 1) p.stage_layers.clear();
+  if (p.weights != WeightSource::FetchFromOwner) p.sidp_cas = false, p.slots = 0, p.lookahead = 0;
   return p;
 }
+
+int Plan::sidp_lookahead() const {
+  if (lookahead > 0) return lookahead;
+  const int a = dp > 1 ? dp - 1 : 1;
+  return slots > 0 && slots < a ? slots : a;
+}
+
+int Plan::sidp_slots() const { return slots > 0 ? slots : sidp_lookahead(); }
 
 bool Plan::operator==(const Plan& o) const {
   Plan a = normalized(), b = o.normalized();
   return a.dp == b.dp && a.pp == b.pp && a.sp == b.sp && a.kvp == b.kvp && a.tp == b.tp &&
          a.shift == b.shift && a.stage_layers == b.stage_layers && a.kv_block == b.kv_block && a.hopb == b.hopb &&
-         a.weights == b.weights;
+         a.weights == b.weights && a.sidp_cas == b.sidp_cas && a.slots == b.slots && a.lookahead == b.lookahead;
 }
 
 std::string Plan::to_string() const {
@@ -153,6 +176,9 @@ std::string Plan::to_string() const {
   if (p.kvp > 1 && p.kv_block != 16) s += cat(",block=", p.kv_block);
   if (p.kvp > 1 && !p.hopb) s += ",hopb=off";
   if (p.weights != WeightSource::Resident) s += cat(",weights=", weight_source_name(p.weights));
+  if (p.sidp_cas) s += ",sidp=cas";
+  if (p.slots > 0) s += cat(",slots=", p.slots);
+  if (p.lookahead > 0) s += cat(",lookahead=", p.lookahead);
   return p.shift ? "shift:" + s : s;
 }
 
@@ -275,6 +301,11 @@ void validate(const Plan& plan_in, const ModelShape& m) {
     if (v < 1) fail("plan ", key, "=", v, " must be >= 1");
   if (p.sp > 1 && p.kvp > 1) fail("plan sp=", p.sp, " and kvp=", p.kvp, " cannot both be > 1");
   if (p.shift && p.kvp > 1) fail("plan shift: applies to an sp x tp base, not to kvp=", p.kvp);
+  if (p.weights == WeightSource::FetchFromOwner && p.dp > m.n_layers)
+    fail("plan ", p.to_string(), ": dp=", p.dp, " exceeds num_hidden_layers=", m.n_layers,
+         " (SiDP gives every rank at least one FFN layer to own: owner(l) = l mod dp)");
+  if (p.weights == WeightSource::FetchFromOwner && p.sidp_slots() < p.sidp_lookahead())
+    fail("plan ", p.to_string(), ": slots=", p.sidp_slots(), " is fewer than lookahead=", p.sidp_lookahead());
   const int H = m.n_heads, K = m.n_kv_heads, F = m.ffn_dim, L = m.n_layers;
 
   if (m.weight_block < 1) fail("weight block=", m.weight_block, " must be >= 1");

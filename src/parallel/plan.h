@@ -17,8 +17,13 @@
 //   "tp=4", "dp=2", "tp=2,dp=2", "sp=3,tp=2", "shift:sp=3,tp=2", "pp=2", "tp=2,pp=2",
 //   "pp=2,layers=3+5" (uneven stages), "kvp=2,tpa=2" (Helix; "block=16" sets the KVP block size
 //   in tokens, "hopb=off" turns HOP-B off), "weights=resident|full|owner" (WeightSource).
+//   SiDP (weights=owner, ../shared/papers/001 §4): "sidp=was|cas" the mode (weight-as-a-service,
+//   the default, or compute-as-a-service), "slots=S" the FFN cache slots of a non-owner,
+//   "lookahead=A" how many remote layers it may have fetched ahead of compute (S >= A; defaults
+//   A = max(1, dp-1), S = A: the notes' "cache = D-1 remote layers", PAPERS-NOTES 1.4.3).
 // to_string prints a canonical form (keys in the order shift, dp, pp, sp, kvp, tp/tpa, layers,
-// block, hopb, weights; degree-1 keys and defaults omitted; a single rank prints "tp=1").
+// block, hopb, weights, sidp, slots, lookahead; degree-1 keys and defaults omitted; a single rank
+// prints "tp=1").
 #pragma once
 
 #include <cstdint>
@@ -100,6 +105,12 @@ struct Plan {
   int kv_block = 16;              // Helix: tokens per KVP block (block b on KVP rank b % kvp)
   bool hopb = true;               // Helix 2.1.3 HOP-B: overlap a chunk's all-to-all with the next's attention
   WeightSource weights = WeightSource::Resident;
+  // SiDP (weights=owner only; normalized() clears them otherwise). 0 = the default above.
+  bool sidp_cas = false;  // sidp=cas: compute-as-a-service (else weight-as-a-service)
+  int slots = 0;
+  int lookahead = 0;
+  int sidp_lookahead() const;  // A: lookahead, else max(1, dp - 1), capped by slots= when given
+  int sidp_slots() const;      // S: slots, else sidp_lookahead()
 
   // Parses the string form above; throws loom::Error naming the bad key or value.
   static Plan parse(std::string_view text);

@@ -7,9 +7,11 @@
 namespace loom {
 
 void check_executable(const Plan& p) {
-  if (p.weights == WeightSource::FetchFromOwner)
-    fail("plan ", p.to_string(), ": weights=owner is SiDP's layer-owned FFN, not executed yet (issue 14); use ",
-         "weights=resident or weights=full");
+  // SiDP (issue 14) executes over DP replicas of one rank each (owner groups of TP ranks,
+  // PAPERS-NOTES 1.4.7, are not executed).
+  if (p.weights == WeightSource::FetchFromOwner && (p.tp > 1 || p.pp > 1 || p.sp > 1 || p.kvp > 1))
+    fail("plan ", p.to_string(), ": weights=owner (SiDP) runs on DP replicas of one rank each; tp, pp, sp and kvp ",
+         "must be 1 (e.g. dp=4,weights=owner)");
 }
 
 std::vector<Plan> PlanSet::parse(const std::vector<std::string>& texts) {

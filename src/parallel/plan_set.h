@@ -47,8 +47,8 @@ class PlanSet {
   ModelShape shape_;
 };
 
-// Throws loom::Error for a plan the engine parses but does not execute yet, naming the key and the
-// issue that adds it (SiDP weights=owner). Everything else it executes.
+// Throws loom::Error for a plan the engine parses but does not execute, naming the key (SiDP's
+// weights=owner combined with tp, pp, sp or kvp > 1). Everything else it executes.
 void check_executable(const Plan& plan);
 
 }  // namespace loom

@@ -108,6 +108,7 @@ const std::vector<Experiment>& experiment_registry() {
         {"nitsum-planner", "Nitsum 4.2.3: planning time, 128 GPUs, 4 tiers", run_nitsum_planner},
     };
     for (auto&& part : {helix_experiments()}) v.insert(v.end(), part.begin(), part.end());
+    for (Experiment& x : sidp_experiments()) v.push_back(std::move(x));
     return v;
   }();
   return e;

@@ -524,8 +524,16 @@ TEST(DistErrors, LayoutAndRankCountRejectedUpFront) {
   EXPECT_NE(error_of([&] { run_distributed(stories_options("kvp=2,tpa=8", 16), never); })
                 .find("tpa=8 exceeds num_key_value_heads=4"),
             std::string::npos);
-  // Parsed but not executed yet: one line naming the key, before any weight loads.
-  EXPECT_NE(error_of([&] { run_distributed(stories_options("dp=2,weights=owner", 2), never); }).find("weights=owner"),
+  // Parsed but not executed: one line naming the key, before any weight loads (SiDP runs on DP
+  // replicas of one rank each).
+  EXPECT_NE(error_of([&] { run_distributed(stories_options("dp=2,tp=2,weights=owner", 4), never); }).find("weights=owner"),
+            std::string::npos);
+  // SiDP bad input: more replicas than layers (stories260K has 5), fewer slots than the lookahead.
+  EXPECT_NE(error_of([&] { run_distributed(stories_options("dp=6,weights=owner", 6), never); })
+                .find("dp=6 exceeds num_hidden_layers=5"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { run_distributed(stories_options("dp=3,weights=owner,slots=1,lookahead=2", 3), never); })
+                .find("slots=1 is fewer than lookahead=2"),
             std::string::npos);
   EXPECT_FALSE(driver_ran);
 }

@@ -89,4 +89,31 @@ if(LOOM_MPI)
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate_streams.sh $<TARGET_FILE:loom> ${loom_dist_stories} ${loom_mpirun})
   set_tests_properties(dist_mpi_generate_streams PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${loom_mpi_env}")
+  # SiDP (issue 14) under mpirun: weight-as-a-service (one-sided MPI_Get from the owner's RMA
+  # window by a prefetch thread; peak shifting at D >= 3) and compute-as-a-service (rows to the
+  # owner and back), greedy ids equal to single-rank generation. The GQA model has 2 layers, so it
+  # runs D = 2 only (D > layers is rejected).
+  foreach(entry "sidp2 2 dp=2,weights=owner" "sidp3 3 dp=3,weights=owner" "sidp4 4 dp=4,weights=owner"
+                "sidp3cas 3 dp=3,weights=owner,sidp=cas" "sidp4cas 4 dp=4,weights=owner,sidp=cas")
+    separate_arguments(parts UNIX_COMMAND "${entry}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 plan)
+    add_test(NAME dist_mpi_stories_${name}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_stories}
+                     ${np} ${plan} 24 fixed ${loom_mpirun})
+    set_tests_properties(dist_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${loom_mpi_env}")
+  endforeach()
+  foreach(entry "sidp2 2 dp=2,weights=owner" "sidp2cas 2 dp=2,weights=owner,sidp=cas")
+    separate_arguments(parts UNIX_COMMAND "${entry}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 plan)
+    add_test(NAME dist_mpi_gqa_${name}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_gqa}
+                     ${np} ${plan} 8 fixed ${loom_mpirun})
+    set_tests_properties(dist_mpi_gqa_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED dist_gqa
+                         ENVIRONMENT "${loom_mpi_env}")
+  endforeach()
 endif()

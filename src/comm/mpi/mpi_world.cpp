@@ -539,8 +539,13 @@ MpiWorld::MpiWorld(const CommOptions& options) : options_(options) {
       fail("MpiWorld: MPI was already finalised in this process (one MpiWorld per process)");
     }
     int provided = 0;
-    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+    // MULTIPLE: SiDP's prefetch thread issues one-sided gets on its own communicator while the
+    // rank's thread runs collectives on others (engine/stage_ffn_owner.h).
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
               "Init_thread");
+    if (provided < MPI_THREAD_MULTIPLE)
+      log_warn("MPI provides thread level ", provided, " < MPI_THREAD_MULTIPLE: SiDP weight-as-a-service ",
+               "(a prefetch thread's one-sided gets) is not safe under this MPI");
     if (provided < MPI_THREAD_SERIALIZED) {
       log_warn("MPI provides thread level ", provided, " < MPI_THREAD_SERIALIZED: call the ",
                "communicator from the main thread only");

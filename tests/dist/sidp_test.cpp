@@ -1,0 +1,360 @@
+// SiDP (../shared/papers/001; PAPERS-NOTES.md S1-S11): dp=D,weights=owner on the thread backend.
+// Exactness classes:
+//  - WaS (sidp=was) is pure data movement: a non-owner computes with a byte copy of the owner's
+//    FFN, same kernel, same rows: its logits must have the same bits as plain dp=D.
+//  - CaS (sidp=cas) runs a replica's rows inside the owner's larger GEMM: the kernel's blocking
+//    over rows may change the summation order, so the criterion is the single-rank greedy tokens
+//    (and logits within 1e-4 of plain DP's, a bound far below the top-2 gaps of these prompts).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "engine/dist_engine.h"
+#include "engine/policy.h"
+#include "engine/step.h"
+#include "engine/rank_engine.h"
+#include "engine/sidp.h"
+#include "engine/stage_ffn_owner.h"
+#include "model/loader.h"
+#include "model/synth.h"
+#include "single_rank.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+using test::alone;
+using test::expect_tokens;
+using test::greedy_requests;
+using test::random_prompts;
+
+// ---- peak shifting (S7; PAPERS-NOTES 1.4.3): the schedule as a pure function ----
+
+TEST(SidpPeakShifting, EveryNonOwnedLayerOncePerCycleAndOwnersAPermutationPerStep) {
+  for (int D : {3, 4, 8}) {
+    for (int L : {D, 3 * D, 3 * D + 1, 5 * D - 1}) {
+      SCOPED_TRACE(cat("D=", D, " L=", L));
+      for (int c = 0; c < L; c += D) {
+        // (i) every non-owned layer of the cycle exactly once per rank, nothing else
+        for (int r = 0; r < D; ++r) {
+          std::multiset<int> got, want;
+          for (int j = 0; j < D; ++j) {
+            const int l = sidp::peak_shift_layer(r, D, L, c, j);
+            if (l >= 0) got.insert(l);
+          }
+          for (int l = c; l < std::min(c + D, L); ++l)
+            if (l % D != r) want.insert(l);
+          EXPECT_EQ(got, want) << "rank " << r << " cycle " << c;
+        }
+        // (ii) at every step the owners being read are distinct (no owner has two readers)
+        for (int j = 0; j < D; ++j) {
+          std::set<int> owners;
+          int readers = 0;
+          for (int r = 0; r < D; ++r) {
+            const int l = sidp::peak_shift_layer(r, D, L, c, j);
+            if (l < 0) continue;
+            ++readers;
+            EXPECT_NE(sidp::owner_of(l, D), r);
+            owners.insert(sidp::owner_of(l, D));
+          }
+          EXPECT_EQ(int(owners.size()), readers) << "cycle " << c << " step " << j;
+        }
+      }
+      // Without peak shifting (the same owner for everyone at once): step 0 of the layer order
+      // has every non-owner of layer c reading owner 0 - the incast peak shifting removes.
+      const std::vector<int> o1 = sidp::fetch_order(1, D, L, false), o2 = sidp::fetch_order(2, D, L, false);
+      EXPECT_EQ(sidp::owner_of(o1[0], D), sidp::owner_of(o2[0], D));
+    }
+  }
+}
+
+TEST(SidpPlan, KeysParseValidateAndPrint) {
+  const Plan p = Plan::parse("dp=4,weights=owner,slots=5,lookahead=3");
+  EXPECT_EQ(p.sidp_slots(), 5);
+  EXPECT_EQ(p.sidp_lookahead(), 3);
+  EXPECT_EQ(p.to_string(), "dp=4,weights=owner,slots=5,lookahead=3");
+  EXPECT_EQ(Plan::parse("dp=4,weights=owner").sidp_lookahead(), 3);  // D - 1
+  EXPECT_EQ(Plan::parse("dp=4,weights=owner").sidp_slots(), 3);
+  EXPECT_TRUE(Plan::parse("dp=2,weights=owner,sidp=cas").sidp_cas);
+  EXPECT_FALSE(Plan::parse("dp=2,weights=owner,sidp=cas") == Plan::parse("dp=2,weights=owner"));
+  EXPECT_THROW(Plan::parse("dp=2,slots=2"), Error);  // SiDP keys need weights=owner
+  try {
+    Plan::parse("dp=4,weights=owner,slots=2,lookahead=3");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slots=2 is fewer than lookahead=3"), std::string::npos) << e.what();
+  }
+  ModelShape s{8, 4, 8, 172, 5, 64, 1};
+  try {
+    validate(Plan::parse("dp=6,weights=owner"), s);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dp=6 exceeds num_hidden_layers=5"), std::string::npos) << e.what();
+  }
+}
+
+// ---- RankEngines over a local world: logits of every replica, step by step ----
+
+struct RankRun {
+  std::vector<std::vector<float>> logits;  // per step: this replica's logit rows
+  OwnerFfnStage::Stats stats;
+  bool have_stats = false;
+  int64_t slot_bytes = 0, owned_bytes = 0;
+};
+
+// Prefill of `prompts` (sequence i has id i + 1), then `decodes` decode steps feeding a fixed
+// token per sequence; `active(id)` false leaves a sequence out of every step (dummy replicas).
+std::vector<RankRun> run_engines(const std::shared_ptr<Model>& model, const std::string& plan_text,
+                                 const std::vector<std::vector<int32_t>>& prompts, int decodes,
+                                 const std::function<bool(int64_t)>& active = nullptr) {
+  const Plan plan = Plan::parse(plan_text);
+  const int D = plan.size();
+  std::vector<RankRun> out(static_cast<size_t>(D));
+  std::unique_ptr<World> world = make_world("local", D, CommOptions{30});
+  world->run([&](Communicator& comm) {
+    ThreadPool pool(1);
+    const PlanSet set = PlanSet::make({plan}, ModelShape::from(model->config, weight_block_elems(*model)));
+    RankEngineOptions o;
+    o.kv_pages = 4096;
+    RankEngine e(model, set, comm, &pool, o);
+    RankRun& me = out[size_t(comm.rank())];
+    std::vector<int64_t> pos(prompts.size(), 0);
+    for (int step = 0; step <= decodes; ++step) {
+      ForwardBatch fb;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const int64_t id = int64_t(i) + 1;
+        if (active && !active(id)) continue;
+        const int n = step == 0 ? int(prompts[i].size()) : 1;
+        if (step == 0) fb.tokens.insert(fb.tokens.end(), prompts[i].begin(), prompts[i].end());
+        else fb.tokens.push_back(int32_t((step * 31 + i * 7) % model->config.vocab_size));
+        fb.seqs.push_back(ForwardSeq{id, pos[i], n, true});
+        pos[i] += n;
+      }
+      std::vector<float> logits;
+      e.forward(fb, &logits);
+      me.logits.push_back(logits);
+    }
+    if (auto* st = dynamic_cast<const OwnerFfnStage*>(&e.forward_of(0).ffn())) {
+      me.stats = st->stats();
+      me.have_stats = true;
+      me.slot_bytes = st->slot_bytes();
+    }
+    me.owned_bytes = e.owned_weight_bytes();
+  });
+  return out;
+}
+
+class SidpStories : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LOOM_REQUIRE_SHARED();
+    model_ = load_model(test::stories_dir() + "/stories260K.bin");
+    prompts_ = random_prompts(7, 30, 512, 5);
+  }
+  std::shared_ptr<Model> model_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+TEST_F(SidpStories, WasSameBitsAsPlainDpAndEveryLayerFetchedOncePerStep) {
+  const int decodes = 6, L = model_->config.n_layers;
+  for (const std::string was : {"dp=2,weights=owner", "dp=3,weights=owner", "dp=4,weights=owner",
+                                "dp=4,weights=owner,slots=2,lookahead=1"}) {
+    SCOPED_TRACE(was);
+    const int D = Plan::parse(was).dp;
+    const auto plain = run_engines(model_, cat("dp=", D), prompts_, decodes);
+    const auto got = run_engines(model_, was, prompts_, decodes);
+    for (int r = 0; r < D; ++r) {
+      ASSERT_EQ(got[size_t(r)].logits.size(), plain[size_t(r)].logits.size());
+      for (size_t s = 0; s < plain[size_t(r)].logits.size(); ++s) {
+        const auto &a = plain[size_t(r)].logits[s], &b = got[size_t(r)].logits[s];
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_TRUE(a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0)
+            << "rank " << r << " step " << s << ": WaS logits differ from plain DP";
+      }
+      const RankRun& rr = got[size_t(r)];
+      ASSERT_TRUE(rr.have_stats);
+      const int steps = decodes + 1;  // every replica has sequences in every step here
+      const Plan p = Plan::parse(was);
+      int64_t ahead = 0;
+      for (int l = 0; l < L; ++l) {
+        if (l % D == r) {
+          EXPECT_EQ(rr.stats.fetched[size_t(l)], 0) << "owned layer " << l << " fetched";
+          continue;
+        }
+        EXPECT_EQ(rr.stats.used[size_t(l)], steps) << "layer " << l;
+        EXPECT_GE(rr.stats.fetched[size_t(l)], steps) << "layer " << l;
+        EXPECT_LE(rr.stats.fetched[size_t(l)], steps + 1) << "layer " << l;
+        ahead += rr.stats.fetched[size_t(l)] - steps;
+      }
+      EXPECT_LE(ahead, p.sidp_lookahead());  // the prefetcher never runs more than the lookahead ahead
+      // The prefetch thread issued the rank's fetch order, pass after pass.
+      const std::vector<int> order = sidp::fetch_order(r, D, L, sidp::peak_shifting(p));
+      for (size_t i = 0; i < rr.stats.fetch_log.size(); ++i)
+        EXPECT_EQ(rr.stats.fetch_log[i], order[i % order.size()]) << "fetch " << i;
+      // What the rank holds: attention copies (RankWeights) + its owned FFN layers + slots.
+      const sidp::Memory m = sidp::memory(*model_, p, r);
+      EXPECT_EQ(rr.slot_bytes, m.slots);
+      // Layers of stories260K are equal in size: the rank holds less than plain DP exactly when its
+      // owned layers plus slots are fewer than the layers (dp=4 over 5 layers with 3 slots: not).
+      EXPECT_EQ(m.total() < m.plain_dp, m.n_owned + p.sidp_slots() < L) << m.total() << " vs " << m.plain_dp;
+    }
+  }
+}
+
+TEST_F(SidpStories, CasMatchesPlainDpAndDummiesSendNothing) {
+  const int decodes = 6, d = model_->config.d_model, L = model_->config.n_layers;
+  for (int D : {2, 3, 4}) {
+    SCOPED_TRACE(cat("D=", D));
+    // Only replica 0 has sequences: replicas 1..D-1 are dummies every step, yet own layers.
+    auto only0 = [D](int64_t id) { return id % D == 0; };
+    const auto plain = run_engines(model_, cat("dp=", D), prompts_, decodes, only0);
+    const auto got = run_engines(model_, cat("dp=", D, ",weights=owner,sidp=cas"), prompts_, decodes, only0);
+    for (size_t s = 0; s < plain[0].logits.size(); ++s) {
+      const auto &a = plain[0].logits[s], &b = got[0].logits[s];
+      ASSERT_EQ(a.size(), b.size());
+      ASSERT_FALSE(a.empty());
+      double diff = 0;
+      for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+      EXPECT_LE(diff, 1e-4) << "step " << s;
+    }
+    int64_t rows0 = 0;  // replica 0's rows over the run
+    for (size_t i = 0; i < prompts_.size(); ++i)
+      if (only0(int64_t(i) + 1)) rows0 += int64_t(prompts_[i].size()) + decodes;
+    int64_t layers_of_others = 0;
+    for (int l = 0; l < L; ++l) layers_of_others += l % D != 0;
+    // Replica 0 ships its rows to the other owners, once per layer they own.
+    EXPECT_EQ(got[0].stats.bytes_sent, rows0 * layers_of_others * d * int64_t(sizeof(float)));
+    for (int r = 1; r < D; ++r) {
+      const OwnerFfnStage::Stats& st = got[size_t(r)].stats;
+      int64_t owned = 0;
+      for (int l = 0; l < L; ++l) owned += l % D == r;
+      // A dummy sends no rows of its own: every byte it sent is an owner's reply...
+      EXPECT_EQ(st.bytes_sent, st.rows_served * d * int64_t(sizeof(float))) << "rank " << r;
+      // ...and as an owner without work it still served replica 0 at each of its layers.
+      EXPECT_EQ(st.rows_served, rows0 * owned) << "rank " << r;
+      EXPECT_EQ(st.gemms_served, int64_t(decodes + 1) * owned) << "rank " << r;
+    }
+  }
+}
+
+// ---- the engine: greedy tokens of the single-rank engine, threads ----
+
+std::map<int64_t, std::vector<int32_t>> run_dist(const std::vector<std::string>& plans, const std::string& policy,
+                                                 const std::shared_ptr<Model>& model, std::vector<Request> requests,
+                                                 std::vector<PlanStats>* stats = nullptr,
+                                                 std::vector<std::string>* info = nullptr, int64_t threshold = -1) {
+  DistOptions o;
+  o.comm = "local";
+  o.plans = plans;
+  o.policy = policy;
+  o.ranks = Plan::parse(plans[0]).size();
+  o.engine.max_tokens_per_step = 16;
+  o.engine.max_num_seqs = 64;
+  o.engine.kv_cache_bytes = int64_t(8) << 20;
+  o.comm_options.timeout_s = 30;
+  o.sidp_threshold = threshold;
+  o.load_model = [model](int) { return model; };
+  std::map<int64_t, std::vector<int32_t>> out;
+  run_distributed(o, [&](DistEngine& e) {
+    for (const Sequence& s : e.run(requests)) out[s.id()] = s.output;
+    if (stats) *stats = e.plan_stats();
+    if (info) *info = e.start_info();
+  });
+  return out;
+}
+
+TEST_F(SidpStories, GreedyTokensOfTheSingleRankEngine) {
+  const int n = 10;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
+  for (const std::string plan : {"dp=2,weights=owner", "dp=3,weights=owner", "dp=4,weights=owner",
+                                 "dp=2,weights=owner,sidp=cas", "dp=3,weights=owner,sidp=cas",
+                                 "dp=4,weights=owner,sidp=cas"}) {
+    SCOPED_TRACE(plan);
+    std::vector<std::string> info;
+    expect_tokens(cat("plan ", plan), model_, prompts_, want,
+                  run_dist({plan}, "fixed", model_, greedy_requests(prompts_, n), nullptr, &info));
+    bool printed = false;
+    for (const std::string& line : info) printed = printed || line.find("plain DP holds") != std::string::npos;
+    EXPECT_TRUE(printed) << "start-up prints the bytes per rank against plain DP";
+  }
+}
+
+// The orchestrated switch (S11): a shrinking batch (requests of different lengths) enters CaS in
+// the tail; tokens stay the single-rank engine's across the switch, and the steps of each mode
+// are the steps of its plan.
+TEST_F(SidpStories, PolicySwitchesToCasInTheTailWithTheSameTokens) {
+  std::vector<int> lengths;
+  for (size_t i = 0; i < prompts_.size(); ++i) lengths.push_back(4 + 5 * int(i));
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts_.size(); ++i) want.push_back(alone(model_, prompts_[i], lengths[i]));
+  for (int D : {2, 3, 4}) {
+    SCOPED_TRACE(cat("D=", D));
+    std::vector<PlanStats> stats;
+    const auto got = run_dist({cat("dp=", D, ",weights=owner")}, "sidp", model_, greedy_requests(prompts_, lengths),
+                              &stats, nullptr, /*B_th=*/2);
+    expect_tokens("sidp", model_, prompts_, want, got);
+    ASSERT_EQ(stats.size(), 2u);
+    EXPECT_NE(stats[0].name.find("weights=owner"), std::string::npos);
+    EXPECT_NE(stats[1].name.find("sidp=cas"), std::string::npos);
+    EXPECT_GT(stats[0].steps, 0) << "WaS steps";
+    EXPECT_GT(stats[1].steps, 0) << "CaS steps";
+    EXPECT_EQ(stats[1].kv_bytes_moved, 0) << "the modes share one KV placement";
+  }
+}
+
+TEST(SidpPolicy, HysteresisWindow) {
+  const PlanSet set = PlanSet::make(policy_plans("sidp", {Plan::parse("dp=2,weights=owner")}),
+                                    ModelShape{8, 4, 8, 172, 5, 64, 1});
+  ASSERT_EQ(set.size(), 2);
+  auto policy = make_layout_policy("sidp", set, 4);  // B_th = 4 sequences per replica
+  auto step = [](int seqs) {
+    StepBatch b;
+    b.seqs.resize(size_t(seqs));
+    return b;
+  };
+  // 2 replicas: 6 sequences = 3 per replica < 4; CaS only after kSidpWindow such steps.
+  for (int i = 0; i < kSidpWindow - 1; ++i) EXPECT_EQ(policy->choose(step(6)), 0) << i;
+  EXPECT_EQ(policy->choose(step(16)), 0);  // one big step resets the count
+  for (int i = 0; i < kSidpWindow - 1; ++i) EXPECT_EQ(policy->choose(step(6)), 0) << i;
+  EXPECT_EQ(policy->choose(step(6)), 1);
+  // Back to WaS only above (1 + h) * B_th = 6 per replica for a window; 5 per replica stays CaS.
+  for (int i = 0; i < 3 * kSidpWindow; ++i) EXPECT_EQ(policy->choose(step(10)), 1) << i;
+  for (int i = 0; i < kSidpWindow - 1; ++i) EXPECT_EQ(policy->choose(step(14)), 1) << i;
+  EXPECT_EQ(policy->choose(step(14)), 0);
+  EXPECT_EQ(policy_plans("sidp:cas", {Plan::parse("dp=2,weights=owner")})[0].to_string(),
+            "dp=2,weights=owner,sidp=cas");
+  EXPECT_THROW(policy_plans("sidp", {Plan::parse("dp=2")}), Error);
+}
+
+TEST(SidpSynthGqa, GreedyTokensOfTheSingleRankEngine) {
+  // The GQA shape (24 query heads, 6 KV heads) with 6 layers, so D = 2, 3 and 4 each own some.
+  SynthOptions so;
+  so.shape = synth_shape("gqa-24x6");
+  so.shape.config.n_layers = 6;
+  so.dtype = DType::F32;
+  so.seed = 9;
+  so.threads = 1;
+  const std::string path = test::temp_dir() + "/sidp-gqa-24x6-6l.gguf";
+  write_synth_model(so, path);
+  std::shared_ptr<Model> model = load_model(path);
+  ASSERT_EQ(model->config.n_layers, 6);
+  const auto prompts = random_prompts(6, 30, model->config.vocab_size, 3);
+  const int n = 6;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(model, p, n));
+  for (const std::string plan : {"dp=2,weights=owner", "dp=3,weights=owner", "dp=4,weights=owner",
+                                 "dp=3,weights=owner,sidp=cas", "dp=4,weights=owner,sidp=cas"}) {
+    SCOPED_TRACE(plan);
+    expect_tokens(cat("plan ", plan), model, prompts, want, run_dist({plan}, "fixed", model, greedy_requests(prompts, n)));
+  }
+}
+
+}  // namespace
+}  // namespace loom
