@@ -22,7 +22,9 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
   sub->add_option("--policy", a.policy,
                   "Layout policy: fixed (the first plan), shift (Shift Algorithm 2 over an sp x tp plan: base above "
                   "--shift-threshold tokens per step, full TP otherwise), cycle:N (the next plan every N steps); test "
-                  "hooks alternate, random:SEED")
+                  "hooks alternate, random:SEED; seesaw (prefill under the first plan, decode under the second, the KV "
+                  "parked in the CPU tier between them, phases changed only when the tier is full or empty), "
+                  "prefill-first, decode-first (the same plans, vLLM's / FasterTransformer's phase order)")
       ->capture_default_str();
   sub->add_option("--shift-threshold", a.threshold,
                   "Tokens per step above which --policy shift runs the base config (default: from the cost "
@@ -31,6 +33,8 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "Weights of plans whose shards overlap (the Shift pair): separate (own copies, w/t + w/P) or "
                   "slice (views of the first copy, w/t)")
       ->capture_default_str();
+  sub->add_option("--cpu-kv-bytes", a.cpu_kv_bytes,
+                  "Seesaw's CPU KV tier: bytes of host memory shared by the ranks of a host (needed by --policy seesaw)");
   sub->add_option("--profile", a.profile,
                   "Profile of this machine (loom profile -o DIR): the default --shift-threshold from its cost model");
 }
@@ -54,6 +58,8 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
   o.policy = a.policy;
   o.shift_threshold = a.threshold;
   o.shift_weights = a.weights;
+  if (a.cpu_kv_bytes < 0) fail("--cpu-kv-bytes must be >= 0, got ", a.cpu_kv_bytes);
+  o.engine.cpu_kv_bytes = a.cpu_kv_bytes;
   const std::string profile = a.profile;
   o.default_shift_threshold = [profile](const Model& m, const Plan& plan, int threads) -> int64_t {
     const DType wdt = m.layers.at(0).w_up.dtype;
@@ -89,6 +95,15 @@ void print_plan_stats(const DistEngine& e) {
     std::fprintf(stderr, "[plan %s: %lld steps, %lld tokens, %lld switches in, %lld KV bytes moved in %.3f ms]\n",
                  p.name.c_str(), (long long)p.steps, (long long)p.tokens, (long long)p.switches,
                  (long long)p.kv_bytes_moved, p.switch_s * 1e3);
+  const Scheduler& sched = const_cast<DistEngine&>(e).scheduler();
+  if (sched.config().phases != PhaseMode::None) {
+    const TierStats t = e.tier_stats();
+    std::fprintf(stderr,
+                 "[seesaw %s: %lld phase transitions, %lld sequences swapped out, %lld in; rank 0 tier traffic %lld "
+                 "bytes out, %lld in, %.3f ms]\n",
+                 e.policy().c_str(), (long long)sched.phase_switches(), (long long)sched.num_swapped_out(),
+                 (long long)sched.num_swapped_in(), (long long)t.bytes_out, (long long)t.bytes_in, t.seconds * 1e3);
+  }
 }
 
 nlohmann::json plan_stats_json(const DistEngine& e) {

@@ -28,6 +28,7 @@ struct LayoutArgs {
   int64_t threshold = -1;
   std::string weights = "separate";
   std::string profile;
+  int64_t cpu_kv_bytes = 0;  // Seesaw's CPU KV tier (--cpu-kv-bytes)
   // Anything beyond one rank running tp=1 with the fixed policy.
   bool given() const {
     return !(plans.empty() || (plans.size() == 1 && plans[0] == "tp=1")) || policy != "fixed" || threshold >= 0 ||

@@ -30,6 +30,9 @@ struct EngineConfig {
   // max_num_seqs sequences of max_model_len tokens can use.
   std::optional<int64_t> kv_cache_bytes;
   double kv_cache_fraction = 0.25;
+  // Seesaw's CPU KV tier (kv/kv_tier.h), bytes per host (shared by its ranks); 0: none. Required
+  // by the seesaw / prefill-first / decode-first policies (engine/seesaw.h).
+  int64_t cpu_kv_bytes = 0;
   // Validates against the model; throws loom::Error naming the field and limit.
   void validate(const ModelConfig& model) const;
 };

@@ -1,6 +1,7 @@
 #include "engine/policy.h"
 
 #include "core/error.h"
+#include "engine/seesaw.h"
 #include "engine/step.h"
 
 namespace loom {
@@ -61,12 +62,12 @@ class RandomPolicy final : public LayoutPolicy {
   Rng rng_;
 };
 
-const char* kChoices = "fixed, shift, cycle:N, alternate, random:SEED";
+const char* kChoices = "fixed, shift, cycle:N, alternate, random:SEED, seesaw, prefill-first, decode-first";
 
 }  // namespace
 
 void check_policy_name(const std::string& name) {
-  if (name == "fixed" || name == "shift" || name == "alternate") return;
+  if (name == "fixed" || name == "shift" || name == "alternate" || is_seesaw_policy(name)) return;
   uint64_t v = 0;
   if (name.rfind("cycle:", 0) == 0) {
     if (!parse_u64(name.substr(6), &v) || v < 1)
@@ -89,6 +90,7 @@ std::vector<Plan> policy_plans(const std::string& name, std::vector<Plan> plans)
       fail("the shift policy needs an sp x tp base plan (sp > 1), e.g. --plan sp=2,tp=2 (its shift config is added); got ",
            plans.empty() ? std::string("no plan") : plans[0].to_string(), plans.size() > 1 ? " and more plans" : "");
   }
+  if (is_seesaw_policy(name)) check_seesaw_plans(name, plans);
   return plans;
 }
 
@@ -110,6 +112,7 @@ std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const 
     return std::make_unique<ShiftPolicy>(base, shift, threshold);
   }
   if (name == "alternate") return std::make_unique<CyclePolicy>(set.size(), 1, "alternate");
+  if (is_seesaw_policy(name)) return std::make_unique<SeesawPolicy>(name);
   uint64_t v = 0;
   if (name.rfind("cycle:", 0) == 0) {
     parse_u64(name.substr(6), &v);

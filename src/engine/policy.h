@@ -11,6 +11,8 @@
 //   cycle:N      the next plan of the set every N steps (tests and demonstrations)
 //   alternate    cycle:1
 //   random:SEED  a plan drawn per step from Rng(SEED) (reproducible; a test hook)
+//   seesaw, prefill-first, decode-first   Seesaw's phase plans (seesaw.h): prefill steps under
+//                the first plan, decode steps under the second, phases scheduled by the Scheduler
 // shift, alternate and random given a single sp x tp plan run it with its shift config
 // (policy_plans adds it), as `--plan sp=2,tp=2 --policy shift` always has.
 #pragma once

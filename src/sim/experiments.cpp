@@ -100,7 +100,12 @@ const std::vector<Experiment>& experiment_registry() {
       {"shift-4.3.1", "Shift 4.3.1 / Fig. 12: TTFT, TPOT, peak throughput of DP, TP, SP, Shift (Llama-70B FP8, 8xH200)",
        run_shift_431},
   };
-  return e;
+  static const std::vector<Experiment> all = [] {
+    std::vector<Experiment> v = e;
+    for (Experiment& x : seesaw_experiments()) v.push_back(std::move(x));  // exp_seesaw.cpp
+    return v;
+  }();
+  return all;
 }
 
 const Experiment& find_experiment(const std::string& name) {
