@@ -38,7 +38,7 @@ endif()
 if(LOOM_MPI)
   # Seesaw's phase plans under mpirun: prefill under pp=2, decode under tp=2, the KV through the
   # CPU tier (one MPI shared-memory window on this host) of 64 tokens of stories260K's KV
-  # (1280 bytes a token): one sequence per fill, so >= 3 full/empty cycles for the 4 prompts.
+  # (1280 bytes a token): the 4 short prompts fill it at least twice (>= 3 transitions).
   foreach(entry "pp2_tp2 2 pp=2,layers=3+2/tp=2 seesaw:81920" "tp2pp2_tp4 4 tp=2,pp=2,layers=2+3/tp=4 seesaw:81920")
     separate_arguments(parts UNIX_COMMAND "${entry}")
     list(GET parts 0 name)
