@@ -134,6 +134,7 @@ class HoldingsChecker {
   // Returns "" or the first difference.
   std::string after_step(RankEngine& e, const StepBatch& b, const std::vector<RequestId>& released) {
     for (RequestId id : released) len_.erase(id);
+    for (const SeqExtent& e : b.swap_out) len_.erase(e.id);  // in the CPU tier (Seesaw), not the store
     for (const ScheduledSeq& s : b.seqs) len_[s.seq_id] = s.start + s.num_tokens;
     std::vector<SeqExtent> seqs;
     for (const auto& [id, n] : len_) seqs.push_back({id, n});

@@ -237,6 +237,7 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
   apply_layout_options(a.layout, std::max(o.ranks, 1), o);
   o.model_path = a.model;
   o.engine = cfg;
+  o.engine.cpu_kv_bytes = a.layout.cpu_kv_bytes;
   o.load_model = [model](int) { return model; };
   run.is_driver = false;
   run_distributed(o, [&](DistEngine& e) {

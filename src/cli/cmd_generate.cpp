@@ -37,6 +37,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;
   int prefill_chunk = 512;
+  int max_model_len = 0;
   bool print_ids = false;
   bool no_bos = false;
   int ranks = 0;  // 0: not given
@@ -77,6 +78,7 @@ void run_generate_distributed(const GenerateArgs& a) {
   o.model_path = a.model;
   o.engine.threads = a.threads;
   o.engine.max_tokens_per_step = a.prefill_chunk;
+  o.engine.max_model_len = a.max_model_len;
   run_distributed(o, [&](DistEngine& e) {
     for (const std::string& line : e.start_info()) std::fprintf(stderr, "[%s]\n", line.c_str());
     auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
@@ -255,6 +257,7 @@ void register_generate(CLI::App& app) {
   sub->add_option("--threads", a->threads, "Worker threads (default: all cores, or LOOM_THREADS)");
   add_numerics_option(sub);
   sub->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per forward step");
+  sub->add_option("--max-model-len", a->max_model_len, "Prompt + output tokens at most (default: the model's context)");
   sub->add_flag("--print-ids", a->print_ids, "Also print the prompt and generated token ids");
   sub->add_flag("--no-bos", a->no_bos, "Do not prepend BOS to the prompt");
   sub->add_option("--ranks", a->ranks, "Ranks to run on (local: threads of this process; mpi: must match mpirun -np)");

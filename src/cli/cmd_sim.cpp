@@ -347,6 +347,7 @@ struct PlanArgs {
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
   int64_t context = 0;  // > 0: price decode at this context instead of simulating requests
   bool json = false;
+  bool seesaw = false;  // propose Seesaw (c_p, c_d) pairs for the offline load instead
 };
 
 struct Candidate {
@@ -431,7 +432,39 @@ void run_plan_decode(const PlanArgs& a) {
   else std::printf("no plan meets the SLO (TTL <= %g ms)\n", a.slo_tpot_ms);
 }
 
+// `loom plan --seesaw`: Seesaw's (c_p, c_d) pairs for an offline batch of the given lengths, by
+// simulated throughput (exp_seesaw.cpp), beside the best fixed plan.
+void run_plan_seesaw(const PlanArgs& a) {
+  const ModelConfig model = sim::find_model(a.model);
+  const sim::CostModel cm = sim::hardware_cost_model(model, a.hardware, a.dtype.empty() ? "bf16" : a.dtype, Plan::make_tp(1));
+  const int gpus = cm.node().gpus_per_node;
+  const std::vector<TraceRequest> trace(size_t(a.num_requests),
+                                        TraceRequest{0.0, a.input_tokens, a.output_tokens, {}, 0, false, false});
+  const auto pairs = sim::propose_seesaw_pairs(cm, gpus, trace, a.input_tokens + a.output_tokens);
+  if (a.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& p : pairs)
+      j.push_back({{"prefill", p.prefill.to_string()}, {"decode", p.decode.to_string()}, {"throughput_tok_s", p.tok_s},
+                   {"best_fixed", p.best_fixed}, {"best_fixed_tok_s", p.best_fixed_tok_s}, {"switches", p.switches}});
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s on %s, %d requests of %d in / %d out, offline; Seesaw pairs (prefill plan -> decode plan, equal DP, "
+              "CPU KV tier 80 GiB per GPU):\n",
+              a.model.c_str(), cm.node().name().c_str(), a.num_requests, a.input_tokens, a.output_tokens);
+  if (pairs.empty()) {
+    std::printf("  none fits\n");
+    return;
+  }
+  std::printf("  best fixed plan: %s, %.0f tok/s\n", pairs[0].best_fixed.c_str(), pairs[0].best_fixed_tok_s);
+  std::printf("  %-16s %-16s %12s %9s %10s\n", "prefill (c_p)", "decode (c_d)", "tok/s", "vs fixed", "switches");
+  for (const auto& p : pairs)
+    std::printf("  %-16s %-16s %12.0f %8.2fx %10lld\n", p.prefill.to_string().c_str(), p.decode.to_string().c_str(),
+                p.tok_s, p.best_fixed_tok_s > 0 ? p.tok_s / p.best_fixed_tok_s : 0.0, (long long)p.switches);
+}
+
 void run_plan(const PlanArgs& a) {
+  if (a.seesaw) return run_plan_seesaw(a);
   if (a.context > 0) return run_plan_decode(a);
   const sim::NodeSpec node = sim::parse_node(a.hardware);
   struct Point {
@@ -601,6 +634,8 @@ void register_plan(CLI::App& app) {
                    "Price decode at this context length (tokens) instead of simulating requests: TTL of one "
                    "sequence and tokens/s at the largest batch the KV holds (Helix plans shine here)");
   plan->add_flag("--json", pa->json, "Machine-readable output");
+  plan->add_flag("--seesaw", pa->seesaw,
+                 "Propose Seesaw (prefill plan, decode plan) pairs of equal DP for an offline batch of these lengths");
   set_action(plan, [pa] { run_plan(*pa); });
 }
 

@@ -24,7 +24,10 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "Layout policy: fixed (the first plan), shift (Shift Algorithm 2 over an sp x tp plan: base above "
                   "--shift-threshold tokens per step, full TP otherwise), cycle:N (the next plan every N steps); test "
                   "hooks alternate, random:SEED; sidp (SiDP WaS/CaS by batch, needs --sidp-threshold), sidp:was, "
-                  "sidp:cas")
+                  "sidp:cas; "
+                  "seesaw (prefill under the first plan, decode under the second, the KV "
+                  "parked in the CPU tier between them, phases changed only when the tier is full or empty), "
+                  "prefill-first, decode-first (the same plans, vLLM's / FasterTransformer's phase order)")
       ->capture_default_str();
   sub->add_option("--shift-threshold", a.threshold,
                   "Tokens per step above which --policy shift runs the base config (default: from the cost "
@@ -38,6 +41,8 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
       ->capture_default_str();
   sub->add_option("--device", a.device, "Where the ranks compute: cpu or cuda (needs a visible NVIDIA GPU)")
       ->capture_default_str();
+  sub->add_option("--cpu-kv-bytes", a.cpu_kv_bytes,
+                  "Seesaw's CPU KV tier: bytes of host memory shared by the ranks of a host (needed by --policy seesaw)");
   sub->add_option("--profile", a.profile,
                   "Profile of this machine (loom profile -o DIR): the default --shift-threshold from its cost model");
 }
@@ -71,6 +76,8 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
   o.shift_threshold = a.threshold;
   o.sidp_threshold = a.sidp_threshold;
   o.shift_weights = a.weights;
+  if (a.cpu_kv_bytes < 0) fail("--cpu-kv-bytes must be >= 0, got ", a.cpu_kv_bytes);
+  o.engine.cpu_kv_bytes = a.cpu_kv_bytes;
   const std::string profile = a.profile;
   o.default_shift_threshold = [profile](const Model& m, const Plan& plan, int threads) -> int64_t {
     const DType wdt = m.layers.at(0).w_up.dtype;
@@ -106,6 +113,15 @@ void print_plan_stats(const DistEngine& e) {
     std::fprintf(stderr, "[plan %s: %lld steps, %lld tokens, %lld switches in, %lld KV bytes moved in %.3f ms]\n",
                  p.name.c_str(), (long long)p.steps, (long long)p.tokens, (long long)p.switches,
                  (long long)p.kv_bytes_moved, p.switch_s * 1e3);
+  const Scheduler& sched = const_cast<DistEngine&>(e).scheduler();
+  if (sched.config().phases != PhaseMode::None) {
+    const TierStats t = e.tier_stats();
+    std::fprintf(stderr,
+                 "[seesaw %s: %lld phase transitions, %lld sequences swapped out, %lld in; rank 0 tier traffic %lld "
+                 "bytes out, %lld in, %.3f ms]\n",
+                 e.policy().c_str(), (long long)sched.phase_switches(), (long long)sched.num_swapped_out(),
+                 (long long)sched.num_swapped_in(), (long long)t.bytes_out, (long long)t.bytes_in, t.seconds * 1e3);
+  }
 }
 
 nlohmann::json plan_stats_json(const DistEngine& e) {

@@ -154,6 +154,15 @@ class Communicator {
   // rank()). Not collective: the owner does nothing. Out of range is a loom::Error.
   virtual void get(int src_rank, int id, std::size_t offset, void* dst, std::size_t bytes) = 0;
 
+  // ---- host shared memory (Seesaw's CPU KV tier, kv/kv_tier.h) ----
+
+  // Collective: `bytes` zero-filled bytes shared by every rank of the group, which must all run
+  // on one host (MPI: MPI_Win_allocate_shared over the host's ranks; a group spanning hosts is a
+  // loom::Error). Sets *data; the returned handle keeps the memory alive (freeing it is collective
+  // under MPI). The default (thread backends, whose ranks share the process) is a loom::Error: the
+  // caller allocates process memory once for all of them instead.
+  virtual std::shared_ptr<void> allocate_host_shared(std::size_t bytes, void** data);
+
   // ---- groups ----
 
   // Collective: ranks with equal color form a new group, ordered by (key, rank()) ascending

@@ -9,6 +9,8 @@
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
 #include "engine/sidp.h"
+#include "engine/seesaw.h"
+#include "kv/kv_tier.h"
 #include "kv/block_allocator.h"
 #include "model/loader.h"
 
@@ -110,7 +112,7 @@ struct RankState {
   std::vector<std::string> info;  // start-up report (world rank 0)
 };
 
-void set_up(const DistOptions& o, Communicator& world, RankState& st) {
+void set_up(const DistOptions& o, Communicator& world, RankState& st, std::shared_ptr<KvTierArena> tier) {
   st.backend = std::string(world.backend());
   st.world_size = world.size();
   st.world_rank = world.rank();
@@ -136,6 +138,10 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   if (st.config.max_model_len == 0) st.config.max_model_len = c.max_seq_len;
   agree_on_text(world, "the model and engine config", engine_fingerprint(st.plans.to_string(), *st.model, st.config));
   st.threads = resolve_threads(o, world.size());
+  // Seesaw: the CPU KV tier must hold a sequence (every rank checks, before anything is built).
+  if (is_seesaw_policy(o.policy))
+    seesaw_tier_tokens(o.policy, st.config.cpu_kv_bytes, tier_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim),
+                       st.config.max_model_len);
   if (o.policy == "shift" && world.rank() == 0) {
     st.threshold = o.shift_threshold;
     if (st.threshold < 0) {
@@ -188,6 +194,8 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st) {
   ro.kv_pages = kv_pages_for(st.config, st.plans, world.rank(), c.head_dim, budget);
   ro.shift_weights = parse_shift_weights(o.shift_weights);
   if (o.migration_buffer_bytes > 0) ro.transfer.buffer_bytes = o.migration_buffer_bytes;
+  if (st.config.cpu_kv_bytes > 0)
+    ro.tier = st.backend == "mpi" ? KvTierArena::host_shared(world, st.config.cpu_kv_bytes) : tier;
   st.pool = std::make_unique<ThreadPool>(st.threads);
   st.rank = std::make_unique<RankEngine>(st.model, st.plans, world, st.pool.get(), ro);
   if (o.after_step)
@@ -262,6 +270,7 @@ class Leader final : public DistEngine {
   std::string policy() const override { return core_.control().policy().describe(); }
   std::vector<PlanStats> plan_stats() const override { return core_.executor().stats(); }
   std::string fault() const override { return core_.executor().broken() ? core_.executor().error() : std::string(); }
+  TierStats tier_stats() const override { return st_.rank->tier_stats(); }
   Scheduler& scheduler() override { return core_.scheduler(); }
   EngineLoop& loop() override { return core_.loop(); }
   Clock& clock() override { return core_.clock(); }
@@ -281,9 +290,10 @@ class Leader final : public DistEngine {
   EngineCore core_;
 };
 
-void run_rank(const DistOptions& o, Communicator& world, const std::function<void(DistEngine&)>& driver) {
+void run_rank(const DistOptions& o, Communicator& world, const std::function<void(DistEngine&)>& driver,
+              std::shared_ptr<KvTierArena> tier) {
   RankState st;
-  set_up(o, world, st);
+  set_up(o, world, st, std::move(tier));
   if (world.rank() != 0) {
     std::function<void(const StepBatch&)> hook;
     if (o.follower_before_step) hook = [&o, r = world.rank()](const StepBatch& b) { o.follower_before_step(r, b); };
@@ -300,7 +310,10 @@ void run_rank(const DistOptions& o, Communicator& world, const std::function<voi
 void run_distributed(const DistOptions& options, const std::function<void(DistEngine&)>& driver) {
   if (options.ranks < 0) fail("--ranks must be >= 0, got ", options.ranks);
   std::unique_ptr<World> world = make_world(options.comm, options.ranks, options.comm_options);
-  world->run([&](Communicator& comm) { run_rank(options, comm, driver); });
+  // Seesaw's CPU KV tier: the ranks of this process share one arena (mpi: set_up maps the host's).
+  std::shared_ptr<KvTierArena> tier;
+  if (options.engine.cpu_kv_bytes > 0 && options.comm != "mpi") tier = KvTierArena::allocate(options.engine.cpu_kv_bytes);
+  world->run([&](Communicator& comm) { run_rank(options, comm, driver, tier); });
 }
 
 }  // namespace loom

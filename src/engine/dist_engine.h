@@ -108,6 +108,8 @@ class DistEngine : public EngineHandle {
   virtual std::string policy() const = 0;  // LayoutPolicy::describe()
   // Per plan of the set: steps, tokens, switches into it, KV bytes those moved, switch time.
   std::vector<PlanStats> plan_stats() const override = 0;
+  // World rank 0's traffic with Seesaw's CPU KV tier (zeros without one).
+  virtual TierStats tier_stats() const { return {}; }
 
   Scheduler& scheduler() override = 0;
   EngineLoop& loop() override = 0;

@@ -5,7 +5,9 @@
 #include "core/error.h"
 #include "comm/single.h"
 #include "core/weight_tiles.h"
+#include "engine/seesaw.h"
 #include "kv/block_allocator.h"
+#include "kv/kv_tier.h"
 
 namespace loom {
 
@@ -19,6 +21,7 @@ void EngineConfig::validate(const ModelConfig& m) const {
   if (kv_cache_bytes && *kv_cache_bytes <= 0) fail("kv cache bytes must be > 0, got ", *kv_cache_bytes);
   if (!(kv_cache_fraction > 0 && kv_cache_fraction <= 1))
     fail("kv cache fraction must be in (0, 1], got ", kv_cache_fraction);
+  if (cpu_kv_bytes < 0) fail("--cpu-kv-bytes must be >= 0, got ", cpu_kv_bytes);
 }
 
 EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig& config,
@@ -40,6 +43,13 @@ EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig
   }
   sc.pool_shapes = pools;
   sc.num_blocks = int(pools[0].total_blocks());
+  if (const auto* seesaw = dynamic_cast<const SeesawPolicy*>(policy.get())) {
+    const ModelConfig& c = rank.model().config;
+    sc.phases = seesaw->mode();
+    sc.tier_tokens = seesaw_tier_tokens(seesaw->describe(), config.cpu_kv_bytes,
+                                        tier_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim), config.max_model_len);
+    LOOM_CHECK(rank.tier() != nullptr, "--policy ", seesaw->describe(), ": world rank 0 has no CPU KV tier");
+  }
   sched_ = std::make_unique<Scheduler>(sc);
   control_ = std::make_unique<PlanControl>(rank.plans(), pools, std::move(policy), *sched_);
   loop_ = std::make_unique<EngineLoop>(*sched_, *exec_, clock_, metrics_);

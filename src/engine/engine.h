@@ -34,6 +34,9 @@ struct EngineConfig {
   // (kernels::default_numerics(): the CLI's --numerics, else LOOM_NUMERICS, else fast).
   std::optional<kernels::Numerics> numerics;
   kernels::Numerics resolved_numerics() const { return numerics ? *numerics : kernels::default_numerics(); }
+  // Seesaw's CPU KV tier (kv/kv_tier.h), bytes per host (shared by its ranks); 0: none. Required
+  // by the seesaw / prefill-first / decode-first policies (engine/seesaw.h).
+  int64_t cpu_kv_bytes = 0;
   // Validates against the model; throws loom::Error naming the field and limit.
   void validate(const ModelConfig& model) const;
 };

@@ -106,7 +106,14 @@ void PlanControl::on_batch(StepBatch& batch) {
   LOOM_CHECK(id >= 0 && id < plans_.size(), "policy ", policy_->describe(), " chose plan ", id);
   if (id != current_) {
     if (!(pools_[size_t(id)] == pools_[size_t(current_)])) sched_.rehome(pools_[size_t(id)], batch);
-    if (!plans_.same_placement(current_, id)) batch.kv_seqs = sched_.kv_extents();
+    if (!plans_.same_placement(current_, id)) {
+      batch.kv_seqs = sched_.kv_extents();
+      // Sequences coming back from the CPU tier this step are not in any rank's store yet: they
+      // arrive under the new plan (RankEngine::step swaps them in after the switch).
+      std::erase_if(batch.kv_seqs, [&](const SeqExtent& e) {
+        return std::any_of(batch.swap_in.begin(), batch.swap_in.end(), [&](const SeqExtent& s) { return s.id == e.id; });
+      });
+    }
     current_ = id;
   }
   batch.plan_id = id;

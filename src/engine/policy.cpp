@@ -1,6 +1,7 @@
 #include "engine/policy.h"
 
 #include "core/error.h"
+#include "engine/seesaw.h"
 #include "engine/step.h"
 
 namespace loom {
@@ -107,13 +108,13 @@ class NamedFixedPolicy final : public LayoutPolicy {
   std::string name_;
 };
 
-const char* kChoices = "fixed, shift, cycle:N, alternate, random:SEED, sidp, sidp:was, sidp:cas";
+const char* kChoices = "fixed, shift, cycle:N, alternate, random:SEED, sidp, sidp:was, sidp:cas, seesaw, prefill-first, decode-first";
 
 }  // namespace
 
 void check_policy_name(const std::string& name) {
   if (name == "fixed" || name == "shift" || name == "alternate" || name == "sidp" || name == "sidp:was" ||
-      name == "sidp:cas")
+      name == "sidp:cas" || is_seesaw_policy(name))
     return;
   uint64_t v = 0;
   if (name.rfind("cycle:", 0) == 0) {
@@ -148,6 +149,7 @@ std::vector<Plan> policy_plans(const std::string& name, std::vector<Plan> plans)
       fail("the shift policy needs an sp x tp base plan (sp > 1), e.g. --plan sp=2,tp=2 (its shift config is added); got ",
            plans.empty() ? std::string("no plan") : plans[0].to_string(), plans.size() > 1 ? " and more plans" : "");
   }
+  if (is_seesaw_policy(name)) check_seesaw_plans(name, plans);
   return plans;
 }
 
@@ -177,6 +179,7 @@ std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const 
     if (was < 0 || cas < 0) fail("the sidp policy needs a WaS and a CaS plan in the set; got ", set.to_string());
     return std::make_unique<SidpPolicy>(was, cas, set.plan(was).dp, threshold, kSidpWindow, kSidpHysteresis);
   }
+  if (is_seesaw_policy(name)) return std::make_unique<SeesawPolicy>(name);
   uint64_t v = 0;
   if (name.rfind("cycle:", 0) == 0) {
     parse_u64(name.substr(6), &v);

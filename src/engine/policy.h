@@ -18,6 +18,8 @@
 //                placement, so a switch moves nothing. The mode of every step is its plan's
 //                (PlanStats per plan: steps in WaS, steps in CaS)
 //   sidp:was, sidp:cas  the one mode, forced
+//   seesaw, prefill-first, decode-first   Seesaw's phase plans (seesaw.h): prefill steps under
+//                the first plan, decode steps under the second, phases scheduled by the Scheduler
 // shift, alternate and random given a single sp x tp plan run it with its shift config
 // (policy_plans adds it), as `--plan sp=2,tp=2 --policy shift` always has.
 #pragma once

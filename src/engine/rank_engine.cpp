@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "comm/single.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "kernels/kernels.h"
@@ -63,6 +64,7 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
     fail("plan ", plans_.name(0), " needs ", plans_.n_ranks(), " ranks, the world has ", world.size());
   check_block_sizes(plans_.plans(), options.block_size);
   kv_ = std::make_unique<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages);
+  if (options.tier) tier_ = std::make_unique<KvTier>(c.n_layers, c.n_kv_heads, c.head_dim, options.tier);
   // Every rank's page budget, for the pool shapes (equal on every rank).
   std::vector<int64_t> pages(size_t(world.size()));
   const int64_t mine = options.kv_pages;
@@ -109,7 +111,10 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
 }
 
 void RankEngine::release(const std::vector<RequestId>& seqs) {
-  for (RequestId id : seqs) kv_->release(id);
+  for (RequestId id : seqs) {
+    kv_->release(id);
+    if (tier_) tier_->release(id);
+  }
 }
 
 SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs) {
@@ -136,9 +141,31 @@ int RankEngine::forward(const ForwardBatch& batch, std::vector<float>* logits) {
 StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>& released, SwitchResult* sw) {
   LOOM_CHECK(batch.block_size == options_.block_size, "step ", batch.step_index, " uses KV blocks of ",
              batch.block_size, " tokens, this rank's store ", options_.block_size);
+  const bool tier_touched = tier_ && (!tier_->empty() || !batch.swap_out.empty());
+  const double t0 = now_seconds();
   release(released);
+  if (!batch.swap_out.empty() || !batch.swap_in.empty())
+    LOOM_CHECK(tier_ != nullptr, "step ", batch.step_index, " swaps KV, this rank has no CPU KV tier");
+  for (const SeqExtent& e : batch.swap_out) {  // Seesaw W8 swap-out, under the plan that computed it
+    tier_->reserve(e.id, e.n_tokens);
+    tier_stats_.bytes_out += tier_swap_out(e, plans_.placement(current_), world_.rank(), *kv_, *tier_).bytes;
+    ++tier_stats_.swapped_out;
+  }
+  double swap_s = now_seconds() - t0;
   const SwitchResult s = switch_to(batch.plan_id, batch.kv_seqs);
   if (sw) *sw = s;
+  const double t1 = now_seconds();
+  if (!batch.swap_in.empty()) {
+    world_.barrier();  // every swap-out of this and earlier steps is written
+    for (const SeqExtent& e : batch.swap_in) {  // W8 swap-in, under this step's plan
+      tier_stats_.bytes_in += tier_swap_in(e, plans_.placement(current_), world_.rank(), *kv_, *tier_).bytes;
+      tier_->release(e.id);
+      ++tier_stats_.swapped_in;
+    }
+  }
+  if (tier_touched && tier_->empty()) world_.barrier();  // the fill is over on every rank
+  swap_s += now_seconds() - t1;
+  if (tier_) tier_stats_.seconds += swap_s;
   to_forward_batch(batch, fb_);
   Instance& in = *instances_[size_t(current_)];
   const int n_rows = in.forward->forward(fb_, &logits_);

@@ -5,8 +5,13 @@
 // flips the id (Shift 3.3.1), otherwise it runs the KV migration first (kv/kv_transfer.h).
 //
 // The step on every rank (SPMD; every rank of the world calls step() with the same descriptor):
-//   1. drop the KV of the released sequences;
+//   1. drop the KV of the released sequences (store and CPU tier);
+//   1b. swap-out (Seesaw): the KV of batch.swap_out leaves the store for the CPU tier, each rank
+//      writing its cells under the plan that computed them (the current one);
 //   2. switch plans if the step's differs (migration over the world when placements differ);
+//   2b. swap-in: after a barrier over the world (the writers are done), batch.swap_in's KV comes
+//      back from the tier under the step's plan; once the tier is empty, a second barrier (no
+//      rank writes a new fill while another still reads the old one);
 //   3. RankForward of the plan over the rank's rows;
 //   4. each replica's sampler rank samples its sequences (sampling is reproducible per request:
 //      the draw for the token at position p of a request with seed s comes from Rng(hash(s, p)));
@@ -29,6 +34,7 @@
 #include "comm/communicator.h"
 #include "engine/rank_forward.h"
 #include "engine/step.h"
+#include "kv/kv_tier.h"
 #include "kv/kv_transfer.h"
 #include "parallel/groups.h"
 #include "parallel/plan_set.h"
@@ -42,6 +48,15 @@ struct RankEngineOptions {
   KvTransferOptions transfer;
   // Numerics of the matmuls (kernels.h); unset: kernels::default_numerics() at construction.
   std::optional<kernels::Numerics> numerics;
+  // Seesaw's CPU KV tier (kv_tier.h): the host's shared arena; null: no tier.
+  std::shared_ptr<KvTierArena> tier;
+};
+
+// This rank's traffic with the CPU KV tier (Seesaw swap-out / swap-in).
+struct TierStats {
+  int64_t swapped_out = 0, swapped_in = 0;  // sequences
+  int64_t bytes_out = 0, bytes_in = 0;      // written / read by this rank
+  double seconds = 0;                       // in swaps and their barriers
 };
 
 // What a switch did (the same on every rank, but bytes_sent / bytes_received).
@@ -68,6 +83,8 @@ class RankEngine {
   int current() const { return current_; }
   const Model& model() const { return *model_; }
   KvStore& kv() { return *kv_; }
+  KvTier* tier() { return tier_.get(); }
+  const TierStats& tier_stats() const { return tier_stats_; }
   const KvPoolShape& pools(int plan) const { return pools_.at(size_t(plan)); }
   const PlanMemory& memory(int plan) const { return memory_.at(size_t(plan)); }
   int64_t owned_weight_bytes() const { return weights_.owned_bytes(); }
@@ -102,6 +119,8 @@ class RankEngine {
   ThreadPool* pool_;
   RankEngineOptions options_;
   std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<KvTier> tier_;
+  TierStats tier_stats_;
   GroupCache groups_;
   RankWeights weights_;
   std::vector<std::unique_ptr<Instance>> instances_;

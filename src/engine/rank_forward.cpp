@@ -1,5 +1,6 @@
 #include "engine/rank_forward.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -36,12 +37,70 @@ void RankForward::grow(int64_t m) {
   rows_cap_ = m;
 }
 
+std::vector<Range> pipeline_micro_batches(const std::vector<int64_t>& tokens, int p) {
+  std::vector<Range> out;
+  const int64_t n = int64_t(tokens.size());
+  if (n == 0) return out;
+  int64_t total = 0;
+  for (int64_t t : tokens) total += t;
+  const int64_t k = std::min<int64_t>(std::max(p, 1), n);
+  // Cut i ends once the running token count reaches i/k of the total (each part >= 1 sequence,
+  // and enough sequences left for the parts after it).
+  int64_t begin = 0, acc = 0;
+  for (int64_t i = 1; i <= k; ++i) {
+    int64_t end = begin;
+    if (i == k) {
+      end = n;
+    } else {
+      do acc += tokens[size_t(end++)];
+      while (end < n - (k - i) && acc * k < total * i);
+    }
+    out.push_back(Range{begin, end});
+    begin = end;
+  }
+  return out;
+}
+
 int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  if (logits) logits->clear();
+  const RankLayout& L = ctx_.layout;
+  if (ctx_.plan.pp == 1) return forward_micro(batch, logits);
+  // Pipeline (Seesaw 5.1, W9: "each decoding step processes 1/PP of the sequences"): the
+  // replica's sequences, in batch order, cut into up to PP micro-batches of about equal tokens.
+  // Every rank of the replica cuts the same way; stage s runs micro-batch k while stage s + 1 runs
+  // k - 1 (the send of k's activations completes once the next stage has taken them), so the
+  // stages overlap after a fill of PP - 1 micro-batches. The last stage appends each micro-batch's
+  // logits, which keeps the replica's batch order.
+  mb_seqs_.clear();
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> first_token;
+  int64_t at = 0;
+  for (const ForwardSeq& s : batch.seqs) {
+    const int64_t dp = L.tokens.dp_degree;
+    if (((s.seq_id % dp) + dp) % dp == L.tokens.dp_index) {
+      mb_seqs_.push_back(s);
+      tokens.push_back(s.n_tokens);
+      first_token.push_back(at);
+    }
+    at += s.n_tokens;
+  }
+  int rows = 0;
+  for (const Range& part : pipeline_micro_batches(tokens, L.tokens.micro_batches)) {
+    mb_.seqs.assign(mb_seqs_.begin() + part.begin, mb_seqs_.begin() + part.end);
+    mb_.tokens.clear();
+    for (int64_t i = part.begin; i < part.end; ++i)
+      mb_.tokens.insert(mb_.tokens.end(), batch.tokens.begin() + first_token[size_t(i)],
+                        batch.tokens.begin() + first_token[size_t(i)] + mb_seqs_[size_t(i)].n_tokens);
+    rows += forward_micro(mb_, logits);
+  }
+  return rows;
+}
+
+int RankForward::forward_micro(const ForwardBatch& batch, std::vector<float>* logits) {
   const Model& model = *ctx_.model;
   const ModelConfig& c = model.config;
   const RankLayout& L = ctx_.layout;
   const int64_t d = c.d_model;
-  if (logits) logits->clear();
   make_step_rows(batch, L.tokens, rows_);
   const StepRows& rows = rows_;
   ffn_->begin_step(batch);
@@ -109,8 +168,9 @@ int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) 
   }
   if (!sampler_ || !logits) return 0;
   kernels::rmsnorm(out_rows, out_rows, model.out_norm.f32(), n_out, d, c.rms_eps);
-  logits->resize(size_t(n_out) * size_t(c.vocab_size));
-  kernels::matmul(out_rows, n_out, d, output_, logits->data(), c.vocab_size, ctx_.pool, false, ctx_.numerics);
+  const size_t before = logits->size();  // logits of earlier micro-batches stay in front
+  logits->resize(before + size_t(n_out) * size_t(c.vocab_size));
+  kernels::matmul(out_rows, n_out, d, output_, logits->data() + before, c.vocab_size, ctx_.pool, false, ctx_.numerics);
   return int(n_out);
 }
 

@@ -9,6 +9,8 @@
 //   for l in the stage's layers: x += attn(rmsnorm(x)); x += ffn(rmsnorm(x))
 //   last stage: the sampling rows reach the replica's sampler rank (an all-gather over "sp" under
 //   SP), which computes rmsnorm + classifier for them; other stages send x to stage pp + 1.
+// Under PP the loop above runs once per micro-batch (pipeline_micro_batches: the replica's
+// sequences cut into up to PP parts), so the stages work on different micro-batches at once.
 // The sampler of a replica is its rank with sp = kvp = tp = 0 on the last stage (sampler()).
 //
 // Thread-safety: one rank's thread; every rank of the plan calls forward() with the same batch.
@@ -39,6 +41,8 @@ class RankForward {
 
  private:
   void grow(int64_t m);
+  // The loop above over one micro-batch; appends its logit rows to *logits.
+  int forward_micro(const ForwardBatch& batch, std::vector<float>* logits);
 
   StageContext ctx_;
   std::vector<KvEntry> holds_;
@@ -50,7 +54,13 @@ class RankForward {
   int64_t rows_cap_ = 0;
   AlignedBuffer<float> x_, xn_, proj_;
   std::vector<float> gathered_;
+  std::vector<ForwardSeq> mb_seqs_;  // the replica's sequences of a pipelined step
+  ForwardBatch mb_;                  // one micro-batch of them
 };
+
+// Micro-batches of a pipelined step (Seesaw 5.1): sequences [0, n) with these token counts, in
+// order, cut into min(p, n) contiguous non-empty ranges of about equal tokens.
+std::vector<Range> pipeline_micro_batches(const std::vector<int64_t>& tokens, int p);
 
 // Whether `layout` is its replica's sampler (see above).
 bool is_sampler(const RankLayout& layout, const Plan& plan);

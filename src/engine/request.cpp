@@ -9,6 +9,7 @@ std::string_view status_name(SeqStatus s) {
     case SeqStatus::kWaiting: return "waiting";
     case SeqStatus::kRunning: return "running";
     case SeqStatus::kPreempted: return "preempted";
+    case SeqStatus::kSwapped: return "swapped";
     case SeqStatus::kFinished: return "finished";
   }
   return "?";

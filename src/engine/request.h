@@ -69,6 +69,7 @@ enum class SeqStatus : uint8_t {
   kWaiting,    // queued, never admitted
   kRunning,    // admitted: holds KV blocks, scheduled each step
   kPreempted,  // evicted by recomputation: no blocks, waiting again, num_computed == 0
+  kSwapped,    // prefilled, its KV in the CPU tier (Seesaw phases): no blocks, onboarded to decode
   kFinished,
 };
 enum class FinishReason : uint8_t {

@@ -22,6 +22,8 @@ void SchedulerConfig::validate() const {
   if (max_model_len < 2) fail("scheduler: max_model_len must be >= 2, found ", max_model_len);
   if (!(watermark >= 0 && watermark < 1))
     fail("scheduler: watermark must be in [0, 1), found ", watermark);
+  if (phases != PhaseMode::None && tier_tokens < 1)
+    fail("scheduler: Seesaw phases need a CPU KV tier of at least one token, found ", tier_tokens);
 }
 
 namespace {
@@ -91,6 +93,7 @@ std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& ba
     }
     batch.seqs = std::move(keep);
     batch.preempted.insert(batch.preempted.end(), ids.begin(), ids.end());
+    std::erase_if(batch.swap_in, [&](const SeqExtent& e) { return std::find(ids.begin(), ids.end(), e.id) != ids.end(); });
   }
   for (ScheduledSeq& e : batch.seqs) {
     const Sequence* s = find(e.seq_id);
@@ -135,6 +138,9 @@ AddResult Scheduler::add_request(Request request) {
     reason = cat("request ", r.id, ": prompt + max_tokens = ", total, " tokens needs ",
                  p->max_pool_blocks(blocks_for(total, config_.block_size)), " KV blocks of one pool, ",
                  p->n_pools() == 1 ? "the whole cache has " : "a pool has ", p->blocks_per_pool);
+  } else if (phased() && total - 1 > config_.tier_tokens) {
+    reason = cat("request ", r.id, ": prompt + max_tokens = ", total, " tokens needs ", total - 1,
+                 " tokens of the CPU KV tier, which holds ", config_.tier_tokens);
   } else if (!config_.enable_chunked_prefill && r.prompt_len() > config_.max_tokens_per_step) {
     reason = cat("request ", r.id, ": prompt of ", r.prompt_len(),
                  " tokens exceeds max_tokens_per_step ", config_.max_tokens_per_step,
@@ -154,6 +160,7 @@ AddResult Scheduler::add_request(Request request) {
 }
 
 void Scheduler::preempt(Sequence* s) {
+  tier_reserved_by_.erase(s->id());
   s->block_table.release(pools_);
   s->num_computed = 0;
   s->status = SeqStatus::kPreempted;
@@ -165,8 +172,12 @@ void Scheduler::preempt(Sequence* s) {
 
 void Scheduler::finish(Sequence* s, FinishReason reason, std::string detail) {
   s->block_table.release(pools_);
+  tier_reserved_by_.erase(s->id());
   if (s->status == SeqStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
+  } else if (s->status == SeqStatus::kSwapped) {
+    offloaded_.erase(std::find(offloaded_.begin(), offloaded_.end(), s));
+    std::erase_if(pending_swap_out_, [&](const SeqExtent& e) { return e.id == s->id(); });
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
   }
@@ -223,10 +234,17 @@ StepBatch Scheduler::schedule() {
     b.num_sampled += e.sample ? 1 : 0;
   };
   auto seq_slot_left = [&] { return int(b.seqs.size()) < config_.max_num_seqs; };
+  if (phased()) {
+    maybe_reset_tier();
+    update_phase();
+    if (phase_ == Phase::Decode) onboard(b);
+  }
+  const bool decodes = !phased() || phase_ == Phase::Decode;
+  const bool prefills = !phased() || phase_ == Phase::Prefill;
 
   // 1. Decodes, most urgent first; preempt the least urgent unscheduled sequence when a decode
   // needs a block and none is free (vLLM 4.5: recomputation).
-  const std::vector<Sequence*> order = running_;
+  const std::vector<Sequence*> order = decodes ? running_ : std::vector<Sequence*>{};
   for (Sequence* s : order) {
     if (s->status != SeqStatus::kRunning || !s->is_decode()) continue;
     if (budget < 1 || !seq_slot_left()) break;
@@ -246,6 +264,7 @@ StepBatch Scheduler::schedule() {
       }
       LOOM_CHECK(victim != nullptr, "seq ", s->id(), " is itself unscheduled");
       b.preempted.push_back(victim->id());
+      std::erase_if(b.swap_in, [&](const SeqExtent& e) { return e.id == victim->id(); });
       preempt(victim);
       if (victim == s) break;
     }
@@ -254,7 +273,7 @@ StepBatch Scheduler::schedule() {
   }
 
   // 2. Continuing prefill chunks (blocks reserved at admission) (Sarathi 4: chunked prefill).
-  for (Sequence* s : std::vector<Sequence*>(running_)) {
+  for (Sequence* s : prefills ? std::vector<Sequence*>(running_) : std::vector<Sequence*>{}) {
     if (in_batch.count(s) || s->is_decode() || s->num_uncomputed() <= 0) continue;
     if (budget < 1 || !seq_slot_left()) break;
     const int n = may_chunk(*s) ? std::min(s->num_uncomputed(), budget) : s->num_uncomputed();
@@ -264,10 +283,11 @@ StepBatch Scheduler::schedule() {
 
   // 3. Admission, strictly by (priority, arrival, id); none in a step that preempted (the cache
   // is short: admitting would only preempt again).
-  while (b.preempted.empty() && !waiting_.empty()) {
+  while (prefills && b.preempted.empty() && !waiting_.empty()) {
     Sequence* s = waiting_.front();
     if (budget < 1 || !seq_slot_left() || int(running_.size()) >= config_.max_num_seqs) break;
     const int tokens = s->num_tokens();
+    if (phased() && tier_reserved_ + tokens > config_.tier_tokens) break;  // the tier is full for it
     const int n = may_chunk(*s) ? std::min(tokens, budget) : tokens;
     if (n > budget) break;
     const std::vector<int> need = s->block_table.pool_needs(tokens, pools_.shape(), s->id());
@@ -283,9 +303,98 @@ StepBatch Scheduler::schedule() {
     auto it = std::upper_bound(running_.begin(), running_.end(), s,
                                [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
     running_.insert(it, s);
+    if (phased()) {
+      tier_reserved_ += tokens;
+      tier_reserved_by_.insert(s->id());
+    }
     add(s, n);
   }
+  if (phased() && !b.seqs.empty()) {
+    b.swap_out.insert(b.swap_out.begin(), pending_swap_out_.begin(), pending_swap_out_.end());
+    pending_swap_out_.clear();
+  }
   return b;
+}
+
+// ---- Seesaw phases (004 §4.2) ----
+
+void Scheduler::maybe_reset_tier() {
+  // Bump accounting, like the KvTier: room comes back only when the tier is empty.
+  if (offloaded_.empty() && tier_reserved_by_.empty()) tier_reserved_ = 0;
+}
+
+bool Scheduler::head_admissible() const {
+  if (waiting_.empty() || int(running_.size()) >= config_.max_num_seqs) return false;
+  const Sequence* s = waiting_.front();
+  const int tokens = s->num_tokens();
+  if (tier_reserved_ + tokens > config_.tier_tokens) return false;
+  const std::vector<int> need = s->block_table.pool_needs(tokens, pools_.shape(), s->id());
+  const int watermark = running_.empty() ? 0 : watermark_blocks_;
+  for (size_t p = 0; p < need.size(); ++p)
+    if (pools_.num_free(int(p)) - need[p] < watermark) return false;
+  return true;
+}
+
+void Scheduler::update_phase() {
+  bool prefilling = false, resident_decodes = false;
+  for (const Sequence* s : running_) {
+    if (s->is_decode()) {
+      resident_decodes = true;
+    } else if (s->num_uncomputed() > 0) {
+      prefilling = true;
+    }
+  }
+  const bool decodable = resident_decodes || !offloaded_.empty();
+  Phase next = phase_;
+  if (phase_ == Phase::Prefill) {
+    if (!prefilling && decodable && !head_admissible()) next = Phase::Decode;
+  } else if (!waiting_.empty()) {
+    bool go = !decodable;
+    switch (config_.phases) {
+      case PhaseMode::Seesaw: go = go || (offloaded_.empty() && head_admissible()); break;
+      case PhaseMode::PrefillFirst: go = go || head_admissible(); break;
+      case PhaseMode::DecodeFirst: go = go || (offloaded_.empty() && running_.empty() && head_admissible()); break;
+      case PhaseMode::None: break;
+    }
+    if (go) next = Phase::Prefill;
+  }
+  if (next != phase_) {
+    phase_ = next;
+    ++phase_switches_;
+  }
+}
+
+void Scheduler::onboard(StepBatch& b) {
+  // Continuous batching from the tier (W6): the oldest swapped sequence first, while the device
+  // pools hold it (its context and the token this step decodes) above the watermark.
+  while (!offloaded_.empty() && int(running_.size()) < config_.max_num_seqs) {
+    Sequence* s = offloaded_.front();
+    const std::vector<int> need = s->block_table.pool_needs(s->num_tokens(), pools_.shape(), s->id());
+    const int watermark = running_.empty() ? 0 : watermark_blocks_;
+    bool fits = true;
+    for (size_t p = 0; p < need.size(); ++p) fits = fits && pools_.num_free(int(p)) - need[p] >= watermark;
+    if (!fits) break;
+    const bool ok = s->block_table.append_slots(s->num_tokens(), pools_, s->id());
+    LOOM_CHECK(ok);
+    offloaded_.pop_front();
+    s->status = SeqStatus::kRunning;
+    auto it = std::upper_bound(running_.begin(), running_.end(), s,
+                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
+    running_.insert(it, s);
+    b.swap_in.push_back(SeqExtent{s->id(), s->num_computed});
+    ++num_swapped_in_;
+  }
+}
+
+void Scheduler::offload(Sequence* s) {
+  // Prefilled: its KV goes to the tier before the next step (W6, W10 swap-out), its blocks now.
+  s->block_table.release(pools_);
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  tier_reserved_by_.erase(s->id());
+  s->status = SeqStatus::kSwapped;
+  offloaded_.push_back(s);
+  pending_swap_out_.push_back(SeqExtent{s->id(), s->num_computed});
+  ++num_swapped_out_;
 }
 
 bool Scheduler::apply_stops(Sequence* s) {
@@ -342,6 +451,8 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
       ev.finished = true;
       ev.reason = finished_.back().finish_reason;
       ++out.num_finished;
+    } else if (phased() && e.is_prefill && phase_ == Phase::Prefill) {
+      offload(s);
     }
     out.tokens.push_back(ev);
   }

@@ -32,6 +32,21 @@
 // KV pools: under a DP or Helix plan a logical block costs memory only on the ranks of its pool
 // (SchedulerConfig::pool_shapes); admission, decode growth and the watermark are then per pool, and a
 // decode that needs a block preempts a sequence that frees one in that pool.
+// Phases (Seesaw, ../shared/papers/004 §4.2; config.phases != None): every step is all prefill
+// (under the prefill plan c_p) or all decode (under c_d), and a prefilled sequence leaves the
+// device KV for the CPU tier (swap-out, listed in the next step's batch.swap_out; its blocks are
+// free at once, status kSwapped) and comes back when a decode step has blocks for it (onboarding,
+// batch.swap_in, first in first out). Phase changes:
+//   PREFILL -> DECODE when no prefill chunk is left and the first waiting sequence cannot be
+//     admitted (the tier is full for it, the device KV is, or nothing waits) while something can
+//     decode;
+//   DECODE -> PREFILL by config.phases: Seesaw (transition-minimizing, 4.2) once the tier is empty
+//     and the first waiting sequence fits, with the running sequences resident; PrefillFirst (vLLM,
+//     Orca: 2.2 "prefill-prioritizing") as soon as it fits; DecodeFirst (FasterTransformer:
+//     "decode-prioritizing") once nothing runs and the tier is empty. Either way when nothing is
+//     left to decode.
+// The tier is accounted as the KvTier (kv/kv_tier.h) fills it: tokens reserved at admission
+// (bump: freed only when the tier is empty) against config.tier_tokens.
 // Rejection (at add_request, the request alone, with a reason): prompt_len == 0, max_tokens < 1,
 // prompt_len + max_tokens > max_model_len, blocks for prompt_len + max_tokens > a pool,
 // or (chunking off) prompt_len > max_tokens_per_step. Such a request never blocks others.
@@ -53,6 +68,10 @@
 
 namespace loom {
 
+// Seesaw scheduling modes (see the top of this file).
+enum class PhaseMode { None, Seesaw, PrefillFirst, DecodeFirst };
+enum class Phase { Prefill, Decode };
+
 struct SchedulerConfig {
   int max_num_seqs = 256;          // running sequences (and sequences per step) at most
   int max_tokens_per_step = 2048;  // token budget of one step (prefill + decode tokens)
@@ -65,6 +84,8 @@ struct SchedulerConfig {
   // the initial shape and every shape the engine may switch to (rehome) is listed: a request is
   // rejected when it could not fit under one of them. num_blocks is then ignored.
   std::vector<KvPoolShape> pool_shapes;
+  PhaseMode phases = PhaseMode::None;  // Seesaw phases (see the top); None: mixed steps
+  int64_t tier_tokens = 0;             // CPU KV tier capacity in tokens of the whole model's KV
 
   // Throws loom::Error naming the field when a value is out of range.
   void validate() const;
@@ -137,7 +158,7 @@ class Scheduler {
   int num_blocks() const { return pools_.num_blocks(); }
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t num_steps() const { return next_step_; }
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !offloaded_.empty(); }
   const KvBlockPools& pools() const { return pools_; }
   int watermark_blocks() const { return watermark_blocks_; }  // per pool
 
@@ -149,6 +170,14 @@ class Scheduler {
   // The sequences whose K/V is in the cache and how many tokens of each (running, num_computed > 0).
   std::vector<SeqExtent> kv_extents() const;
 
+  // Seesaw phases (config.phases != None).
+  Phase phase() const { return phase_; }
+  int64_t phase_switches() const { return phase_switches_; }
+  int num_swapped() const { return int(offloaded_.size()); }  // sequences in the CPU tier
+  int64_t tier_reserved_tokens() const { return tier_reserved_; }
+  int64_t num_swapped_out() const { return num_swapped_out_; }
+  int64_t num_swapped_in() const { return num_swapped_in_; }
+
  private:
   bool more_urgent(const Sequence& a, const Sequence& b) const;
   void insert_waiting(Sequence* s);
@@ -159,6 +188,12 @@ class Scheduler {
   bool apply_stops(Sequence* s);
   bool holds_in(const Sequence& s, const std::vector<int>& pools) const;
   void set_watermark();
+  bool phased() const { return config_.phases != PhaseMode::None; }
+  bool head_admissible() const;
+  void update_phase();
+  void onboard(StepBatch& b);
+  void offload(Sequence* s);
+  void maybe_reset_tier();
 
   SchedulerConfig config_;
   KvBlockPools pools_;
@@ -172,6 +207,14 @@ class Scheduler {
   int64_t next_step_ = 0;
   int64_t next_admit_ = 0;
   int64_t num_preemptions_ = 0;
+  // Seesaw phases
+  Phase phase_ = Phase::Prefill;
+  int64_t phase_switches_ = 0;
+  std::deque<Sequence*> offloaded_;               // kSwapped, in swap-out order
+  std::vector<SeqExtent> pending_swap_out_;       // for the next non-empty batch
+  std::unordered_set<RequestId> tier_reserved_by_;  // admitted with tier room, not swapped out yet
+  int64_t tier_reserved_ = 0;
+  int64_t num_swapped_out_ = 0, num_swapped_in_ = 0;
 };
 
 }  // namespace loom

@@ -60,6 +60,10 @@ struct StepBatch {
   // When the step switches to a plan whose KV placement differs from the previous step's: every
   // sequence holding KV and its computed length, for the migration before the step runs.
   std::vector<SeqExtent> kv_seqs;
+  // Seesaw phases (scheduler.h PhaseMode): sequences whose KV leaves the ranks' stores for the CPU
+  // tier before the step (swap-out, under the placement of the plan that computed it), and
+  // sequences whose KV comes back from the tier under this step's plan (swap-in), with their lengths.
+  std::vector<SeqExtent> swap_out, swap_in;
 
   bool empty() const { return seqs.empty(); }
 };

@@ -10,7 +10,7 @@ namespace loom {
 namespace {
 
 constexpr uint32_t kMagic = 0x5054534c;  // "LSTP"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: Seesaw swap-out / swap-in extents
 
 class Writer {
  public:
@@ -74,10 +74,12 @@ void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std
   w.put<int32_t>(b.plan_id);
   w.put<uint32_t>(uint32_t(released.size()));
   w.put_bytes(released.data(), released.size() * sizeof(RequestId));
-  w.put<uint32_t>(uint32_t(b.kv_seqs.size()));
-  for (const SeqExtent& e : b.kv_seqs) {
-    w.put<int64_t>(e.id);
-    w.put<int64_t>(e.n_tokens);
+  for (const std::vector<SeqExtent>* list : {&b.kv_seqs, &b.swap_out, &b.swap_in}) {
+    w.put<uint32_t>(uint32_t(list->size()));
+    for (const SeqExtent& e : *list) {
+      w.put<int64_t>(e.id);
+      w.put<int64_t>(e.n_tokens);
+    }
   }
   w.put<uint32_t>(uint32_t(b.seqs.size()));
   for (const ScheduledSeq& s : b.seqs) {
@@ -142,13 +144,15 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
   if (uint64_t(n_rel) * 8 > r.left()) fail("step descriptor: ", n_rel, " released ids in ", r.left(), " bytes");
   d.released.resize(n_rel);
   r.get_bytes(d.released.data(), d.released.size() * 8, "released ids");
-  const uint32_t n_kv = r.get<uint32_t>("kv sequence count");
-  if (uint64_t(n_kv) * 16 > r.left()) fail("step descriptor: ", n_kv, " KV extents in ", r.left(), " bytes");
-  b.kv_seqs.resize(n_kv);
-  for (SeqExtent& e : b.kv_seqs) {
-    e.id = r.get<int64_t>("kv sequence id");
-    e.n_tokens = r.get<int64_t>("kv sequence length");
-    if (e.n_tokens < 0) fail("step descriptor: KV extent of sequence ", e.id, " has ", e.n_tokens, " tokens");
+  for (std::vector<SeqExtent>* list : {&b.kv_seqs, &b.swap_out, &b.swap_in}) {
+    const uint32_t n_kv = r.get<uint32_t>("kv sequence count");
+    if (uint64_t(n_kv) * 16 > r.left()) fail("step descriptor: ", n_kv, " KV extents in ", r.left(), " bytes");
+    list->resize(n_kv);
+    for (SeqExtent& e : *list) {
+      e.id = r.get<int64_t>("kv sequence id");
+      e.n_tokens = r.get<int64_t>("kv sequence length");
+      if (e.n_tokens < 0) fail("step descriptor: KV extent of sequence ", e.id, " has ", e.n_tokens, " tokens");
+    }
   }
   const uint32_t n_seqs = r.get<uint32_t>("sequence count");
   if (n_seqs > r.left()) fail("step descriptor: ", n_seqs, " sequences in ", r.left(), " bytes");

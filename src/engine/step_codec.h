@@ -9,11 +9,12 @@
 // parameters, priority, token ids. Not carried: KV block ids (each rank finds its pages by
 // sequence id in its KvStore), preempted ids and the step counters (recomputed on decode).
 //
-// Format (version 2), fixed-width little-endian fields in this order; every rank of a job runs
+// Format (version 3), fixed-width little-endian fields in this order; every rank of a job runs
 // the same binary on the same architecture, so host byte order is used and the magic/version
 // words catch a mismatch:
 //   u32 magic 'LSTP', u32 version, u32 command, i64 step_index, i32 block_size, i32 plan_id,
 //   u32 n_released, i64 released[n_released], u32 n_kv, (i64 id, i64 n_tokens)[n_kv],
+//   the same for swap_out and for swap_in (Seesaw's CPU KV tier),
 //   u32 n_seqs, then per sequence:
 //     i64 seq_id, i32 start, i32 num_tokens, u8 flags (1 = prefill, 2 = sample),
 //     f32 temperature, f32 top_p, i32 top_k, u64 seed, i32 priority, i32 token_ids[num_tokens]

@@ -731,4 +731,35 @@ MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
   return mem;
 }
 
+namespace {
+int64_t overlap(const Range& a, const Range& b) { return std::max<int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin)); }
+}  // namespace
+
+double CostModel::reshard_bytes(const PricedPlan& from, const PricedPlan& to, int rank) const {
+  const WeightShards a = weight_shards(from.full, shape_, rank), b = weight_shards(to.full, shape_, rank);
+  const int64_t d = shape_.d_model;
+  // Rows of Wq, Wk, Wv, W_gate, W_up and columns of Wo, W_down are d elements each.
+  const int64_t kept_per_layer = d * (overlap(a.wq_rows, b.wq_rows) + overlap(a.wk_rows, b.wk_rows) +
+                                      overlap(a.wv_rows, b.wv_rows) + overlap(a.gate_rows, b.gate_rows) +
+                                      overlap(a.up_rows, b.up_rows) + overlap(a.wo_cols, b.wo_cols) +
+                                      overlap(a.down_cols, b.down_cols));
+  const int64_t kept = kept_per_layer * overlap(a.layers, b.layers);
+  return double(std::max<int64_t>(0, b.elems() - kept)) * weight_bytes();
+}
+
+double CostModel::reshard_s(const PricedPlan& from, const PricedPlan& to) const {
+  double worst = 0;
+  for (int r = 0; r < to.world_ranks; ++r) worst = std::max(worst, reshard_bytes(from, to, r));
+  return worst > 0 ? worst / node_.gpu.link_bw : 0.0;
+}
+
+double CostModel::kv_bytes_per_token() const {
+  return 2.0 * double(model_.n_layers) * model_.n_kv_heads * model_.head_dim * opt_.kv_bytes;
+}
+
+double CostModel::kv_swap_s(int64_t tokens, int gpus) const {
+  if (tokens <= 0) return 0.0;
+  return double(tokens) * kv_bytes_per_token() / (node_.gpu.link_bw * std::max(gpus, 1));
+}
+
 }  // namespace loom::sim

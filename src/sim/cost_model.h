@@ -241,6 +241,19 @@ class CostModel {
   double switch_s(const PricedPlan& from, const PricedPlan& to, const std::vector<SeqExtent>& seqs,
                   int block_tokens, int64_t* bytes = nullptr) const;
 
+  // Seesaw (../shared/papers/004 §4.1, W5): at a transition from `from` to `to` every GPU loads
+  // from host memory the weights of its `to` shards it did not hold under `from` (the shards'
+  // row / column ranges intersected layer by layer, parallel/sharding.h), over its own host link
+  // (GpuSpec::link_bw under a PCIe topology); the slowest GPU sets the time.
+  double reshard_s(const PricedPlan& from, const PricedPlan& to) const;
+  // Bytes `to` needs that GPU `rank` did not hold under `from` (elements x weight bytes).
+  double reshard_bytes(const PricedPlan& from, const PricedPlan& to, int rank) const;
+  // Moving `tokens` tokens of every layer's KV between the GPUs and the host (Seesaw's CPU tier:
+  // each GPU its shard over its own host link, all at once).
+  double kv_swap_s(int64_t tokens, int gpus) const;
+  // Bytes of one token of the whole model's KV (every layer and KV head, K and V).
+  double kv_bytes_per_token() const;
+
   // Memory of one replica whose ranks hold the weights of every plan in `resident` (Shift: the
   // base and its shift config, Shift 3.3.2 eq. 1; weights=full: the whole model once) and the
   // KV of the largest placement among them. Throws loom::Error naming the per-GPU weights and

@@ -109,6 +109,7 @@ const std::vector<Experiment>& experiment_registry() {
     };
     for (auto&& part : {helix_experiments()}) v.insert(v.end(), part.begin(), part.end());
     for (Experiment& x : sidp_experiments()) v.push_back(std::move(x));
+    for (Experiment& x : seesaw_experiments()) v.push_back(std::move(x));  // exp_seesaw.cpp
     return v;
   }();
   return e;

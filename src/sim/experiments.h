@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "parallel/plan.h"
+
 namespace loom::sim {
 
 struct ExperimentRow {
@@ -70,5 +72,25 @@ struct DecodeAtContext {
 };
 DecodeAtContext measure_decode(const std::string& model, const std::string& hardware, const std::string& dtype,
                                const std::string& plan, int64_t context);
+// Seesaw (../shared/papers/004, exp_seesaw.cpp): seesaw-fig10, seesaw-fig13, seesaw-fig14.
+std::vector<Experiment> seesaw_experiments();
+
+// `loom plan --seesaw`: the best (c_p, c_d) pairs of equal DP for an offline trace on `gpus` GPUs
+// of the cost model's node, by simulated throughput, with the best fixed plan beside them.
+struct SeesawPair {
+  Plan prefill, decode;
+  double tok_s = 0;
+  double best_fixed_tok_s = 0;
+  std::string best_fixed;
+  int64_t switches = 0;
+};
+}  // namespace loom::sim
+
+#include "engine/trace.h"
+#include "sim/cost_model.h"
+
+namespace loom::sim {
+std::vector<SeesawPair> propose_seesaw_pairs(const CostModel& cm, int gpus, const std::vector<TraceRequest>& trace,
+                                             int max_model_len, int top = 5);
 
 }  // namespace loom::sim

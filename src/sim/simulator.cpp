@@ -16,6 +16,7 @@
 #include "engine/policy.h"
 #include "parallel/plan_set.h"
 #include "engine/scheduler.h"
+#include "engine/seesaw.h"
 #include "engine/step.h"
 
 namespace loom::sim {
@@ -28,8 +29,8 @@ namespace {
 // every sampling sequence (requests run with ignore_eos, so lengths come from the trace).
 class CostModelExecutor : public StepExecutor {
  public:
-  CostModelExecutor(const CostModel& model, const std::vector<PricedPlan>& plans, bool lockstep)
-      : model_(model), plans_(plans), lockstep_(lockstep) {}
+  CostModelExecutor(const CostModel& model, const std::vector<PricedPlan>& plans, bool lockstep, bool seesaw = false)
+      : model_(model), plans_(plans), lockstep_(lockstep), seesaw_(seesaw) {}
   StepResult execute(const StepBatch& batch) override {
     StepResult res;
     const PricedPlan& pl = plans_.at(size_t(batch.plan_id));
@@ -48,6 +49,19 @@ class CostModelExecutor : public StepExecutor {
                                        &last_.kv_bytes_moved);
       last_.total_s += last_.switch_s;
     }
+    if (seesaw_) {
+      // Swaps over every GPU's host link, overlapped with the step (Seesaw 5.2, W10); the weights
+      // of the new plan a GPU lacks, reloaded from host memory at a transition (W5).
+      int64_t tokens = 0;
+      for (const SeqExtent& e : batch.swap_out) tokens += e.n_tokens;
+      for (const SeqExtent& e : batch.swap_in) tokens += e.n_tokens;
+      last_.total_s = std::max(last_.total_s, model_.kv_swap_s(tokens, pl.world_ranks));
+      if (switched_) {
+        const double reload = model_.reshard_s(plans_.at(size_t(prev_)), pl);
+        last_.switch_s += reload;
+        last_.total_s += reload;
+      }
+    }
     prev_ = batch.plan_id;
     return res;
   }
@@ -58,6 +72,7 @@ class CostModelExecutor : public StepExecutor {
   const CostModel& model_;
   const std::vector<PricedPlan>& plans_;
   bool lockstep_;
+  bool seesaw_;
   int prev_ = -1;
   bool switched_ = false;
   std::vector<std::vector<SeqWork>> work_;
@@ -130,7 +145,17 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   const PlanSet set = PlanSet::make(set_plans, model_.shape());
   std::vector<PricedPlan> priced;
   for (const Plan& p : set.plans()) priced.push_back(model_.prepare(p));
-  out.memory = model_.memory(priced);
+  const PhaseMode phases = seesaw_phase_mode(config_.policy);
+  if (phases == PhaseMode::None) {
+    out.memory = model_.memory(priced);
+  } else {
+    // One plan's weights at a time: the tighter of the two.
+    out.memory = model_.memory({priced.front()});
+    for (const PricedPlan& p : priced) {
+      const MemoryPlan m = model_.memory({p});
+      if (m.kv_capacity_tokens < out.memory.kv_capacity_tokens) out.memory = m;
+    }
+  }
 
   SchedulerConfig sc;
   const int scale = lockstep ? set.max_dp() : 1;  // per-replica limits times the largest DP degree
@@ -152,6 +177,11 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   for (const Plan& p : set.plans()) pools.push_back(KvPoolShape{lockstep ? p.dp : 1, 1, int(per_replica)});
   sc.pool_shapes = pools;
   sc.num_blocks = int(pools.front().total_blocks());
+  if (phases != PhaseMode::None) {
+    sc.phases = phases;
+    sc.tier_tokens = seesaw_tier_tokens(config_.policy, int64_t(config_.cpu_kv_bytes),
+                                        int64_t(std::ceil(model_.kv_bytes_per_token())), sc.max_model_len);
+  }
   out.num_blocks_per_replica = per_replica;
   out.num_replicas = dp;
 
@@ -163,7 +193,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     // The engine's control: the policy's choice, KV pools re-homed and the KV extents put in the
     // step when the placement changes (engine/plan_executor.h).
     r.control = std::make_unique<PlanControl>(set, pools, std::move(policy), *r.sched);
-    r.exec = std::make_unique<CostModelExecutor>(model_, priced, lockstep);
+    r.exec = std::make_unique<CostModelExecutor>(model_, priced, lockstep, phases != PhaseMode::None);
   }
   std::map<std::string, PlanUse> use;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;

@@ -22,6 +22,11 @@
 // Any other switch between plans whose KV placements differ migrates the KV of every live
 // sequence before the step (stop-and-migrate, Nitsum 3.2.2), priced with the bytes of
 // kv_migration() (CostModel::switch_s).
+// Seesaw (../shared/papers/004): the Scheduler runs the phases (prefill steps under the first
+// plan, decode steps under the second, the KV of prefilled sequences in the CPU tier of
+// SimConfig::cpu_kv_bytes); a step's swaps are priced over the GPUs' host links, overlapped with
+// the step (W10), and a transition reloads the weights a GPU did not hold (CostModel::reshard_s).
+// The two plans are never resident together: the memory model takes the tighter of the two.
 #pragma once
 
 #include <functional>
@@ -65,6 +70,9 @@ struct SimConfig {
   // KV blocks of one replica; 0: from the memory model (MemoryPlan::kv_capacity_tokens, at most
   // what max_num_seqs sequences of max_model_len can use). validate-engine gives the engine's.
   int64_t num_blocks = 0;
+  // Seesaw (policies seesaw / prefill-first / decode-first, engine/seesaw.h): the CPU KV tier in
+  // bytes (the scheduler holds this many bytes of the whole model's KV: CostModel::kv_bytes_per_token).
+  double cpu_kv_bytes = 0;
   // Called every `progress_every` steps with (simulated time, requests finished, total).
   std::function<void(double, int64_t, int64_t)> progress;
   int64_t progress_every = 20000;

@@ -8,6 +8,8 @@
 # configs and switched without moving KV (the engine's per-plan stderr lines).
 # POLICY cycle:N runs a plan set (PLAN lists its plans separated by '/', e.g. tp=4/dp=2,tp=2/dp=4):
 # the run must have switched and migrated KV between placements.
+# POLICY seesaw:BYTES runs Seesaw's phase plans (PLAN: the prefill plan '/' the decode plan) with a
+# CPU KV tier of BYTES and --max-model-len 64: at least three phase transitions are expected.
 # Usage: mpi_generate.sh LOOM MODEL NP PLAN N POLICY MPIRUN [MPIRUN ARGS...]
 # Exit 77 (ctest skip) when the model file is missing (../shared not beside the checkout).
 set -u
@@ -25,6 +27,8 @@ what="plan $plan"
 case "$policy" in
   fixed) set -- "$@" -np "$np" "$loom" generate ;;
   cycle:*) set -- "$@" -np "$np" "$loom" generate --policy "$policy"; what="plans $plan --policy $policy" ;;
+  seesaw:*) set -- "$@" -np "$np" "$loom" generate --policy seesaw --cpu-kv-bytes "${policy#seesaw:}" --max-model-len 64
+            what="plans $plan --policy $policy" ;;
   *) set -- "$@" -np "$np" "$loom" generate --policy "$policy" --shift-threshold 8; what="plan $plan --policy $policy" ;;
 esac
 rest=$plan
@@ -61,7 +65,16 @@ if ! cmp -s "$tmp/want.txt" "$tmp/got.txt"; then
   diff "$tmp/want.txt" "$tmp/got.txt"
   exit 1
 fi
-if [ "${policy%%:*}" = cycle ]; then
+if [ "${policy%%:*}" = seesaw ]; then
+  # Seesaw phases: prefill under the first plan, decode under the second, the tier filled and
+  # drained at least twice (three transitions; the four prompts are short: the threads test forces three cycles), every swapped-out sequence swapped back in.
+  line=$(grep -E '^\[seesaw seesaw: [0-9]+ phase transitions' "$tmp/got.err")
+  t=$(echo "$line" | sed -E 's/.*: ([0-9]+) phase transitions, ([0-9]+) sequences swapped out, ([0-9]+) in.*/\1 \2 \3/')
+  set -- $t
+  if [ -z "$line" ] || [ "$1" -lt 3 ] || [ "$2" -ne "$3" ] || [ "$2" -lt 1 ]; then
+    echo "expected >= 3 phase transitions and as many swap-ins as swap-outs: $line"; exit 1
+  fi
+elif [ "${policy%%:*}" = cycle ]; then
   # Switches between placements: some plan's switches moved KV bytes.
   if ! grep -Eq '^\[policy .*: [1-9][0-9]* switches\]' "$tmp/got.err" ||
      ! grep -Eq '^\[plan [^ ]+: .* [1-9][0-9]* KV bytes moved' "$tmp/got.err"; then

@@ -222,6 +222,52 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string_view backend() const override { return "mpi"; }
 
+  std::shared_ptr<void> allocate_host_shared(std::size_t bytes, void** data) override {
+    // One MPI shared-memory window per host (Seesaw 4.2 / W8: "the CPU KV cache storage is shared
+    // among all GPUs"), the host's rank 0 allocating all of it, every rank mapping it.
+    MPI_Comm node = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split_type(coll_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "Comm_split_type");
+    int node_size = 0, node_rank = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_rank(node, &node_rank);
+    int all_here = node_size == size_ ? 1 : 0, everywhere = 0;
+    mpi_check(MPI_Allreduce(&all_here, &everywhere, 1, MPI_INT, MPI_MIN, coll_), "Allreduce");
+    if (!everywhere) {
+      MPI_Comm_free(&node);
+      fail("host shared memory: the ", size_, " ranks span several hosts (", node_size,
+           " on this one); the CPU KV tier needs them on one host");
+    }
+    struct Shared {
+      MPI_Comm node = MPI_COMM_NULL;
+      MPI_Win win = MPI_WIN_NULL;
+      ~Shared() {
+        if (mpi_finalized() || std::uncaught_exceptions() > 0) return;
+        if (win != MPI_WIN_NULL) {
+          MPI_Win_unlock_all(win);
+          MPI_Win_free(&win);
+        }
+        if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+      }
+    };
+    auto sh = std::make_shared<Shared>();
+    sh->node = node;
+    void* base = nullptr;
+    mpi_check(MPI_Win_allocate_shared(static_cast<MPI_Aint>(node_rank == 0 ? bytes : 0), 1, MPI_INFO_NULL, node,
+                                      &base, &sh->win),
+              "Win_allocate_shared");
+    MPI_Aint size = 0;
+    int disp = 0;
+    void* ptr = nullptr;
+    mpi_check(MPI_Win_shared_query(sh->win, 0, &size, &disp, &ptr), "Win_shared_query");
+    mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, sh->win), "Win_lock_all");
+    if (node_rank == 0 && bytes > 0) std::memset(ptr, 0, bytes);
+    MPI_Win_sync(sh->win);
+    mpi_check(MPI_Barrier(node), "Barrier");
+    MPI_Win_sync(sh->win);
+    *data = ptr;
+    return sh;
+  }
+
   void all_reduce_sum(float* data, std::size_t count) override {
     const int n = size_;
     if (n == 1) return;

@@ -1,0 +1,56 @@
+#include "engine/seesaw.h"
+
+#include "core/error.h"
+#include "engine/step.h"
+
+namespace loom {
+
+bool is_seesaw_policy(const std::string& name) { return seesaw_phase_mode(name) != PhaseMode::None; }
+
+PhaseMode seesaw_phase_mode(const std::string& name) {
+  if (name == "seesaw") return PhaseMode::Seesaw;
+  if (name == "prefill-first") return PhaseMode::PrefillFirst;
+  if (name == "decode-first") return PhaseMode::DecodeFirst;
+  return PhaseMode::None;
+}
+
+const char* phase_mode_name(PhaseMode m) {
+  switch (m) {
+    case PhaseMode::Seesaw: return "seesaw";
+    case PhaseMode::PrefillFirst: return "prefill-first";
+    case PhaseMode::DecodeFirst: return "decode-first";
+    case PhaseMode::None: break;
+  }
+  return "none";
+}
+
+void check_seesaw_plans(const std::string& policy, const std::vector<Plan>& plans) {
+  if (plans.size() != 2)
+    fail("--policy ", policy, " needs two plans, the prefill plan then the decode plan (e.g. --plan pp=2 --plan tp=2); got ",
+         plans.size());
+  if (plans[0].dp != plans[1].dp)
+    fail("--policy ", policy, ": the prefill plan ", plans[0].to_string(), " has dp=", plans[0].dp,
+         ", the decode plan ", plans[1].to_string(), " dp=", plans[1].dp,
+         "; Seesaw changes only TP and PP, the DP degree must be equal");
+}
+
+int64_t seesaw_tier_tokens(const std::string& policy, int64_t bytes, int64_t bytes_per_token, int max_model_len) {
+  if (bytes <= 0) fail("--policy ", policy, " needs a CPU KV tier: give --cpu-kv-bytes");
+  const int64_t tokens = bytes / bytes_per_token;
+  if (tokens < max_model_len)
+    fail("--cpu-kv-bytes ", bytes, " holds ", tokens, " tokens of KV (", bytes_per_token,
+         " bytes per token), less than one sequence of max_model_len ", max_model_len, " tokens (",
+         int64_t(max_model_len) * bytes_per_token, " bytes)");
+  return tokens;
+}
+
+int SeesawPolicy::choose(const StepBatch& b) {
+  if (b.num_prefill_tokens > 0) {
+    current_ = 0;
+  } else if (b.num_decode_tokens > 0) {
+    current_ = 1;
+  }
+  return current_;
+}
+
+}  // namespace loom

@@ -1,0 +1,49 @@
+// Seesaw (../shared/papers/004, issue 13): prefill under one plan (c_p, the first of the set),
+// decode under another (c_d, the second), the same DP in both (§4.1, W5: "only TP and PP change;
+// DP is fixed"), with the KV of prefilled sequences parked in a CPU tier (kv/kv_tier.h) and the
+// phases scheduled by the shared Scheduler (scheduler.h PhaseMode, §4.2):
+//   seesaw         transition-minimizing: prefill until the tier is full or nothing waits, decode
+//                  (onboarding from the tier) until the tier is empty, repeat;
+//   prefill-first  prefill-prioritizing (vLLM / Orca): back to prefill as soon as one fits;
+//   decode-first   decode-prioritizing (FasterTransformer): back to prefill once nothing runs.
+// The layout policy is the phase's plan: a step with prefill tokens runs c_p, a decode step c_d
+// (the Scheduler never mixes them under these modes). A transition is a plan switch: the resident
+// sequences' KV migrates (kv_transfer.h) and the weights of c_d are those RankEngine holds for it
+// (`weights=full`: views of the mapped model, nothing built or copied at the switch).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/policy.h"
+#include "engine/scheduler.h"
+
+namespace loom {
+
+// Whether `name` is one of the three policies above.
+bool is_seesaw_policy(const std::string& name);
+// Their scheduling mode (None for any other name).
+PhaseMode seesaw_phase_mode(const std::string& name);
+const char* phase_mode_name(PhaseMode m);
+
+// Throws loom::Error (one line) unless `plans` are exactly two (c_p, c_d) of equal DP.
+void check_seesaw_plans(const std::string& policy, const std::vector<Plan>& plans);
+
+// Tokens of the whole model's KV a tier of `bytes` holds; throws loom::Error (one line naming
+// the sizes) when it holds less than one sequence of max_model_len tokens, or none was given.
+int64_t seesaw_tier_tokens(const std::string& policy, int64_t bytes, int64_t bytes_per_token, int max_model_len);
+
+class SeesawPolicy final : public LayoutPolicy {
+ public:
+  explicit SeesawPolicy(std::string name) : name_(std::move(name)) {}
+  int choose(const StepBatch& batch) override;
+  std::string describe() const override { return name_; }
+  PhaseMode mode() const { return seesaw_phase_mode(name_); }
+
+ private:
+  std::string name_;
+  int current_ = 0;
+};
+
+}  // namespace loom
