@@ -16,10 +16,7 @@
 
 namespace loom::server {
 
-namespace {
-
-// Address text and port of a socket address (IPv4 or IPv6), as cpp-httplib writes them.
-bool endpoint(const sockaddr_storage& ss, std::string* addr, int* port) {
+bool socket_endpoint(const sockaddr_storage& ss, std::string* addr, int* port) {
   char buf[INET6_ADDRSTRLEN] = {0};
   if (ss.ss_family == AF_INET) {
     const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
@@ -35,8 +32,6 @@ bool endpoint(const sockaddr_storage& ss, std::string* addr, int* port) {
   *addr = buf;
   return true;
 }
-
-}  // namespace
 
 ConnectionProbe ConnectionProbe::find(const std::string& local_addr, int local_port, const std::string& remote_addr,
                                       int remote_port) {
@@ -56,7 +51,7 @@ ConnectionProbe ConnectionProbe::find(const std::string& local_addr, int local_p
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
     std::string pa, sa;
     int pp = 0, sp = 0;
-    if (!endpoint(peer, &pa, &pp) || !endpoint(self, &sa, &sp)) continue;
+    if (!socket_endpoint(peer, &pa, &pp) || !socket_endpoint(self, &sa, &sp)) continue;
     if (pp == remote_port && sp == local_port && pa == remote_addr && (local_addr.empty() || sa == local_addr)) {
       p.fd_ = fd;
       break;

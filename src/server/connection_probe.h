@@ -13,9 +13,15 @@
 // server falls back to noticing the disconnect when a write fails.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <string>
 
 namespace loom::server {
+
+// Address text and port of a socket address (IPv4 or IPv6), as cpp-httplib writes them; false for
+// any other family.
+bool socket_endpoint(const sockaddr_storage& ss, std::string* addr, int* port);
 
 enum class PeerState { kOpen, kEof, kGone };
 

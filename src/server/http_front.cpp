@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "server/connection_probe.h"
 
 namespace loom::server {
 
@@ -33,23 +34,6 @@ int64_t now_ns() {
 }
 
 int64_t seconds_ns(double s) { return int64_t(s * 1e9); }
-
-bool endpoint(const sockaddr_storage& ss, std::string* addr, int* port) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    if (!inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf)) return false;
-    *port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    if (!inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf)) return false;
-    *port = ntohs(a->sin6_port);
-  } else {
-    return false;
-  }
-  *addr = buf;
-  return true;
-}
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -211,7 +195,7 @@ int FrontEnd::bind(const std::string& host, int port) {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl);
   std::string addr;
   int bound = port;
-  endpoint(ss, &addr, &bound);
+  socket_endpoint(ss, &addr, &bound);
   listen_fd_ = fd;
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -343,10 +327,10 @@ void FrontEnd::accept_all() {
     }
     auto c = std::make_unique<Connection>();
     c->fd = fd;
-    endpoint(peer, &c->remote_addr, &c->remote_port);
+    socket_endpoint(peer, &c->remote_addr, &c->remote_port);
     sockaddr_storage self{};
     socklen_t sl = sizeof self;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) == 0) endpoint(self, &c->local_addr, &c->local_port);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) == 0) socket_endpoint(self, &c->local_addr, &c->local_port);
     int yes = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
     ++open_;
