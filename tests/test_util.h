@@ -1,6 +1,7 @@
 // Shared helpers for loom's tests.
 #pragma once
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,17 @@ std::string loom_bin();
 std::string temp_dir();
 // Runs a shell command, returns its exit status and captures stdout+stderr into *output.
 int run_command(const std::string& cmd, std::string* output);
+
+// The message of the exception f throws, "(no error)" when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 }  // namespace loom::test
 

@@ -490,15 +490,7 @@ TEST(DistHelix, LongContextKvSplitAndTokens) {
 
 // ---- errors and faults ----
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 DistOptions stories_options(const std::string& plan, int ranks) {
   DistOptions o;

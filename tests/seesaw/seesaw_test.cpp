@@ -34,15 +34,7 @@ using test::expect_tokens;
 using test::greedy_requests;
 using test::random_prompts;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // A synthetic model of 4 layers (8 query heads, 2 KV heads, f32): pp=2, pp=4 and tp=2,pp=2 split
 // it evenly. Written once per test process.

@@ -231,15 +231,7 @@ TEST(ShiftEngine, ReferenceGreedyUnderRandomInterleaving) {
   }
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(ShiftEngine, PolicyErrorsUpFront) {
   std::shared_ptr<Model> m = load_model(test::gqa_24x6_path());
