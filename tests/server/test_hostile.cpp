@@ -256,7 +256,9 @@ TEST(ServeHostile, OversizedBodyIs413WithoutReadingIt) {
   // Through a real client too.
   auto c = s.client();
   auto r = c.Post("/v1/completions", std::string(100 << 10, 'x'), "application/json");
-  if (r) EXPECT_EQ(r->status, 413);  // (the client may also see the close before the answer)
+  if (r) {  // (the client may also see the close before the answer)
+    EXPECT_EQ(r->status, 413);
+  }
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
