@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "core/error.h"
@@ -293,6 +294,63 @@ TEST(HelixExperiments, Fig5And6Shape) {
     EXPECT_NE(r.files.at(std::string(name) + ".svg").find("<polyline"), std::string::npos);
     EXPECT_EQ(r.files.at(std::string(name) + ".svg").find("<="), std::string::npos);  // "<" escaped in text
   }
+}
+
+// The reproduced factors against the paper's printed numbers (external facts, typed here from
+// the paper, not read from the code under test). The bands were fixed before the final model's
+// numbers were looked at (first commit of this test): the factors are read from the paper's
+// text about its plots, so a ratio passes within +-15% of the printed factor, and only with
+// Helix ahead (> 1) where the paper says it wins; Figure 7 (HOP-B off) passes on direction and
+// order of magnitude: Llama-405B loses 10-15% tokens/s/user, DeepSeek-R1 0-3%, Llama more.
+struct PaperFactor {
+  const char* experiment;
+  const char* metric;
+  const char* config;
+  double paper;   // as printed
+  double lo, hi;  // the band
+  const char* where;
+};
+const PaperFactor kPaperFactors[] = {
+    {"helix-fig5", "interactivity_gain", "helix/baseline", 1.5, 1.5 * 0.85, 1.5 * 1.15,
+     "3.2: DeepSeek-R1 \"improves user interactivity by up to 1.5x\""},
+    {"helix-fig5", "tok_s_gpu_gain_same_interactivity", "helix/baseline", 32.0, 32.0 * 0.85, 32.0 * 1.15,
+     "3.2: DeepSeek-R1 \"up to 32x more concurrent users (i.e., achieves 32x higher Tokens/s/GPU)\""},
+    {"helix-fig6", "interactivity_gain", "helix/baseline", 1.13, 1.0, 1.13 * 1.15,
+     "3.2: Llama-405B \"1.13x improvement in maximum achievable interactivity\" (band: > 1, +15%)"},
+    {"helix-fig6", "tok_s_gpu_gain_same_interactivity", "helix/baseline", 4.0, 4.0 * 0.85, 4.0 * 1.15,
+     "3.2: Llama-405B \"4x higher throughput and batch capacity compared to TP\""},
+    {"helix-fig7", "tok_s_user_loss_pct", "llama-3-405b", 12.0, 10.0, 15.0,
+     "3.3: HOP-B off \"reduce[s] Tokens/s/User by up to 12%\" (Llama-405B)"},
+    {"helix-fig7", "tok_s_user_loss_pct", "deepseek-r1", 1.0, 0.0, 3.0, "3.3: DeepSeek-R1 \"only ~1% degradation\""},
+};
+
+const ExperimentResult& cached_experiment(const std::string& name) {
+  static std::map<std::string, ExperimentResult> done;
+  auto it = done.find(name);
+  if (it == done.end()) it = done.emplace(name, find_experiment(name).run()).first;
+  return it->second;
+}
+
+void expect_in_band(const PaperFactor& f) {
+  const ExperimentResult& r = cached_experiment(f.experiment);
+  const ExperimentRow& x = row(r, f.metric, f.config);
+  ASSERT_TRUE(x.paper.has_value()) << f.experiment << " " << f.metric;
+  EXPECT_DOUBLE_EQ(*x.paper, f.paper) << f.experiment << " " << f.metric << " prints another paper value";
+  EXPECT_GE(x.simulated, f.lo) << f.where << ": simulated " << x.simulated << ", band [" << f.lo << ", " << f.hi << "]";
+  EXPECT_LE(x.simulated, f.hi) << f.where << ": simulated " << x.simulated << ", band [" << f.lo << ", " << f.hi << "]";
+}
+
+TEST(HelixPaperFactors, Fig5DeepSeekInteractivity) { expect_in_band(kPaperFactors[0]); }
+TEST(HelixPaperFactors, Fig5DeepSeekTokensPerGpu) { expect_in_band(kPaperFactors[1]); }
+TEST(HelixPaperFactors, Fig6LlamaInteractivity) { expect_in_band(kPaperFactors[2]); }
+TEST(HelixPaperFactors, Fig6LlamaTokensPerGpu) { expect_in_band(kPaperFactors[3]); }
+TEST(HelixPaperFactors, Fig7LlamaHopBLoss) { expect_in_band(kPaperFactors[4]); }
+TEST(HelixPaperFactors, Fig7DeepSeekHopBLoss) { expect_in_band(kPaperFactors[5]); }
+// The direction of Figure 7: communication is a larger share of Llama-405B's TTL, so HOP-B matters
+// more there (3.3).
+TEST(HelixPaperFactors, Fig7LlamaLosesMoreThanDeepSeek) {
+  const ExperimentResult& r = cached_experiment("helix-fig7");
+  EXPECT_GT(row(r, "tok_s_user_loss_pct", "llama-3-405b").simulated, row(r, "tok_s_user_loss_pct", "deepseek-r1").simulated);
 }
 
 // Figure 7: turning HOP-B off never helps (it only changes the schedule).
