@@ -22,9 +22,11 @@
 // time by the simulator. Helix (kvp=K,tpa=A; ../shared/papers/003 2.1-2.3): every KVP rank
 // projects Q/K/V for all the step's tokens for its TPA heads (2.1.1, redundant on the K ranks),
 // attends its 1/K of each context (blocks round-robin, 2.3), one all-to-all over the KVP group
-// of the partial outputs of H/N heads plus their LSE (2.1.1), W_O and the FFN as TP(N = K*A) with
+// of the partial outputs of H/N heads plus their LSE (2.1.1; MLA: the heads' outputs after W_UV,
+// not the latent), W_O and the FFN as TP(N = K*A) with
 // their all-reduces (2.2); HOP-B (2.1.3) overlaps each chunk's all-to-all with the next chunk's
-// attention (exposed: what the attention cannot hide, hopb_span in sim/helix.h; hopb=off: all).
+// attention (exposed: what the attention cannot hide, hopb_span in sim/helix.h; hopb=off: all;
+// at most CostModelOptions::hopb_max_chunks chunks).
 // MLA and MoE models (ModelArch) are priced with their own kernels: the latent KV cache and
 // absorbed attention, and routed experts of which a step reads only those its tokens pick
 // (expected count under uniform routing), on a TPF x EP grid of the FFN group chosen per step
