@@ -239,11 +239,14 @@ void run_sim(const RunArgs& a) {
                   (long long)u.kv_bytes_moved, u.switch_s);
     std::printf("\n");
   }
-  if (r.sidp_threshold >= 0) {
+  if (cfg.plan.weights == WeightSource::FetchFromOwner) {  // SiDP: the mode of every step
     int64_t was = 0, cas = 0;
     for (const auto& st : r.metrics.steps()) (st.plan.find("sidp=cas") != std::string::npos ? cas : was) += 1;
-    std::printf("  sidp: B_th %lld sequences per replica%s; %lld steps in WaS, %lld in CaS\n", (long long)r.sidp_threshold,
-                a.sidp_threshold < 0 ? " (cost model, --sidp-threshold overrides)" : "", (long long)was, (long long)cas);
+    std::printf("  sidp: %lld steps in WaS, %lld in CaS", (long long)was, (long long)cas);
+    if (r.policy_threshold >= 0)
+      std::printf("; B_th %lld %s%s", (long long)r.policy_threshold, r.policy_threshold_unit.c_str(),
+                  a.sidp_threshold < 0 ? " (cost model; --sidp-threshold overrides)" : "");
+    std::printf("\n");
   }
   std::printf("  simulated %.0f requests per second (%.2f s host time)\n", r.sim_requests_per_s, r.wall_s);
 }

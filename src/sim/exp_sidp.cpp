@@ -189,7 +189,7 @@ JobRun run_job(const CostModel& cm, const std::string& plan, const std::string& 
   j.fits = true;
   j.tok_s = res.total_tokens_per_s;
   j.makespan_s = res.makespan_s;
-  j.b_th = res.sidp_threshold;
+  j.b_th = res.policy_threshold;
   for (const auto& st : res.metrics.steps()) (st.plan.find("sidp=cas") != std::string::npos ? j.cas_steps : j.was_steps) += 1;
   return j;
 }

@@ -194,22 +194,25 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
 
   const int n_schedulers = lockstep ? 1 : dp;
   std::vector<Replica> reps(static_cast<size_t>(n_schedulers));
-  int64_t threshold = config_.shift_threshold;
-  if (config_.policy == "sidp") {
-    threshold = config_.sidp_threshold;
-    if (threshold < 0) {
-      // B_th at the mean context of the job's decode steps (each output token at its context).
-      double rows = 0, ctx = 0;
-      for (const TraceRequest& t : trace)
-        rows += t.output_len, ctx += double(t.output_len) * (t.prompt_len + (t.output_len + 1) / 2.0);
-      const int context = int(std::clamp(rows > 0 ? ctx / rows : 1.0, 1.0, double(sc.max_model_len)));
-      threshold = derive_sidp_threshold(model_, set.plan(0), context).threshold;
-    }
-    out.sidp_threshold = threshold;
-  }
+  // The policy's parameters, resolved by the policy code the engine uses (engine/policy.h): the
+  // configured thresholds, SiDP's default B_th from this cost model at the mean context of the
+  // job's decode steps (each output token at its context).
+  PolicyInputs in;
+  in.shift_threshold = config_.shift_threshold;
+  in.sidp_threshold = config_.sidp_threshold;
+  in.default_sidp_threshold = [&](const Plan& p) {
+    double rows = 0, ctx = 0;
+    for (const TraceRequest& t : trace)
+      rows += t.output_len, ctx += double(t.output_len) * (t.prompt_len + (t.output_len + 1) / 2.0);
+    const int context = int(std::clamp(rows > 0 ? ctx / rows : 1.0, 1.0, double(sc.max_model_len)));
+    return derive_sidp_threshold(model_, p, context).threshold;
+  };
+  const PolicyParams params = resolve_policy_params(config_.policy, set, in);
+  out.policy_threshold = params.threshold;
+  out.policy_threshold_unit = params.threshold_unit;
   for (auto& r : reps) {
     r.sched = std::make_unique<Scheduler>(sc);
-    std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config_.policy, set, threshold);
+    std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config_.policy, set, params);
     // The engine's control: the policy's choice, KV pools re-homed and the KV extents put in the
     // step when the placement changes (engine/plan_executor.h).
     r.control = std::make_unique<PlanControl>(set, pools, std::move(policy), *r.sched);
@@ -331,7 +334,7 @@ nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
   j["dtype"] = sim_dtype_name(m.options().weight_dtype);
   j["plan"] = sim.config().plan.to_string();
   j["policy"] = sim.config().describe();
-  if (r.sidp_threshold >= 0) j["sidp_threshold"] = r.sidp_threshold;
+  if (r.policy_threshold >= 0) j["policy_threshold"] = {{"value", r.policy_threshold}, {"unit", r.policy_threshold_unit}};
   j["calibration"] = m.calibration().fitted_on;
   j["summary"] = to_json(r.summary);
   j["makespan_s"] = r.makespan_s;

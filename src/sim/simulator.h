@@ -118,7 +118,8 @@ struct SimResult {
   int64_t num_switches = 0;       // plan changes between consecutive steps of a replica
   int64_t kv_bytes_moved = 0;     // by all of them
   std::vector<int> step_replica;  // replica of metrics.steps()[i]
-  int64_t sidp_threshold = -1;    // B_th the sidp policy ran with (-1: another policy)
+  int64_t policy_threshold = -1;  // the threshold the policy ran with (resolve_policy_params; -1: none)
+  std::string policy_threshold_unit;  // "tokens" (shift), "sequences per replica" (sidp's B_th)
 };
 
 class Simulator {

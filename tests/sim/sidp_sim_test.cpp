@@ -218,7 +218,7 @@ TEST(SidpSimRun, PolicyRunsWasInTheBulkAndCasInTheTailAndRecordsEveryStepsMode) 
   const int64_t th = 4;  // sequences per replica
   const SimResult r = run_small("sidp", th);
   EXPECT_EQ(r.summary.num_completed, 64);
-  EXPECT_EQ(r.sidp_threshold, th);
+  EXPECT_EQ(r.policy_threshold, th);
   const std::string was = "dp=8,weights=owner", cas = "dp=8,weights=owner,sidp=cas";
   const auto& steps = r.metrics.steps();
   ASSERT_FALSE(steps.empty());
@@ -252,8 +252,8 @@ TEST(SidpSimRun, DefaultThresholdIsTheCostModelsAtTheJobsMeanDecodeContext) {
   double rows = 0, ctx = 0;
   for (const TraceRequest& t : small_job()) rows += t.output_len, ctx += t.output_len * (t.prompt_len + (t.output_len + 1) / 2.0);
   const CostModel cm = node_model("qwen3-32b", "h20");
-  EXPECT_EQ(r.sidp_threshold, derive_sidp_threshold(cm, Plan::parse("dp=8,weights=owner"), int(ctx / rows)).threshold);
-  EXPECT_GT(r.sidp_threshold, 0);
+  EXPECT_EQ(r.policy_threshold, derive_sidp_threshold(cm, Plan::parse("dp=8,weights=owner"), int(ctx / rows)).threshold);
+  EXPECT_GT(r.policy_threshold, 0);
 }
 
 // ---- the reproduced figures against sidp_bands.h ----
