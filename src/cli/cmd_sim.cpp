@@ -121,6 +121,7 @@ struct RunArgs {
   int max_tokens_per_step = 8192;
   int max_num_seqs = 256;
   int threshold = 256;
+  int64_t sidp_threshold = -1;  // --sidp-threshold (B_th); -1: from the cost model
   std::string out_dir;
   bool json = false;
   bool quiet = false;
@@ -178,6 +179,8 @@ void set_plan_and_policy(const RunArgs& a, sim::SimConfig& cfg) {
   cfg.policy = a.policy;
   if (a.threshold < 0) fail("--threshold must be >= 0 tokens, got ", a.threshold);
   cfg.shift_threshold = a.threshold;
+  if (a.sidp_threshold < -1) fail("--sidp-threshold must be >= 0 sequences per replica, got ", a.sidp_threshold);
+  cfg.sidp_threshold = a.sidp_threshold;
   cfg.plan_set();  // names a bad policy, or shift without an sp x tp plan, up front
   // loom's CPU engine (a profile) steps its DP replicas together; GPU engines run them apart.
   if (sim::is_profile_hardware(a.hardware)) cfg.dp_mode = sim::DpMode::Lockstep;
@@ -234,6 +237,15 @@ void run_sim(const RunArgs& a) {
     if (u.switches_to > 0)
       std::printf(", %lld switches into it moving %lld KV bytes in %.3f s", (long long)u.switches_to,
                   (long long)u.kv_bytes_moved, u.switch_s);
+    std::printf("\n");
+  }
+  if (cfg.plan.weights == WeightSource::FetchFromOwner) {  // SiDP: the mode of every step
+    int64_t was = 0, cas = 0;
+    for (const auto& st : r.metrics.steps()) (st.plan.find("sidp=cas") != std::string::npos ? cas : was) += 1;
+    std::printf("  sidp: %lld steps in WaS, %lld in CaS", (long long)was, (long long)cas);
+    if (r.policy_threshold >= 0)
+      std::printf("; B_th %lld %s%s", (long long)r.policy_threshold, r.policy_threshold_unit.c_str(),
+                  a.sidp_threshold < 0 ? " (cost model; --sidp-threshold overrides)" : "");
     std::printf("\n");
   }
   std::printf("  simulated %.0f requests per second (%.2f s host time)\n", r.sim_requests_per_s, r.wall_s);
@@ -565,9 +577,13 @@ void register_sim(CLI::App& app) {
                   "shift:sp=8 (the shift config alone)")
       ->capture_default_str();
   run->add_option("--policy", ra->policy,
-                  "fixed, shift (Shift Algorithm 2 over an sp x tp plan), cycle:N, or alternate | random:SEED")
+                  "fixed, shift (Shift Algorithm 2 over an sp x tp plan), cycle:N, alternate | random:SEED, or sidp | "
+                  "sidp:was | sidp:cas (SiDP over a dp=D,weights=owner plan)")
       ->capture_default_str();
   run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
+  run->add_option("--sidp-threshold", ra->sidp_threshold,
+                  "SiDP (--plan dp=D,weights=owner --policy sidp): B_th in sequences per replica (default: from the "
+                  "cost model at the trace's mean decode context)");
   run->add_option("--trace", ra->trace, "Azure CSV, Mooncake JSONL or lengths CSV");
   run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
   run->add_option("--num-requests", ra->num_requests, "Synthetic: requests")->capture_default_str();

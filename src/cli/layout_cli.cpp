@@ -12,6 +12,7 @@
 #include "parallel/plan_set.h"
 #include "sim/profile.h"
 #include "sim/shift_threshold.h"
+#include "sim/sidp_cost.h"
 
 namespace loom::cli {
 
@@ -23,7 +24,7 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
   sub->add_option("--policy", a.policy,
                   "Layout policy: fixed (the first plan), shift (Shift Algorithm 2 over an sp x tp plan: base above "
                   "--shift-threshold tokens per step, full TP otherwise), cycle:N (the next plan every N steps); test "
-                  "hooks alternate, random:SEED; sidp (SiDP WaS/CaS by batch, needs --sidp-threshold), sidp:was, "
+                  "hooks alternate, random:SEED; sidp (SiDP WaS/CaS by batch per replica against --sidp-threshold), sidp:was, "
                   "sidp:cas; "
                   "seesaw (prefill under the first plan, decode under the second, the KV "
                   "parked in the CPU tier between them, phases changed only when the tier is full or empty), "
@@ -34,7 +35,8 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "model for this machine)");
   sub->add_option("--sidp-threshold", a.sidp_threshold,
                   "SiDP B_th (sequences per replica): --policy sidp runs compute-as-a-service after a window of "
-                  "steps below it, weight-as-a-service above (sim: `loom sim experiment sidp-fig11` prices it for GPUs)");
+                  "steps below it, weight-as-a-service above (default: from the cost model for this machine, printed "
+                  "at start; `loom sim experiment sidp-fig11` prices it for GPUs)");
   sub->add_option("--shift-weights", a.weights,
                   "Weights of plans whose shards overlap (the Shift pair): separate (own copies, w/t + w/P) or "
                   "slice (views of the first copy, w/t)")
@@ -44,7 +46,8 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
   sub->add_option("--cpu-kv-bytes", a.cpu_kv_bytes,
                   "Seesaw's CPU KV tier: bytes of host memory shared by the ranks of a host (needed by --policy seesaw)");
   sub->add_option("--profile", a.profile,
-                  "Profile of this machine (loom profile -o DIR): the default --shift-threshold from its cost model");
+                  "Profile of this machine (loom profile -o DIR): the default --shift-threshold and --sidp-threshold from its "
+                  "cost model");
 }
 
 int layout_ranks(const LayoutArgs& a, int ranks, int block_size) {
@@ -60,6 +63,7 @@ int layout_ranks(const LayoutArgs& a, int ranks, int block_size) {
   check_policy_name(a.policy);
   parse_shift_weights(a.weights);
   if (a.threshold < -1) fail("--shift-threshold must be >= 0 tokens, got ", a.threshold);
+  if (a.sidp_threshold < -1) fail("--sidp-threshold must be >= 0 sequences per replica, got ", a.sidp_threshold);
   if (!a.profile.empty() && !sim::is_profile(a.profile))
     fail("--profile ", a.profile, " is not a loom profile folder (no hardware.json from `loom profile -o DIR`)");
   if (a.plans.empty()) return ranks;
@@ -79,26 +83,51 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
   if (a.cpu_kv_bytes < 0) fail("--cpu-kv-bytes must be >= 0, got ", a.cpu_kv_bytes);
   o.engine.cpu_kv_bytes = a.cpu_kv_bytes;
   const std::string profile = a.profile;
-  o.default_shift_threshold = [profile](const Model& m, const Plan& plan, int threads) -> int64_t {
+  // The ranks talk over MPI when mpirun started this process (the profile's mpi collectives).
+  auto backend = [] { return std::string(std::getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "local"); };
+  // This machine's roofline, one rank's share: `threads` cores (64 MiB buffers: a quick probe).
+  struct Measured {
+    double bw = 0, flops = 0;
+  };
+  auto measure = [](int threads) {
+    kernels::Roofline roof(threads, size_t(64) << 20);
+    return Measured{roof.memcpy_bandwidth(threads, 3), roof.peak_flops(threads, 3)};
+  };
+  o.default_shift_threshold = [profile, backend, measure](const Model& m, const Plan& plan, int threads) -> int64_t {
     const DType wdt = m.layers.at(0).w_up.dtype;
     const int max_tokens = 8192;
     if (!profile.empty()) {
-      // The ranks talk over MPI when mpirun started this process (the profile's mpi collectives).
-      const std::string backend = std::getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "local";
-      const sim::ShiftThreshold t = sim::default_shift_threshold(m.config, wdt, plan, profile, backend, 0, 0, max_tokens);
+      const sim::ShiftThreshold t = sim::default_shift_threshold(m.config, wdt, plan, profile, backend(), 0, 0, max_tokens);
       std::fprintf(stderr, "[shift threshold %lld tokens: %s; --shift-threshold overrides]\n", (long long)t.threshold,
                    t.explain.c_str());
       return t.threshold;
     }
-    // This machine's roofline, one rank's share: `threads` cores (64 MiB buffers: a quick probe).
-    kernels::Roofline roof(threads, size_t(64) << 20);
-    const double bw = roof.memcpy_bandwidth(threads, 3), flops = roof.peak_flops(threads, 3);
-    const sim::ShiftThreshold t = sim::default_shift_threshold(m.config, wdt, plan, "", "local", bw, flops, max_tokens);
+    const Measured x = measure(threads);
+    const sim::ShiftThreshold t = sim::default_shift_threshold(m.config, wdt, plan, "", "local", x.bw, x.flops, max_tokens);
     std::fprintf(stderr,
                  "[shift threshold %lld tokens: %s; measured per rank: memcpy %.1f GB/s, peak %.1f GFLOP/s, "
                  "%s weights; --shift-threshold overrides, --profile DIR calibrates]\n",
-                 (long long)t.threshold, t.explain.c_str(), bw / 1e9, flops / 1e9,
+                 (long long)t.threshold, t.explain.c_str(), x.bw / 1e9, x.flops / 1e9,
                  std::string(dtype_name(wdt)).c_str());
+    return t.threshold;
+  };
+  // SiDP's B_th (S11): the smallest batch per replica whose forward hides the WaS fetches, on the
+  // cost model of this machine, at a decode context of min(512, max_seq_len / 2) tokens.
+  o.default_sidp_threshold = [profile, backend, measure](const Model& m, const Plan& plan, int threads) -> int64_t {
+    const DType wdt = m.layers.at(0).w_up.dtype;
+    const int context = std::max(1, std::min(512, m.config.max_seq_len / 2));
+    sim::SidpThreshold t;
+    std::string how;
+    if (!profile.empty()) {
+      t = sim::default_sidp_threshold(m.config, wdt, plan, profile, backend(), 0, 0, context);
+    } else {
+      const Measured x = measure(threads);
+      t = sim::default_sidp_threshold(m.config, wdt, plan, "", "local", x.bw, x.flops, context);
+      how = cat("; measured per rank: memcpy ", x.bw / 1e9, " GB/s, peak ", x.flops / 1e9, " GFLOP/s, ",
+                dtype_name(wdt), " weights; --profile DIR calibrates");
+    }
+    std::fprintf(stderr, "[sidp B_th %lld sequences per replica: %s%s; --sidp-threshold overrides]\n",
+                 (long long)t.threshold, t.explain.c_str(), how.c_str());
     return t.threshold;
   };
 }

@@ -11,8 +11,10 @@
 //                            (gpu/device.h): one line and a non-zero exit when the build has no
 //                            CUDA backend or no GPU is visible
 //   --sidp-threshold N       SiDP: B_th in sequences per replica below which --policy sidp moves
-//                            every replica to compute-as-a-service (engine/policy.h)
-//   --profile DIR            the default threshold from the cost model calibrated by a loom profile
+//                            every replica to compute-as-a-service (engine/policy.h); default: the
+//                            smallest batch whose forward hides the WaS fetches on THIS machine's
+//                            cost model (sim/sidp_cost.h default_sidp_threshold), printed at start
+//   --profile DIR            the default thresholds from the cost model calibrated by a loom profile
 //                            of this machine (`loom profile -o DIR`, sim/profile.h) instead
 #pragma once
 

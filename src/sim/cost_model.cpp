@@ -5,8 +5,10 @@
 
 #include "core/error.h"
 #include "parallel/kv_migration.h"
+#include "parallel/plan_set.h"
 #include "parallel/sharding.h"
 #include "sim/helix.h"
+#include "sim/sidp_cost.h"
 
 namespace loom::sim {
 
@@ -338,8 +340,9 @@ PricedPlan CostModel::prepare(const Plan& plan_in, PlanVariant variant) const {
   Plan plan = full;
   plan.dp = 1;
   std::string name = full.to_string();
-  if (plan.weights == WeightSource::FetchFromOwner)
-    fail("plan ", name, ": weights=owner (SiDP) is not priced by the simulator yet");
+  // SiDP (weights=owner): DP replicas of one rank each, as the engine runs them; priced by
+  // price_sidp (sim/sidp_cost.h) over the replica's plain-DP sizes below.
+  if (plan.weights == WeightSource::FetchFromOwner) check_executable(full);
   validate(full, shape_);  // the engine's rule (parallel/plan.h), naming the sizes
   if (variant == PlanVariant::MedhaKvp && !plan.helix())
     fail("plan ", name, ": Medha-style KVP needs a kvp=K,tpa=A plan");
@@ -446,6 +449,8 @@ CostModel::RankWeights CostModel::rank_weights(const PricedPlan& p) const {
 }
 
 StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs) const {
+  // SiDP: one replica's work is a lockstep step in which the other replicas are idle.
+  if (pl.full.weights == WeightSource::FetchFromOwner) return price_sidp(*this, pl, {seqs});
   StepCost cost;
   cost.plan = pl.name;
   int n_seqs = 0, n_all = 0;
@@ -628,6 +633,7 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
 }
 
 StepCost CostModel::price_lockstep(const PricedPlan& pl, const std::vector<std::vector<SeqWork>>& replica_seqs) const {
+  if (pl.full.weights == WeightSource::FetchFromOwner) return price_sidp(*this, pl, replica_seqs);
   StepCost worst;
   bool any = false;
   for (const auto& seqs : replica_seqs) {
@@ -725,6 +731,8 @@ MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
                  w.other;
       }
     }
+    // SiDP: the owned FFN layers and the WaS cache slots instead of every layer's FFN.
+    if (resident.front().full.weights == WeightSource::FetchFromOwner) elems = sidp_rank_weight_elems(*this, resident, r);
     mem.weight_bytes_per_gpu = std::max(mem.weight_bytes_per_gpu, elems * wb);
     double kv_per_token = 0;
     for (const auto& pl : resident) {

@@ -32,6 +32,7 @@
 // (expected count under uniform routing), on a TPF x EP grid of the FFN group chosen per step
 // (Helix 2.2: "choosing TPF versus EP to best match expert size and quantity"). A switch between
 // plans with different KV placements is priced with the bytes of kv_migration() (parallel/kv_migration.h), the engine's own count.
+// SiDP plans (dp=D,weights=owner) step in lockstep and are priced by price_sidp (sim/sidp_cost.h).
 //
 // Units: seconds and bytes. Thread-safety: const methods are safe to call concurrently.
 #pragma once
@@ -229,13 +230,14 @@ class CostModel {
   const ModelArch& arch() const { return arch_; }
 
   // ---- plans ----
-  // Validates `plan` (loom::validate against the model, plus: a replica fits the node, no
-  // weights=owner yet; `variant` fits the plan) and derives the per-rank sizes of one replica (a
+  // Validates `plan` (loom::validate against the model, plus: a replica fits the node,
+  // weights=owner only on DP replicas of one rank; `variant` fits the plan) and derives the per-rank sizes of one replica (a
   // step of each replica is priced on them). Throws loom::Error naming the value and the limit.
   PricedPlan prepare(const Plan& plan, PlanVariant variant = PlanVariant::AsPlanned) const;
 
   // ---- a step ----
-  // Prices one replica step under `plan` (`seqs`: that replica's sequences).
+  // Prices one replica step under `plan` (`seqs`: that replica's sequences; a SiDP plan: a
+  // lockstep step in which the other replicas are idle).
   StepCost price(const PricedPlan& plan, const std::vector<SeqWork>& seqs) const;
   // A lockstep step of every replica (DpMode::Lockstep): replica r computes the sequences with
   // id % dp == r; the step lasts as long as the busiest (`replica_seqs[r]`: replica r's).

@@ -1,17 +1,24 @@
-// SiDP in the simulator (../shared/papers/001; PAPERS-NOTES.md section 1): per-GPU memory and
-// vLLM-style KV budgets (gpu_memory_utilization, PAPERS-NOTES 1.4.10), the WaS/CaS step times
-// over batch size with the threshold B_th (S11), and the experiments sidp-fig5, sidp-fig11 and
-// sidp-headline. Our copy of the paper lost almost every number (PAPERS-NOTES "[stripped]"): rows
-// carry a paper value only where the text prints one or the public abstract states it (external).
+// SiDP's experiments (../shared/papers/001; PAPERS-NOTES.md section 1): KV capacity under vLLM-style
+// budgets (gpu_memory_utilization, PAPERS-NOTES 1.4.10), WaS/CaS step times over batch size and B_th
+// (S11), the CaS ladder in the tail (Fig. 14) and the offline job's throughput with its
+// shrinking-batch tail (abstract), the last two through the discrete-event simulator with the
+// engine's sidp policy and price_sidp (sim/sidp_cost.h). Our copy of the paper lost almost every
+// number (PAPERS-NOTES "[stripped]"): rows carry a paper value only where the text prints one or
+// the public abstract states it (external). The workload assumptions and the bands the tests
+// assert are in tests/sim/sidp_bands.h.
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <optional>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "sim/cost_model.h"
 #include "sim/experiments.h"
 #include "sim/hardware.h"
 #include "sim/model_catalog.h"
+#include "sim/sidp_cost.h"
+#include "sim/simulator.h"
 
 namespace loom::sim {
 
@@ -60,47 +67,6 @@ double kv_tokens(const ModelConfig& c, double hbm, int tp, int pp, bool sidp, in
 
 }  // namespace
 
-// Per-step times of one replica (S4-S9): plain DP (vLLM), WaS (the forward hides the fetch of the
-// non-owned FFN layers or waits for it; with peak shifting each reader has its own owner's link,
-// without it D-1 readers share one owner's egress) and CaS (the forward plus, per non-owned layer,
-// the rows to the owner and back, and the owner's fused GEMM over D x b rows for its layers).
-struct SidpStepTimes {
-  double dp_s = 0, was_s = 0, cas_s = 0, fetch_s = 0;
-};
-
-SidpStepTimes sidp_step_times(const CostModel& cm, int dp, int batch, int context, bool peak) {
-  const ModelConfig& c = cm.model();
-  std::vector<SeqWork> seqs(size_t(std::max(batch, 1)), SeqWork{1, context, true});
-  SidpStepTimes t;
-  t.dp_s = cm.price(Plan::make_tp(1), seqs).total_s;
-  const Shapes s = shapes(c);
-  const int remote = c.n_layers - (c.n_layers + dp - 1) / dp;
-  const double link = cm.node().gpu.link_bw / (peak ? 1.0 : std::max(1, dp - 1));
-  t.fetch_s = remote * s.ffn_layer / link;
-  t.was_s = std::max(t.dp_s, t.fetch_s);
-  const double rows = double(batch) * c.d_model * kBf16;
-  const double p2p = remote * 2.0 * (rows / cm.node().gpu.link_bw + 5e-6);  // there and back, 5 us per message
-  // Owner fusion: its layers' FFN over dp x b rows instead of b (S9).
-  const double own_layers = double(c.n_layers - remote);
-  const double ffn_b = cm.gate_up_s(batch, c.d_model, c.ffn_dim) +
-                       cm.gemm_s(batch, c.ffn_dim, c.d_model, cm.options().weight_dtype, cm.weight_bytes(), kBf16);
-  const double ffn_db = cm.gate_up_s(double(dp) * batch, c.d_model, c.ffn_dim) +
-                        cm.gemm_s(double(dp) * batch, c.ffn_dim, c.d_model, cm.options().weight_dtype,
-                                  cm.weight_bytes(), kBf16);
-  t.cas_s = t.dp_s + p2p + own_layers * (ffn_db - ffn_b);
-  return t;
-}
-
-// B_th (S11): the smallest per-replica batch whose forward hides the fetch of the non-owned FFN
-// layers (per-iteration form, PAPERS-NOTES S11).
-int64_t sidp_threshold(const CostModel& cm, int dp, int context, bool peak, int max_b = 4096) {
-  for (int b = 1; b <= max_b; b = b < 8 ? b + 1 : b + b / 8) {
-    const SidpStepTimes t = sidp_step_times(cm, dp, b, context, peak);
-    if (t.dp_s >= t.fetch_s) return b;
-  }
-  return max_b + 1;
-}
-
 namespace {
 
 CostModel gpu_model(const std::string& model, const std::string& gpu) {
@@ -141,6 +107,21 @@ ExperimentResult run_fig5() {
   return r;
 }
 
+// WaS, CaS and plain DP per decode step of every replica at batch b and context `context`.
+struct StepTimes {
+  double dp_s = 0, was_s = 0, cas_s = 0;
+};
+
+StepTimes step_times(const CostModel& cm, int dp, int b, int context) {
+  const std::vector<std::vector<SeqWork>> work(size_t(dp), std::vector<SeqWork>(size_t(b), SeqWork{1, context, true}));
+  StepTimes t;
+  t.dp_s = cm.price(Plan::make_tp(1), work.front()).total_s;
+  const PricedPlan was = cm.prepare(Plan::parse(cat("dp=", dp, ",weights=owner")));
+  t.was_s = price_sidp(cm, was, work, SidpVariant::Was).total_s;
+  t.cas_s = price_sidp(cm, was, work, SidpVariant::CasV3).total_s;
+  return t;
+}
+
 ExperimentResult run_fig11() {
   ExperimentResult r;
   r.name = "sidp-fig11";
@@ -148,27 +129,132 @@ ExperimentResult run_fig11() {
   const CostModel cm = gpu_model("qwen3-32b", "h20");
   int crossover = -1;
   for (int b : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
-    const SidpStepTimes t = sidp_step_times(cm, 8, b, 4096, true);
+    const StepTimes t = step_times(cm, 8, b, 4096);
     r.rows.push_back({"step_ms_b" + std::to_string(b), "vllm-dp", t.dp_s * 1e3, std::nullopt, "plotted only"});
     r.rows.push_back({"step_ms_b" + std::to_string(b), "was", t.was_s * 1e3, std::nullopt, "plotted only"});
     r.rows.push_back({"step_ms_b" + std::to_string(b), "cas", t.cas_s * 1e3, std::nullopt, "plotted only"});
     if (crossover < 0 && t.was_s <= t.cas_s) crossover = b;
   }
+  const Plan dp8 = Plan::parse("dp=8,weights=owner");
   for (const std::string gpu : {"h20", "h200", "b200"}) {
-    const CostModel g = gpu_model("qwen3-32b", gpu);
-    r.rows.push_back({"b_th", gpu, double(sidp_threshold(g, 8, 4096, true)), std::nullopt,
-                      "text: threshold from offline profiling ([stripped])"});
+    const SidpThreshold th = derive_sidp_threshold(gpu_model("qwen3-32b", gpu), dp8, 4096);
+    r.rows.push_back({"b_th", gpu, double(th.threshold), std::nullopt, "text: threshold from offline profiling ([stripped])"});
   }
   r.rows.push_back({"crossover_batch", "was<=cas", double(crossover), std::nullopt, "text: [stripped]"});
-  r.notes.push_back("WaS = max(forward, fetch of the 7/8 non-owned FFN layers over one NVLink link, peak shifting on);"
-                    " CaS = forward + per non-owned layer a P2P there and back + the owner's fused GEMM over 8b rows.");
+  r.notes.push_back("price_sidp (sim/sidp_cost.h): WaS = each replica's layers waiting on its prefetcher (peak shifting, "
+                    "lookahead 7, one NVLink read per layer); CaS = per layer the slowest replica's attention, each "
+                    "non-owner's rows to the owner and back, and the owner's one GEMM chain over all 8b rows.");
+  r.notes.push_back("B_th: the smallest b whose plain step hides fetching the 56 non-owned FFN layers (S11).");
+  return r;
+}
+
+// ---- the offline job (tests/sim/sidp_bands.h states its assumptions) ----
+
+constexpr int kJobRequests = 1024;
+
+std::vector<TraceRequest> offline_job() {
+  Rng rng(14);
+  std::vector<TraceRequest> out;
+  for (int i = 0; i < kJobRequests; ++i) {
+    TraceRequest t;
+    t.prompt_len = 768 + int(rng.below(513));
+    // The long tail (§3.2): 1 request in 10 is about three times as long.
+    t.output_len = rng.uniform_double() < 0.1 ? 6144 + int(rng.below(2049)) : 1536 + int(rng.below(1537));
+    out.push_back(t);
+  }
+  return out;
+}
+
+struct JobRun {
+  bool fits = false;
+  double tok_s = 0, makespan_s = 0;
+  int64_t was_steps = 0, cas_steps = 0, b_th = -1;
+};
+
+JobRun run_job(const CostModel& cm, const std::string& plan, const std::string& policy,
+               const std::vector<TraceRequest>& trace, SimConfig cfg = {}) {
+  cfg.plan = Plan::parse(plan);
+  cfg.policy = policy;
+  cfg.dp_mode = DpMode::Independent;  // vLLM replicas (SiDP plans step in lockstep regardless)
+  int longest = 0;
+  for (const TraceRequest& t : trace) longest = std::max(longest, t.prompt_len + t.output_len);
+  cfg.max_model_len = longest;
+  JobRun j;
+  SimResult res;
+  try {
+    res = Simulator(cm, cfg).run(trace);
+  } catch (const Error&) {
+    return j;  // the weights do not fit
+  }
+  j.fits = true;
+  j.tok_s = res.total_tokens_per_s;
+  j.makespan_s = res.makespan_s;
+  j.b_th = res.policy_threshold;
+  for (const auto& st : res.metrics.steps()) (st.plan.find("sidp=cas") != std::string::npos ? j.cas_steps : j.was_steps) += 1;
+  return j;
+}
+
+struct Best {
+  double tok_s = 0;
+  std::string plan;
+};
+
+Best best_dp_tp(const CostModel& cm, const std::vector<TraceRequest>& trace) {
+  Best b;
+  for (const std::string plan : {"dp=8", "dp=4,tp=2", "dp=2,tp=4", "tp=8"}) {
+    const JobRun j = run_job(cm, plan, "fixed", trace);
+    if (j.fits && j.tok_s > b.tok_s) b = {j.tok_s, plan};
+  }
+  return b;
+}
+
+// Fig. 14: the steps the sidp policy ran in CaS, priced under each rung of the ladder.
+ExperimentResult run_fig14() {
+  ExperimentResult r;
+  r.name = "sidp-fig14";
+  r.title = "SiDP 5.4 / Fig. 14: CaS optimisations in the tail (Qwen3-32B, H20 x8, DP=8): FSDP, V1 async P2P, "
+            "V2 + GEMM fusion, V3 + dummy skipping";
+  const CostModel cm = gpu_model("qwen3-32b", "h20");
+  const SidpVariant rungs[] = {SidpVariant::Fsdp, SidpVariant::CasV1, SidpVariant::CasV2, SidpVariant::CasV3};
+  double tail[4] = {0, 0, 0, 0}, priced_cas = 0;
+  int64_t steps = 0;
+  double active = 0, rows = 0;
+  SimConfig cfg;
+  cfg.on_step = [&](const PricedPlan& pl, const std::vector<std::vector<SeqWork>>& work, const StepCost& c) {
+    if (!pl.full.sidp_cas) return;
+    ++steps;
+    priced_cas += c.total_s;
+    for (int i = 0; i < 4; ++i) tail[i] += price_sidp(cm, pl, work, rungs[i]).total_s;
+    for (const auto& w : work)
+      if (!w.empty()) active += 1, rows += double(w.size());
+  };
+  const JobRun job = run_job(cm, "dp=8,weights=owner", "sidp", offline_job(), cfg);
+  const char* names[] = {"fsdp", "cas-v1", "cas-v2", "cas-v3"};
+  const double paper_s[] = {33, 25, 19, 12};
+  for (int i = 0; i < 4; ++i)
+    r.rows.push_back({"tail_s", names[i], tail[i], std::nullopt,
+                      cat("text: ", paper_s[i], " s (the tail's size is stripped: compare the ratios)")});
+  r.rows.push_back({"speedup", "fsdp/v1", tail[0] / tail[1], 33.0 / 25.0, "text: 33 s -> 25 s"});
+  r.rows.push_back({"speedup", "v1/v2", tail[1] / tail[2], 25.0 / 19.0, "text: 25 s -> 19 s"});
+  r.rows.push_back({"speedup", "v2/v3", tail[2] / tail[3], 19.0 / 12.0, "text: 19 s -> 12 s"});
+  r.rows.push_back({"speedup", "fsdp/v3", tail[0] / tail[3], 33.0 / 12.0, "text: 33 s -> 12 s"});
+  r.rows.push_back({"cas_steps", "tail", double(steps), std::nullopt, "text: batch size [stripped]"});
+  r.rows.push_back({"active_replicas", "mean", steps ? active / double(steps) : 0, std::nullopt, "not printed"});
+  r.rows.push_back({"batch_per_active", "mean", active > 0 ? rows / active : 0, std::nullopt, "not printed"});
+  r.rows.push_back({"cas_busy_s", "sim", priced_cas, std::nullopt, "the simulator's own CaS time (= cas-v3)"});
+  r.notes.push_back(cat("The tail: the ", steps, " steps the sidp policy (B_th ", job.b_th,
+                        ") ran in CaS in the sidp-headline job (1024 requests, S ~ 4K, 10% long outputs)."));
+  r.notes.push_back("FSDP: each layer's FFN all-gathered over the 8 GPUs on every rank (dummies too), not overlapped; "
+                    "V1: rows to the owner, one GEMM chain per sender, dummies send one row; V2: one fused GEMM chain; "
+                    "V3: dummies send nothing (S10). Messages at the owner one after another.");
   return r;
 }
 
 ExperimentResult run_headline() {
   ExperimentResult r;
   r.name = "sidp-headline";
-  r.title = "SiDP abstract: KV capacity of SiDP against plain DP under the same DP x TP configuration (8 GPUs, util 0.9)";
+  r.title = "SiDP abstract: KV capacity (same DP x TP) and offline-job throughput (vs the best DP+TP) on 8 GPUs, util 0.9";
+  const std::vector<TraceRequest> job = offline_job();
   for (const std::string gpu : {"h20", "h200", "b200"})
     for (const std::string model : {"qwen3-32b", "llama-3.1-70b", "qwen2.5-72b"}) {
       const ModelConfig c = find_model(model);
@@ -183,9 +269,44 @@ ExperimentResult run_headline() {
       }
       r.rows.push_back({"kv_capacity_x", gpu + ":" + model + ":" + at, best, 1.8, "external (arXiv abstract): up to 1.8x"});
     }
-  r.notes.push_back("At TP=1, DP=8 plain DP does not fit the 70B models (sidp-fig5), so the ratio is unbounded there.");
-  r.notes.push_back("Throughput (abstract: up to 1.5x) is not simulated here: the offline shrinking-batch job through "
-                    "the discrete-event simulator with the sidp policy is missing (issue 14 report).");
+  // The nine (GPU, model) jobs are independent and deterministic: simulated concurrently.
+  struct Cell {
+    Best base;
+    JobRun sidp, was_only;
+  };
+  std::vector<std::future<Cell>> cells;
+  for (const std::string gpu : {"h20", "h200", "b200"})
+    for (const std::string model : {"qwen3-32b", "llama-3.1-70b", "qwen2.5-72b"})
+      cells.push_back(std::async(std::launch::async, [gpu, model, &job] {
+        const CostModel cm = gpu_model(model, gpu);
+        Cell c;
+        c.base = best_dp_tp(cm, job);
+        c.sidp = run_job(cm, "dp=8,weights=owner", "sidp", job);
+        if (gpu == "h20" && model == "qwen3-32b") c.was_only = run_job(cm, "dp=8,weights=owner", "sidp:was", job);
+        return c;
+      }));
+  size_t next = 0;
+  for (const std::string gpu : {"h20", "h200", "b200"})
+    for (const std::string model : {"qwen3-32b", "llama-3.1-70b", "qwen2.5-72b"}) {
+      const Cell cell = cells[next++].get();
+      const Best& base = cell.base;
+      const JobRun& s = cell.sidp;
+      const std::string key = gpu + ":" + model;
+      r.rows.push_back({"tok_s_best_dp_tp", key + ":" + base.plan, base.tok_s, std::nullopt, "plotted only"});
+      r.rows.push_back({"tok_s_sidp", key, s.tok_s, std::nullopt, "plotted only"});
+      r.rows.push_back({"throughput_x", key, base.tok_s > 0 ? s.tok_s / base.tok_s : 0, 1.5,
+                        "external (arXiv abstract): up to 1.5x"});
+      r.rows.push_back({"sidp_steps_was", key, double(s.was_steps), std::nullopt, "Fig. 15: most iterations in WaS"});
+      r.rows.push_back({"sidp_steps_cas", key, double(s.cas_steps), std::nullopt, "Fig. 15"});
+      r.rows.push_back({"sidp_b_th", key, double(s.b_th), std::nullopt, "[stripped]"});
+      if (gpu == "h20" && model == "qwen3-32b")
+        r.rows.push_back({"tok_s_sidp_was_only", key, cell.was_only.tok_s, std::nullopt, "Fig. 13: WaS only"});
+    }
+  r.notes.push_back("KV rows: SiDP at the same DP x TP as plain DP (ownership per TP group, PAPERS-NOTES 1.4.7), "
+                    "arithmetic only; at TP=1, DP=8 plain DP does not fit the 70B models (sidp-fig5).");
+  r.notes.push_back("Throughput: 1024 requests at t=0, prompts 768-1280, outputs 1536-3072 (10%: 6144-8192), BF16; "
+                    "the best of dp8 / dp4tp2 / dp2tp4 / tp8 as independent vLLM replicas against dp=8,weights=owner "
+                    "under the sidp policy (lockstep replicas, B_th from the cost model); total tokens / makespan.");
   return r;
 }
 
@@ -195,7 +316,9 @@ std::vector<Experiment> sidp_experiments() {
   return {
       {"sidp-fig5", "SiDP 5.2 / Fig. 5: KV token capacity, DP+TP / TP+PP vs SiDP DP=8 (H20, three models)", run_fig5},
       {"sidp-fig11", "SiDP 5.3 / Fig. 11: WaS vs CaS step time over batch; B_th on H20/H200/B200", run_fig11},
-      {"sidp-headline", "SiDP abstract: KV capacity vs the best DP+TP (H20/H200/B200)", run_headline},
+      {"sidp-fig14", "SiDP 5.4 / Fig. 14: the CaS ladder in the tail (FSDP, V1, V2, V3; H20)", run_fig14},
+      {"sidp-headline", "SiDP abstract: KV capacity and offline throughput vs the best DP+TP (H20/H200/B200)",
+       run_headline},
   };
 }
 

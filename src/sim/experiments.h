@@ -40,7 +40,7 @@ struct Experiment {
 const std::vector<Experiment>& experiment_registry();
 // Each paper's experiments, in its own exp_*.cpp, joined by experiment_registry().
 std::vector<Experiment> helix_experiments();  // exp_helix.cpp
-// SiDP's experiments (exp_sidp.cpp): sidp-fig5, sidp-fig11, sidp-headline.
+// SiDP's experiments (exp_sidp.cpp): sidp-fig5, sidp-fig11, sidp-fig14, sidp-headline.
 std::vector<Experiment> sidp_experiments();
 // Throws loom::Error listing the names when `name` is unknown.
 const Experiment& find_experiment(const std::string& name);

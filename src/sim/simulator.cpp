@@ -18,6 +18,7 @@
 #include "engine/scheduler.h"
 #include "engine/seesaw.h"
 #include "engine/step.h"
+#include "sim/sidp_cost.h"
 
 namespace loom::sim {
 
@@ -29,8 +30,9 @@ namespace {
 // every sampling sequence (requests run with ignore_eos, so lengths come from the trace).
 class CostModelExecutor : public StepExecutor {
  public:
-  CostModelExecutor(const CostModel& model, const std::vector<PricedPlan>& plans, bool lockstep, bool seesaw = false)
-      : model_(model), plans_(plans), lockstep_(lockstep), seesaw_(seesaw) {}
+  CostModelExecutor(const CostModel& model, const std::vector<PricedPlan>& plans, bool lockstep, bool seesaw,
+                    const SimConfig& config)
+      : model_(model), plans_(plans), lockstep_(lockstep), seesaw_(seesaw), config_(config) {}
   StepResult execute(const StepBatch& batch) override {
     StepResult res;
     const PricedPlan& pl = plans_.at(size_t(batch.plan_id));
@@ -42,6 +44,7 @@ class CostModelExecutor : public StepExecutor {
     }
     last_ = replicas > 1 ? model_.price_lockstep(pl, work_) : model_.price(pl, work_.front());
     last_.plan = pl.name;
+    if (config_.on_step) config_.on_step(pl, work_, last_);
     switched_ = prev_ >= 0 && batch.plan_id != prev_;
     if (switched_ && !batch.kv_seqs.empty()) {
       // Stop-and-migrate before the step (Nitsum 3.2.2): the KV every sequence holds now.
@@ -73,6 +76,7 @@ class CostModelExecutor : public StepExecutor {
   const std::vector<PricedPlan>& plans_;
   bool lockstep_;
   bool seesaw_;
+  const SimConfig& config_;
   int prev_ = -1;
   bool switched_ = false;
   std::vector<std::vector<SeqWork>> work_;
@@ -120,6 +124,7 @@ std::string SimConfig::describe() const {
   std::string s = plan.to_string();
   for (const Plan& p : more_plans) s += " | " + p.to_string();
   if (policy == "shift") return cat(s, ", policy shift(threshold=", shift_threshold, ")");
+  if (policy == "sidp" && sidp_threshold >= 0) return cat(s, ", policy sidp(B_th=", sidp_threshold, ")");
   return s + ", policy " + policy;
 }
 
@@ -128,7 +133,9 @@ Simulator::Simulator(CostModel model, SimConfig config) : model_(std::move(model
 SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   const double wall0 = now_seconds();
   const std::string plan_name = config_.describe();
-  const bool lockstep = config_.dp_mode == DpMode::Lockstep;
+  // SiDP replicas step together (see the header).
+  const bool sidp = config_.plan.weights == WeightSource::FetchFromOwner;
+  const bool lockstep = config_.dp_mode == DpMode::Lockstep || sidp;
   SimResult out;
   // The plan set, priced once; steps name plans by id. Independent replicas run the replica
   // plans (dp = 1) of a set that shares one DP degree.
@@ -187,13 +194,29 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
 
   const int n_schedulers = lockstep ? 1 : dp;
   std::vector<Replica> reps(static_cast<size_t>(n_schedulers));
+  // The policy's parameters, resolved by the policy code the engine uses (engine/policy.h): the
+  // configured thresholds, SiDP's default B_th from this cost model at the mean context of the
+  // job's decode steps (each output token at its context).
+  PolicyInputs in;
+  in.shift_threshold = config_.shift_threshold;
+  in.sidp_threshold = config_.sidp_threshold;
+  in.default_sidp_threshold = [&](const Plan& p) {
+    double rows = 0, ctx = 0;
+    for (const TraceRequest& t : trace)
+      rows += t.output_len, ctx += double(t.output_len) * (t.prompt_len + (t.output_len + 1) / 2.0);
+    const int context = int(std::clamp(rows > 0 ? ctx / rows : 1.0, 1.0, double(sc.max_model_len)));
+    return derive_sidp_threshold(model_, p, context).threshold;
+  };
+  const PolicyParams params = resolve_policy_params(config_.policy, set, in);
+  out.policy_threshold = params.threshold;
+  out.policy_threshold_unit = params.threshold_unit;
   for (auto& r : reps) {
     r.sched = std::make_unique<Scheduler>(sc);
-    std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config_.policy, set, config_.shift_threshold);
+    std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config_.policy, set, params);
     // The engine's control: the policy's choice, KV pools re-homed and the KV extents put in the
     // step when the placement changes (engine/plan_executor.h).
     r.control = std::make_unique<PlanControl>(set, pools, std::move(policy), *r.sched);
-    r.exec = std::make_unique<CostModelExecutor>(model_, priced, lockstep, phases != PhaseMode::None);
+    r.exec = std::make_unique<CostModelExecutor>(model_, priced, lockstep, phases != PhaseMode::None, config_);
   }
   std::map<std::string, PlanUse> use;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
@@ -311,6 +334,7 @@ nlohmann::json summary_json(const SimResult& r, const Simulator& sim) {
   j["dtype"] = sim_dtype_name(m.options().weight_dtype);
   j["plan"] = sim.config().plan.to_string();
   j["policy"] = sim.config().describe();
+  if (r.policy_threshold >= 0) j["policy_threshold"] = {{"value", r.policy_threshold}, {"unit", r.policy_threshold_unit}};
   j["calibration"] = m.calibration().fitted_on;
   j["summary"] = to_json(r.summary);
   j["makespan_s"] = r.makespan_s;

@@ -27,6 +27,11 @@
 // SimConfig::cpu_kv_bytes); a step's swaps are priced over the GPUs' host links, overlapped with
 // the step (W10), and a transition reloads the weights a GPU did not hold (CostModel::reshard_s).
 // The two plans are never resident together: the memory model takes the tighter of the two.
+// SiDP (../shared/papers/001; --policy sidp | sidp:was | sidp:cas over dp=D,weights=owner): the
+// replicas step in lockstep whatever dp_mode says (loom's engine runs them so, and CaS needs it);
+// the engine's SidpPolicy picks WaS or CaS per step from the effective batch per replica; steps
+// priced by price_sidp (sim/sidp_cost.h); each step carries its mode's plan name (PlanUse counts
+// the steps of each mode).
 #pragma once
 
 #include <functional>
@@ -59,8 +64,11 @@ struct SimConfig {
   // weights are resident on every rank (memory model), like those of a switching Shift policy's
   // two configs.
   std::vector<Plan> more_plans;
-  std::string policy = "fixed";    // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED
+  std::string policy = "fixed";    // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED | sidp...
   int64_t shift_threshold = 256;   // tokens per step above which "shift" runs the base
+  // SiDP (--policy sidp over a dp=D,weights=owner plan): B_th in sequences per replica; < 0: from
+  // the cost model (derive_sidp_threshold, sim/sidp_cost.h) at the trace's mean decode context.
+  int64_t sidp_threshold = -1;
   DpMode dp_mode = DpMode::Independent;
   int max_num_seqs = 256;           // per replica (vLLM's default)
   int max_tokens_per_step = 8192;   // chunked-prefill token budget per step, per replica
@@ -75,6 +83,9 @@ struct SimConfig {
   double cpu_kv_bytes = 0;
   // Called every `progress_every` steps with (simulated time, requests finished, total).
   std::function<void(double, int64_t, int64_t)> progress;
+  // Called for every priced step with its plan, each replica's work (one entry unless lockstep)
+  // and its cost (experiments re-price steps under other variants).
+  std::function<void(const PricedPlan&, const std::vector<std::vector<SeqWork>>&, const StepCost&)> on_step;
   int64_t progress_every = 20000;
 
   // The plan set: `plan`, `more_plans`, and what the policy adds (engine/policy.h policy_plans:
@@ -107,6 +118,8 @@ struct SimResult {
   int64_t num_switches = 0;       // plan changes between consecutive steps of a replica
   int64_t kv_bytes_moved = 0;     // by all of them
   std::vector<int> step_replica;  // replica of metrics.steps()[i]
+  int64_t policy_threshold = -1;  // the threshold the policy ran with (resolve_policy_params; -1: none)
+  std::string policy_threshold_unit;  // "tokens" (shift), "sequences per replica" (sidp's B_th)
 };
 
 class Simulator {

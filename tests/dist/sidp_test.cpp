@@ -439,3 +439,35 @@ TEST(SidpMemory, RankMemoryErrorsNameTheSizes) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// `loom generate --plan dp=2,weights=owner --policy sidp` needs no --sidp-threshold: B_th comes
+// from the cost model of this machine (sim/sidp_cost.h default_sidp_threshold), printed at start,
+// and the greedy text is the single-rank text (WaS/CaS are the same tokens, SidpStories.*).
+TEST(SidpCli, PolicySidpRunsWithTheCostModelsDefaultThreshold) {
+  LOOM_REQUIRE_SHARED();
+  const std::string model = test::stories_dir() + "/stories260K.bin";
+  const std::string args = "generate -m " + model + " -n 24 -p 'Once upon a time' --temperature 0 --threads 1";
+  std::string sidp, single;
+  ASSERT_EQ(test::run_command(test::loom_bin() + " " + args + " --plan dp=2,weights=owner --policy sidp 2>&1", &sidp), 0)
+      << sidp;
+  EXPECT_NE(sidp.find("[sidp B_th "), std::string::npos) << sidp;
+  EXPECT_NE(sidp.find("sequences per replica: cost model on "), std::string::npos) << sidp;
+  ASSERT_EQ(test::run_command(test::loom_bin() + " " + args + " 2>/dev/null", &single), 0) << single;
+  // The generated text (before the statistics line in brackets) is the single-rank text.
+  const std::string text = single.substr(0, single.find('['));
+  ASSERT_GT(text.size(), std::string("Once upon a time").size()) << single;
+  EXPECT_NE(sidp.find(text), std::string::npos) << "single:\n" << single << "sidp:\n" << sidp;
+  // A negative threshold is bad input: one line naming it, before anything loads.
+  std::string bad;
+  EXPECT_NE(test::run_command(test::loom_bin() + " " + args +
+                                  " --plan dp=2,weights=owner --policy sidp --sidp-threshold -5 2>&1",
+                              &bad),
+            0);
+  EXPECT_NE(bad.find("--sidp-threshold must be >= 0"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace loom

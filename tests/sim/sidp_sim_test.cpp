@@ -1,0 +1,331 @@
+// SiDP in the simulator (issue 14; ../shared/papers/001 §4-§5, PAPERS-NOTES.md section 1): memory
+// of weights=owner plans, WaS / CaS / the Fig. 14 ladder priced by price_sidp, B_th from the cost
+// model, the engine's sidp policy driving `Simulator` runs, and the reproduced figures against
+// the bands of sidp_bands.h (fixed before the figures were computed).
+// Exactness: the simulator is deterministic; equalities are to floating-point rounding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "engine/policy.h"
+#include "engine/sidp.h"
+#include "sidp_bands.h"
+#include "sim/cost_model.h"
+#include "sim/experiments.h"
+#include "sim/hardware.h"
+#include "sim/model_catalog.h"
+#include "sim/shift_threshold.h"
+#include "sim/sidp_cost.h"
+#include "sim/simulator.h"
+
+namespace loom::sim {
+namespace {
+
+// An 8-GPU node as the paper's Table 1 (H20 and H200 with 144 GB, B200 180 GB), BF16.
+CostModel node_model(const std::string& model, const std::string& gpu) {
+  NodeSpec n = parse_node(gpu + "x8");
+  n.gpu.hbm_bytes = gpu == "b200" ? 180e9 : 144e9;
+  return CostModel(find_model(model), n);
+}
+
+std::vector<std::vector<SeqWork>> uniform_work(int replicas, int batch, int context) {
+  return std::vector<std::vector<SeqWork>>(size_t(replicas),
+                                           std::vector<SeqWork>(size_t(batch), SeqWork{1, context, true}));
+}
+
+double plain_step_s(const CostModel& cm, int batch, int context) {
+  return cm.price(Plan::make_tp(1), std::vector<SeqWork>(size_t(batch), SeqWork{1, context, true})).total_s;
+}
+
+// ---- memory (S2, S12; Fig. 5) ----
+
+TEST(SidpSimMemory, RankHoldsItsOwnedFfnAndSlotsInsteadOfEveryFfn) {
+  const CostModel cm = node_model("qwen3-32b", "h20");
+  const ModelConfig& c = cm.model();
+  ASSERT_EQ(c.n_layers % 8, 0);
+  const double ffn_layer = 3.0 * c.d_model * c.ffn_dim * 2.0;  // gate, up, down in bf16
+  const MemoryPlan plain = cm.memory({cm.prepare(Plan::make_dp(8))});
+  const PricedPlan was = cm.prepare(Plan::parse("dp=8,weights=owner"));
+  const PricedPlan cas = cm.prepare(Plan::parse("dp=8,weights=owner,sidp=cas"));
+  const int owned = c.n_layers / 8, slots = 7;  // default WaS slots = lookahead = D - 1
+  const MemoryPlan both = cm.memory({was, cas});
+  // The plan set holds one owned copy and the WaS slots: every other layer's FFN is freed.
+  EXPECT_NEAR(plain.weight_bytes_per_gpu - both.weight_bytes_per_gpu, (c.n_layers - owned - slots) * ffn_layer, 1.0);
+  EXPECT_NEAR(plain.weight_bytes_per_gpu - cm.memory({cas}).weight_bytes_per_gpu, (c.n_layers - owned) * ffn_layer, 1.0);
+  // The freed bytes go to KV (vLLM budget: util x HBM - weights - reserve), at the same bytes per token.
+  EXPECT_EQ(both.kv_bytes_per_token_per_gpu, plain.kv_bytes_per_token_per_gpu);
+  EXPECT_NEAR(both.free_bytes_per_gpu - plain.free_bytes_per_gpu, (c.n_layers - owned - slots) * ffn_layer, 1.0);
+  EXPECT_GT(both.kv_capacity_tokens, plain.kv_capacity_tokens);
+}
+
+TEST(SidpSimMemory, DpEightHoldsTheSeventyBModelsWherePlainDpCannot) {
+  // §5.2: "for TP=1, DP=8, vLLM cannot sustain Llama-3.1-70B or Qwen2.5-72B at all ... while SiDP
+  // continues to support [...] M KV tokens".
+  for (const std::string model : {"llama-3.1-70b", "qwen2.5-72b"}) {
+    SCOPED_TRACE(model);
+    const CostModel cm = node_model(model, "h20");
+    EXPECT_THROW(cm.memory({cm.prepare(Plan::make_dp(8))}), Error);
+    const MemoryPlan s = cm.memory({cm.prepare(Plan::parse("dp=8,weights=owner"))});
+    EXPECT_GE(s.kv_capacity_tokens, 8 * 4096);  // several 4K sequences per replica
+  }
+}
+
+// ---- WaS (S4-S7) ----
+
+TEST(SidpSimStep, WasIsPlainDpWhenTheForwardHidesTheFetchAndFetchBoundOtherwise) {
+  const CostModel cm = node_model("qwen3-32b", "h20");
+  const PricedPlan was = cm.prepare(Plan::parse("dp=8,weights=owner"));
+  const int L = cm.model().n_layers, remote = L - L / 8;
+  // Large batch: every fetch lands before its layer; the step is plain DP's to rounding.
+  const double big = price_sidp(cm, was, uniform_work(8, 512, 4096)).total_s;
+  EXPECT_NEAR(big, plain_step_s(cm, 512, 4096), 1e-9 * big);
+  // One sequence: the forward cannot hide the 56 reads, one after another.
+  const double fetch = sidp_layer_fetch_s(cm, was.full);
+  const double small = price_sidp(cm, was, uniform_work(8, 1, 4096)).total_s;
+  EXPECT_GE(small, remote * fetch);
+  EXPECT_LE(small, remote * fetch + plain_step_s(cm, 1, 4096));
+  EXPECT_GT(small, 2 * plain_step_s(cm, 1, 4096));
+}
+
+TEST(SidpSimStep, PeakShiftingRemovesTheIncastOnOwners) {
+  // §4.2: without staggering the 7 non-owners read the same owner at once and share its link.
+  const CostModel cm = node_model("qwen3-32b", "h20");
+  const Plan peak = Plan::parse("dp=8,weights=owner"), incast = Plan::parse("dp=8,weights=owner,lookahead=6");
+  ASSERT_TRUE(sidp::peak_shifting(peak));
+  ASSERT_FALSE(sidp::peak_shifting(incast));
+  const double bytes = sidp_ffn_layer_bytes(cm);
+  EXPECT_DOUBLE_EQ(sidp_layer_fetch_s(cm, peak), cm.collective_s(Collective::SendRecv, bytes, 2, 2));
+  EXPECT_DOUBLE_EQ(sidp_layer_fetch_s(cm, incast), cm.collective_s(Collective::SendRecv, 7 * bytes, 2, 2));
+  const double t_peak = price_sidp(cm, cm.prepare(peak), uniform_work(8, 1, 4096)).total_s;
+  const double t_incast = price_sidp(cm, cm.prepare(incast), uniform_work(8, 1, 4096)).total_s;
+  EXPECT_GT(t_incast, 6.0 * t_peak);
+  // D = 2: one reader per owner either way.
+  const Plan two = Plan::parse("dp=2,weights=owner");
+  EXPECT_DOUBLE_EQ(sidp_layer_fetch_s(cm, two), cm.collective_s(Collective::SendRecv, bytes, 2, 2));
+}
+
+// ---- CaS (S8-S10) and the Fig. 14 ladder ----
+
+TEST(SidpSimStep, CasDummiesSendNothingAndIdleOwnersStillServe) {
+  const CostModel cm = node_model("qwen3-32b", "h20");
+  const PricedPlan cas = cm.prepare(Plan::parse("dp=8,weights=owner,sidp=cas"));
+  const int L = cm.model().n_layers, rows = 4;
+  std::vector<std::vector<SeqWork>> work(8);
+  work[3] = std::vector<SeqWork>(size_t(rows), SeqWork{1, 2048, true});  // one busy replica, seven dummies
+  auto msg = [&](double r) {
+    return cm.collective_s(Collective::SendRecv, r * cm.model().d_model * cm.options().act_bytes, 2, 2);
+  };
+  // V3 (SiDP's CaS): replica 3's rows go to the owner of each layer it does not own, and come
+  // back; the seven dummies send nothing; the owners (all idle) serve.
+  const StepCost v3 = price_sidp(cm, cas, work);
+  EXPECT_NEAR(v3.comm_s, 2.0 * (L - L / 8) * msg(rows), 1e-12);
+  EXPECT_DOUBLE_EQ(v3.total_s, price_sidp(cm, cas, work, SidpVariant::CasV3).total_s);
+  EXPECT_GT(v3.total_s, plain_step_s(cm, rows, 2048));
+  // V2 (no dummy skipping): every non-owner sends, a dummy its one row.
+  double v2_comm = 0;
+  for (int l = 0; l < L; ++l)
+    for (int r = 0; r < 8; ++r)
+      if (r != sidp::owner_of(l, 8)) v2_comm += 2.0 * msg(r == 3 ? rows : 1);
+  EXPECT_NEAR(price_sidp(cm, cas, work, SidpVariant::CasV2).comm_s, v2_comm, 1e-9);
+}
+
+TEST(SidpSimStep, LadderMechanismsFsdpGathersFusionSavesGemmsSkippingSavesMessages) {
+  const CostModel cm = node_model("qwen3-32b", "h20");
+  const PricedPlan pl = cm.prepare(Plan::parse("dp=8,weights=owner,sidp=cas"));
+  const int L = cm.model().n_layers;
+  std::vector<std::vector<SeqWork>> tail(8);
+  tail[0] = tail[5] = std::vector<SeqWork>(3, SeqWork{1, 4096, true});  // two busy replicas, six dummies
+  const StepCost fsdp = price_sidp(cm, pl, tail, SidpVariant::Fsdp), v1 = price_sidp(cm, pl, tail, SidpVariant::CasV1),
+                 v2 = price_sidp(cm, pl, tail, SidpVariant::CasV2), v3 = price_sidp(cm, pl, tail, SidpVariant::CasV3);
+  // FSDP (S13): one all-gather of a layer's FFN over the 8 GPUs per layer, nothing else on the wire.
+  EXPECT_NEAR(fsdp.comm_s, L * cm.collective_s(Collective::AllGather, sidp_ffn_layer_bytes(cm), 8, 8), 1e-12);
+  // V1 and V2 move the same rows; V2's one GEMM chain over all of them is cheaper than one per sender.
+  EXPECT_NEAR(v1.comm_s, v2.comm_s, 1e-15);
+  EXPECT_GT(v1.gemm_s, v2.gemm_s);
+  EXPECT_GT(v1.total_s, v2.total_s);
+  // V3 skips the dummies: fewer messages, same busy rows.
+  EXPECT_LT(v3.comm_s, v2.comm_s);
+  EXPECT_GT(v2.total_s, v3.total_s);
+  // §5.3 Fig. 11: for large batches WaS matches the baseline while CaS pays for the owner's GEMMs.
+  const auto big = uniform_work(8, 256, 4096);
+  EXPECT_LT(price_sidp(cm, pl, big, SidpVariant::Was).total_s, price_sidp(cm, pl, big, SidpVariant::CasV3).total_s);
+}
+
+// ---- B_th (S11) ----
+
+TEST(SidpSimThreshold, SmallestBatchWhoseForwardHidesTheFetch) {
+  const Plan dp8 = Plan::parse("dp=8,weights=owner");
+  for (const std::string gpu : {"h20", "h200", "b200"}) {
+    SCOPED_TRACE(gpu);
+    const CostModel cm = node_model("qwen3-32b", gpu);
+    const SidpThreshold t = derive_sidp_threshold(cm, dp8, 4096);
+    ASSERT_TRUE(t.crossed) << t.explain;
+    const int L = cm.model().n_layers;
+    EXPECT_DOUBLE_EQ(t.fetch_s, (L - L / 8) * sidp_layer_fetch_s(cm, dp8));
+    EXPECT_GE(plain_step_s(cm, int(t.threshold), 4096), t.fetch_s);
+    if (t.threshold > 1) {
+      EXPECT_LT(plain_step_s(cm, int(t.threshold) - 1, 4096), t.fetch_s);
+    }
+    // Without peak shifting the fetch is slower, so a larger batch is needed to hide it.
+    EXPECT_GT(derive_sidp_threshold(cm, Plan::parse("dp=8,weights=owner,lookahead=6"), 4096).threshold, t.threshold);
+  }
+}
+
+TEST(SidpSimThreshold, EngineDefaultFromThisMachinesCostModel) {
+  // loom generate --plan dp=2,weights=owner --policy sidp: a CPU roofline (memcpy 8 GB/s, 40
+  // GFLOP/s per rank) and a small f32 model.
+  ModelConfig mc;
+  mc.d_model = 256, mc.n_layers = 8, mc.n_heads = 8, mc.n_kv_heads = 2, mc.head_dim = 32, mc.ffn_dim = 1024;
+  mc.vocab_size = 512, mc.max_seq_len = 2048;
+  const Plan dp2 = Plan::parse("dp=2,weights=owner");
+  const SidpThreshold t = default_sidp_threshold(mc, DType::F32, dp2, "", "local", 8e9, 40e9, 256);
+  ASSERT_TRUE(t.crossed) << t.explain;
+  EXPECT_GE(t.threshold, 1);
+  const CostModel cpu = cpu_cost_model(mc, 4.0, 8e9, 40e9, 0, 2);
+  auto step = [&](int64_t b) {
+    return cpu.price(Plan::make_tp(1), std::vector<SeqWork>(size_t(b), SeqWork{1, 256, true})).total_s;
+  };
+  EXPECT_GE(step(t.threshold), t.fetch_s);
+  if (t.threshold > 1) {
+    EXPECT_LT(step(t.threshold - 1), t.fetch_s);
+  }
+  EXPECT_NE(t.explain.find("non-owned FFN layers"), std::string::npos) << t.explain;
+  EXPECT_THROW(derive_sidp_threshold(cpu, Plan::make_dp(2), 256), Error);  // not a SiDP plan
+}
+
+// ---- the sidp policy in the simulator ----
+
+// 64 requests at t = 0: 60 short, 4 long (the tail in which replicas run out of work).
+std::vector<TraceRequest> small_job() {
+  std::vector<TraceRequest> t;
+  for (int i = 0; i < 64; ++i) t.push_back(TraceRequest{0.0, 256, i % 16 == 7 ? 512 : 64, {}, 0, false, false});
+  return t;
+}
+
+SimResult run_small(const std::string& policy, int64_t threshold) {
+  SimConfig cfg;
+  cfg.plan = Plan::parse("dp=8,weights=owner");
+  cfg.policy = policy;
+  cfg.sidp_threshold = threshold;
+  cfg.max_model_len = 1024;
+  return Simulator(node_model("qwen3-32b", "h20"), cfg).run(small_job());
+}
+
+TEST(SidpSimRun, PolicyRunsWasInTheBulkAndCasInTheTailAndRecordsEveryStepsMode) {
+  const int64_t th = 4;  // sequences per replica
+  const SimResult r = run_small("sidp", th);
+  EXPECT_EQ(r.summary.num_completed, 64);
+  EXPECT_EQ(r.policy_threshold, th);
+  const std::string was = "dp=8,weights=owner", cas = "dp=8,weights=owner,sidp=cas";
+  const auto& steps = r.metrics.steps();
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front().plan, was);
+  int first_cas = -1, n_cas = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ASSERT_TRUE(steps[i].plan == was || steps[i].plan == cas) << steps[i].plan;
+    if (steps[i].plan == cas) ++n_cas, first_cas = first_cas < 0 ? int(i) : first_cas;
+  }
+  ASSERT_GE(first_cas, kSidpWindow) << "the tail never switched to CaS";
+  // The switch ends a window of steps (the switching step included) whose batch per replica was
+  // below B_th (hysteresis), and the step before the window was not below it.
+  EXPECT_GE(double(steps[size_t(first_cas - kSidpWindow)].num_seqs) / 8, double(th));
+  for (int i = first_cas - kSidpWindow + 1; i <= first_cas; ++i)
+    EXPECT_LT(double(steps[size_t(i)].num_seqs) / 8, double(th)) << "step " << i;
+  // The tail (4 long requests over 8 replicas) stays in CaS to the end.
+  EXPECT_EQ(steps.back().plan, cas);
+  int64_t counted = 0;
+  for (const PlanUse& u : r.plan_use) counted += u.config == cas ? u.steps : 0;
+  EXPECT_EQ(counted, n_cas);
+  // Forced modes run only their plan, with the same tokens out.
+  const SimResult w = run_small("sidp:was", -1), c = run_small("sidp:cas", -1);
+  for (const auto& st : w.metrics.steps()) EXPECT_EQ(st.plan, was);
+  for (const auto& st : c.metrics.steps()) EXPECT_EQ(st.plan, cas);
+  EXPECT_EQ(w.summary.num_output_tokens, r.summary.num_output_tokens);
+  EXPECT_EQ(c.summary.num_output_tokens, r.summary.num_output_tokens);
+}
+
+TEST(SidpSimRun, DefaultThresholdIsTheCostModelsAtTheJobsMeanDecodeContext) {
+  const SimResult r = run_small("sidp", -1);
+  double rows = 0, ctx = 0;
+  for (const TraceRequest& t : small_job()) rows += t.output_len, ctx += t.output_len * (t.prompt_len + (t.output_len + 1) / 2.0);
+  const CostModel cm = node_model("qwen3-32b", "h20");
+  EXPECT_EQ(r.policy_threshold, derive_sidp_threshold(cm, Plan::parse("dp=8,weights=owner"), int(ctx / rows)).threshold);
+  EXPECT_GT(r.policy_threshold, 0);
+}
+
+// ---- the reproduced figures against sidp_bands.h ----
+
+std::map<std::string, double> rows_of(const ExperimentResult& r, const std::string& metric) {
+  std::map<std::string, double> out;
+  for (const ExperimentRow& x : r.rows)
+    if (x.metric == metric) out[x.config] = x.simulated;
+  return out;
+}
+
+// The bands and claims of sidp_bands.h the simulator misses today (issue 14 report: values and
+// causes). Each is asserted to stay missed, so that a change that meets one has to take it off
+// this list instead of passing unseen; every check not listed must hold.
+const std::set<std::string> kKnownDeviations = {
+    // The CaS phase of the job has all 8 replicas busy (no dummies: V2 = V3) with ~16 rows each;
+    // V1's per-sender GEMM chains cost more than FSDP's all-gathers on H20.
+    "fig14 fsdp>v1", "fig14 band fsdp/v1", "fig14 band v1/v2", "fig14 band v2/v3", "fig14 band fsdp/v3",
+    // WaS is fetch-bound (7/8 of the FFN per step over NVLink) at the batches 4K contexts leave room
+    // for, CaS serialises every layer's FFN on its owner, and the sidp policy's B_th sits above the
+    // WaS/CaS crossover: SiDP is below the best DP+TP on every GPU.
+    "headline band throughput", "headline h20 > 1", "headline h200 > 1", "headline b200 > 1",
+    "headline fig13 cas >= was-only", "headline fig15 was steps > cas steps"};
+
+void check(const std::string& name, bool holds, const std::string& detail) {
+  if (kKnownDeviations.count(name))
+    EXPECT_FALSE(holds) << name << " now holds (" << detail << "): take it off kKnownDeviations";
+  else
+    EXPECT_TRUE(holds) << name << ": " << detail;
+}
+
+TEST(SidpExperiments, Fig14CasLadderAgainstBands) {
+  const ExperimentResult r = find_experiment("sidp-fig14").run();
+  auto tail = rows_of(r, "tail_s");
+  auto speed = rows_of(r, "speedup");
+  using namespace sidp_bands;
+  // The paper's order: FSDP > V1 > V2 > V3.
+  check("fig14 fsdp>v1", tail["fsdp"] > tail["cas-v1"], cat(tail["fsdp"], " vs ", tail["cas-v1"], " s"));
+  check("fig14 v1>v2", tail["cas-v1"] > tail["cas-v2"], cat(tail["cas-v1"], " vs ", tail["cas-v2"], " s"));
+  check("fig14 v2>v3", tail["cas-v2"] > tail["cas-v3"], cat(tail["cas-v2"], " vs ", tail["cas-v3"], " s"));
+  const std::pair<const char*, double> bands[] = {
+      {"fsdp/v1", kFsdpOverV1}, {"v1/v2", kV1OverV2}, {"v2/v3", kV2OverV3}, {"fsdp/v3", kFsdpOverV3}};
+  for (const auto& [k, paper] : bands)
+    check(cat("fig14 band ", k), in_band(speed[k], paper), cat(speed[k], " vs paper ", paper));
+  // V3 is the simulator's own CaS: the tail re-priced equals what the run charged.
+  EXPECT_NEAR(tail["cas-v3"], rows_of(r, "cas_busy_s")["sim"], 1e-9 * tail["cas-v3"]);
+  EXPECT_GT(rows_of(r, "cas_steps")["tail"], 0);
+}
+
+TEST(SidpExperiments, HeadlineKvCapacityAndThroughputAgainstBands) {
+  const ExperimentResult r = find_experiment("sidp-headline").run();
+  using namespace sidp_bands;
+  double kv_max = 0;
+  for (const auto& [k, v] : rows_of(r, "kv_capacity_x")) kv_max = std::max(kv_max, v);
+  check("headline band kv", in_band(kv_max, kKvCapacityMax), cat(kv_max, " vs ", kKvCapacityMax));
+  double tp_max = 0;
+  std::map<std::string, double> per_gpu;
+  for (const auto& [k, v] : rows_of(r, "throughput_x")) {
+    tp_max = std::max(tp_max, v);
+    const std::string gpu = k.substr(0, k.find(':'));
+    per_gpu[gpu] = std::max(per_gpu[gpu], v);
+  }
+  check("headline band throughput", in_band(tp_max, kThroughputMax), cat(tp_max, " vs ", kThroughputMax));
+  ASSERT_EQ(per_gpu.size(), 3u);
+  for (const auto& [gpu, v] : per_gpu) check(cat("headline ", gpu, " > 1"), v > 1.0, cat(v));
+  // Fig. 13: enabling CaS never lowers throughput against WaS only; Fig. 15: most steps in WaS.
+  const std::string key = "h20:qwen3-32b";
+  const double with_cas = rows_of(r, "tok_s_sidp")[key], was_only = rows_of(r, "tok_s_sidp_was_only")[key];
+  check("headline fig13 cas >= was-only", with_cas >= was_only, cat(with_cas, " vs ", was_only, " tok/s"));
+  const double was = rows_of(r, "sidp_steps_was")[key], cas = rows_of(r, "sidp_steps_cas")[key];
+  check("headline fig15 was steps > cas steps", was > cas, cat(was, " vs ", cas));
+}
+
+}  // namespace
+}  // namespace loom::sim
