@@ -57,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -169,6 +170,19 @@ class Scheduler {
   std::vector<RequestId> rehome(const KvPoolShape& shape, StepBatch& batch);
   // The sequences whose K/V is in the cache and how many tokens of each (running, num_computed > 0).
   std::vector<SeqExtent> kv_extents() const;
+
+  // Hand-over between schedulers (a Nitsum pool moves requests between instances: cluster/pool.h).
+  // extract(): takes a live sequence out (its blocks freed, out of the waiting / running sets)
+  // and returns it with its state (request, output, num_computed, status); nullopt when `id` is
+  // not live or is in the CPU tier (Seesaw). The K/V it had is the caller's to move or drop.
+  std::optional<Sequence> extract(RequestId id);
+  // adopt(): takes over a sequence extracted elsewhere. A running one (num_computed > 0) gets
+  // blocks for all its tokens, like an admission (the watermark waived), and adopt returns true:
+  // its K/V is to be moved here. When the pools cannot hold it, it is preempted instead
+  // (num_computed = 0, it waits to be recomputed) and adopt returns false, as for a waiting one
+  // (queued by urgency): any K/V it had is to be dropped. Throws loom::Error when the id is live
+  // here already.
+  bool adopt(Sequence seq);
 
   // Seesaw phases (config.phases != None).
   Phase phase() const { return phase_; }
