@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "comm/world.h"
+#include "core/byte_io.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -71,43 +72,14 @@ struct CommandReply {
   std::vector<MigrationDone> migrations;
 };
 
-class Out {
- public:
-  explicit Out(std::vector<uint8_t>& b) : b_(b) { b_.clear(); }
-  template <typename T>
-  void put(T v) {
-    const size_t at = b_.size();
-    b_.resize(at + sizeof(T));
-    std::memcpy(b_.data() + at, &v, sizeof(T));
-  }
+// A count of `elem_bytes`-sized items that must fit what is left of the message.
+uint32_t get_count(ByteReader& r, const char* what, std::size_t elem_bytes) {
+  const uint32_t n = r.get<uint32_t>(what);
+  if (uint64_t(n) * elem_bytes > r.left()) fail("pool command: ", what, " = ", n, " runs past the end");
+  return n;
+}
 
- private:
-  std::vector<uint8_t>& b_;
-};
-
-class In {
- public:
-  In(const std::vector<uint8_t>& b) : b_(b) {}
-  template <typename T>
-  T get(const char* what) {
-    if (sizeof(T) > b_.size() - at_) fail("pool command truncated at ", what, " (offset ", at_, " of ", b_.size(), ")");
-    T v;
-    std::memcpy(&v, b_.data() + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  uint32_t count(const char* what, size_t elem_bytes) {
-    const uint32_t n = get<uint32_t>(what);
-    if (elem_bytes && uint64_t(n) * elem_bytes > b_.size() - at_) fail("pool command: ", what, " = ", n, " runs past the end");
-    return n;
-  }
-
- private:
-  const std::vector<uint8_t>& b_;
-  size_t at_ = 0;
-};
-
-void encode_parts(Out& w, const std::vector<MigrationPart>& parts) {
+void encode_parts(ByteWriter& w, const std::vector<MigrationPart>& parts) {
   w.put(uint32_t(parts.size()));
   for (const MigrationPart& p : parts) {
     w.put(int32_t(p.group));
@@ -118,7 +90,7 @@ void encode_parts(Out& w, const std::vector<MigrationPart>& parts) {
 
 std::vector<uint8_t> encode_command(const PoolCommand& c) {
   std::vector<uint8_t> out;
-  Out w(out);
+  ByteWriter w(out);
   w.put(kPoolMagic);
   w.put(kPoolVersion);
   w.put(uint32_t(c.keepalive ? 1 : 2));
@@ -143,40 +115,40 @@ std::vector<uint8_t> encode_command(const PoolCommand& c) {
   return out;
 }
 
-std::vector<MigrationPart> decode_parts(In& r) {
-  std::vector<MigrationPart> parts(r.count("parts", 8));
+std::vector<MigrationPart> decode_parts(ByteReader& r) {
+  std::vector<MigrationPart> parts(get_count(r, "parts", 8));
   for (MigrationPart& p : parts) {
     p.group = r.get<int32_t>("part group");
-    p.seqs.resize(r.count("part sequences", 8));
+    p.seqs.resize(get_count(r, "part sequences", 8));
     for (int64_t& id : p.seqs) id = r.get<int64_t>("part sequence");
   }
   return parts;
 }
 
 PoolCommand decode_command(const std::vector<uint8_t>& b) {
-  In r(b);
+  ByteReader r(b.data(), b.size(), "pool command");
   if (r.get<uint32_t>("magic") != kPoolMagic) fail("not a pool command");
   const uint32_t version = r.get<uint32_t>("version");
   if (version != kPoolVersion) fail("pool command version ", version, ", this binary speaks ", kPoolVersion);
   PoolCommand c;
   c.keepalive = r.get<uint32_t>("kind") == 1;
-  c.drops.resize(r.count("drops", 12));
+  c.drops.resize(get_count(r, "drops", 12));
   for (auto& [g, id] : c.drops) {
     g = r.get<int32_t>("drop group");
     id = r.get<int64_t>("drop sequence");
   }
-  c.migrations.resize(r.count("migrations", 13));
+  c.migrations.resize(get_count(r, "migrations", 13));
   for (MigrationCmd& m : c.migrations) {
     m.all_sequences = r.get<uint8_t>("all_sequences") != 0;
     m.from = decode_parts(r);
     m.to = decode_parts(r);
-    m.extents.resize(r.count("extents", 16));
+    m.extents.resize(get_count(r, "extents", 16));
     for (SeqExtent& e : m.extents) {
       e.id = r.get<int64_t>("extent id");
       e.n_tokens = r.get<int64_t>("extent tokens");
     }
   }
-  c.assignment.resize(r.count("assignment", 4));
+  c.assignment.resize(get_count(r, "assignment", 4));
   for (int32_t& g : c.assignment) g = r.get<int32_t>("assignment");
   return c;
 }
@@ -218,7 +190,7 @@ StepResult decode_tokens(const std::vector<uint8_t>& b) {
 
 std::vector<uint8_t> encode_reply(const CommandReply& c) {
   std::vector<uint8_t> out;
-  Out w(out);
+  ByteWriter w(out);
   w.put(c.seconds);
   w.put(uint32_t(c.migrations.size()));
   for (const MigrationDone& m : c.migrations) {
@@ -229,10 +201,10 @@ std::vector<uint8_t> encode_reply(const CommandReply& c) {
   return out;
 }
 CommandReply decode_reply(const std::vector<uint8_t>& b) {
-  In r(b);
+  ByteReader r(b.data(), b.size(), "pool command reply");
   CommandReply c;
   c.seconds = r.get<double>("seconds");
-  c.migrations.resize(r.count("migrations", 20));
+  c.migrations.resize(get_count(r, "migrations", 20));
   for (MigrationDone& m : c.migrations) {
     m.index = r.get<uint32_t>("migration");
     m.bytes = r.get<int64_t>("bytes");

@@ -17,6 +17,7 @@ struct PoolStackOptions {
   std::string tokenizer_path;
   int ranks = 2;
   std::vector<std::string> layouts;  // parse_pool_layout syntax, cycled every window
+  cluster::ProfileTable table;       // the planner's, without layouts
   std::string tiers;                 // cluster::parse_tiers syntax; "" = none
   double window_s = 0.05;
   int max_num_seqs = 16;
@@ -44,6 +45,7 @@ class PoolStack {
     if (!opt_.tiers.empty()) po.tiers = cluster::parse_tiers(opt_.tiers);
     for (const std::string& l : opt_.layouts) po.layouts.push_back(cluster::parse_pool_layout(l, po.tiers));
     po.window_s = opt_.window_s;
+    po.table = opt_.table;
     po.after_step = opt_.after_step;
     exit_pages_.assign(size_t(opt_.ranks), -1);
     po.on_exit = [this](int r, const KvStore& kv) {
@@ -92,12 +94,7 @@ class PoolStack {
     return exit_pages_;
   }
   bool wait_stats(const std::function<bool(const EngineStats&)>& pred, double timeout_s = 10) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < end) {
-      if (pred(serving_->stats())) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return pred(serving_->stats());
+    return wait_for_stats(*serving_, pred, timeout_s);
   }
 
  private:

@@ -53,7 +53,13 @@ done
 curl -s "http://127.0.0.1:$p2/metrics" > "$tmp/metrics"
 grep -Eq '^loom:plan_switches_total\{model_name="[^"]*",plan="tp2@0"\} [1-9]' "$tmp/metrics" ||
   fail "no regrouping into tp2@0: $(grep plan_ "$tmp/metrics")"
-kill -TERM "$job"
-wait "$job" || fail "the pool exited non-zero after SIGTERM: $(tail -5 "$tmp/pool.out")"
+# SIGTERM to the control plane (world rank 0) stops the server and every worker: the job exits 0.
+rank0=""
+for pid in $(pgrep -f "serve -m $model --comm mpi"); do
+  tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && rank0=$pid
+done
+[ -n "$rank0" ] || fail "world rank 0 not found"
+kill -TERM "$rank0"
+wait "$job" || fail "the pool exited non-zero after SIGTERM to its control plane: $(tail -5 "$tmp/pool.out")"
 job=""
 echo "OK: 6 greedy completions from the MPI pool equal the one-rank server's"

@@ -77,8 +77,10 @@ std::vector<std::string> complete_all(int port, const std::vector<json>& bodies)
 }
 
 // The single-rank engine's answers (the reference).
-std::vector<std::string> single_rank_texts(const std::string& model, const std::string& tok, const std::vector<json>& bodies) {
+std::vector<std::string> single_rank_texts(const std::string& model, const std::string& tok, const std::vector<json>& bodies,
+                                           const std::string& tiers = "") {
   StackOptions o;
+  o.tiers = tiers;
   o.model_path = model;
   o.tokenizer_path = tok;
   o.max_num_seqs = 32;
@@ -118,89 +120,115 @@ void expect_every_page_back(PoolStack& p) {
   for (size_t r = 0; r < pages.size(); ++r) EXPECT_EQ(pages[r], 0) << "pool rank " << r << " still holds K/V pages";
 }
 
-TEST(NitsumPool, StoriesTextAcrossForcedTpSwitchesEqualsSingleRank) {
-  if (!have_stories()) GTEST_SKIP() << "needs ../shared/models/stories260K";
-  const std::vector<json> bodies = greedy_bodies(8, 11, 40, 80, 140, 512);
-  const std::vector<std::string> want = single_rank_texts(stories_path(), stories_tok(), bodies);
+// `bodies` through a pool of `ranks` cycling `layouts` every `window_s`, against the single-rank
+// engine: the same text for every request, every rank's holdings right after every step, every
+// page back at the end. Returns what the pool did (and its per-group stats in *plans).
+cluster::PoolStats same_text_as_single_rank(const std::string& model, const std::string& tok, int ranks,
+                                            std::vector<std::string> layouts, double window_s,
+                                            const std::vector<json>& bodies, std::vector<PlanStats>* plans = nullptr) {
+  const std::vector<std::string> want = single_rank_texts(model, tok, bodies);
   HoldingsCheck check;
   PoolStackOptions o;
-  o.model_path = stories_path();
-  o.tokenizer_path = stories_tok();
-  o.ranks = 2;
-  o.layouts = {"both:tp1,both:tp1", "both:tp2"};  // DP(2) <-> TP(2), re-partitioned by KV heads
-  o.window_s = 0.01;
+  o.model_path = model;
+  o.tokenizer_path = tok;
+  o.ranks = ranks;
+  o.layouts = std::move(layouts);
+  o.window_s = window_s;
   o.after_step = check.hook();
   PoolStack p(o);
-  ASSERT_EQ(p.error(), "");
+  EXPECT_EQ(p.error(), "");
   const std::vector<std::string> got = complete_all(p.port(), bodies);
   p.stop();
   expect_same(got, want);
-  const cluster::PoolStats st = p.final_stats();
+  EXPECT_GT(check.steps.load(), 0);
+  EXPECT_TRUE(check.failures.empty()) << check.failures.front();
+  expect_every_page_back(p);
+  if (plans) *plans = p.final_plans();
+  return p.final_stats();
+}
+
+TEST(NitsumPool, StoriesTextAcrossForcedTpSwitchesEqualsSingleRank) {
+  if (!have_stories()) GTEST_SKIP() << "needs ../shared/models/stories260K";
+  // DP(2) <-> TP(2) every 10 ms, the running requests' K/V re-partitioned by KV heads.
+  const cluster::PoolStats st = same_text_as_single_rank(stories_path(), stories_tok(), 2, {"both:tp1,both:tp1", "both:tp2"},
+                                                         0.01, greedy_bodies(8, 11, 40, 80, 140, 512));
   std::printf("switches: %lld reconfigurations, %lld requests moved, %lld KV bytes, %.3f ms stop+migrate max\n",
               (long long)st.reconfigurations, (long long)st.moved, (long long)st.regroup_bytes, st.switch_s_max * 1e3);
   EXPECT_GE(st.reconfigurations, 2);
   EXPECT_GT(st.moved, 0);
   EXPECT_GT(st.regroup_bytes, 0) << "no switch happened while a request held K/V";
-  EXPECT_GT(check.steps.load(), 0);
-  EXPECT_TRUE(check.failures.empty()) << check.failures.front();
-  expect_every_page_back(p);
 }
 
 TEST(NitsumPool, StoriesTextWithPdHandoffsEqualsSingleRank) {
   if (!have_stories()) GTEST_SKIP() << "needs ../shared/models/stories260K";
   const std::vector<json> bodies = greedy_bodies(8, 12, 60, 20, 60, 512);
-  const std::vector<std::string> want = single_rank_texts(stories_path(), stories_tok(), bodies);
-  HoldingsCheck check;
-  PoolStackOptions o;
-  o.model_path = stories_path();
-  o.tokenizer_path = stories_tok();
-  o.ranks = 2;
-  o.layouts = {"prefill:tp1,decode:tp1"};
-  o.after_step = check.hook();
-  PoolStack p(o);
-  ASSERT_EQ(p.error(), "");
-  const std::vector<std::string> got = complete_all(p.port(), bodies);
-  p.stop();
-  expect_same(got, want);
-  const cluster::PoolStats st = p.final_stats();
+  std::vector<PlanStats> plans;
+  const cluster::PoolStats st =
+      same_text_as_single_rank(stories_path(), stories_tok(), 2, {"prefill:tp1,decode:tp1"}, 0.05, bodies, &plans);
   // Every request prefilled on rank 0's instance and decoded on rank 1's: one hand-off each.
   EXPECT_EQ(st.handoffs, int64_t(bodies.size()));
   EXPECT_EQ(st.recomputed, 0);
   EXPECT_GT(st.handoff_bytes, 0);
-  const std::vector<PlanStats> plans = p.final_plans();
   for (const PlanStats& g : plans) {
     if (g.name == "tp1@1") {
       EXPECT_GT(g.steps, 0) << "the decode instance never stepped";
     }
   }
-  EXPECT_TRUE(check.failures.empty()) << check.failures.front();
-  expect_every_page_back(p);
 }
 
 TEST(NitsumPool, GqaTextAcrossTpSwitchesAndHandoffsOnFourRanksEqualsSingleRank) {
-  const std::vector<json> bodies = greedy_bodies(10, 13, 50, 40, 90, 512);
-  const std::vector<std::string> want = single_rank_texts(gqa_model_path(), "", bodies);
-  HoldingsCheck check;
-  PoolStackOptions o;
-  o.model_path = gqa_model_path();
-  o.ranks = 4;
-  o.layouts = {"prefill:tp2,decode:tp2", "both:tp4", "prefill:tp1,decode:tp1,both:tp2",
-               "both:tp1,both:tp1,decode:tp1,prefill:tp1"};
-  o.window_s = 0.02;
-  o.after_step = check.hook();
-  PoolStack p(o);
-  ASSERT_EQ(p.error(), "");
-  const std::vector<std::string> got = complete_all(p.port(), bodies);
-  p.stop();
-  expect_same(got, want);
-  const cluster::PoolStats st = p.final_stats();
+  const cluster::PoolStats st = same_text_as_single_rank(
+      gqa_model_path(), "", 4,
+      {"prefill:tp2,decode:tp2", "both:tp4", "prefill:tp1,decode:tp1,both:tp2", "both:tp1,both:tp1,decode:tp1,prefill:tp1"},
+      0.02, greedy_bodies(10, 13, 50, 40, 90, 512));
   std::printf("gqa: %lld reconfigurations, %lld hand-offs, %lld moved (%lld recomputed), %lld + %lld KV bytes\n",
               (long long)st.reconfigurations, (long long)st.handoffs, (long long)st.moved, (long long)st.recomputed,
               (long long)st.regroup_bytes, (long long)st.handoff_bytes);
   EXPECT_GE(st.reconfigurations, 3);
   EXPECT_GT(st.handoffs, 0);
   EXPECT_GT(st.regroup_bytes, 0);
-  EXPECT_TRUE(check.failures.empty()) << check.failures.front();
+}
+
+// The planner drives the pool (no forced layout): a synthetic profile table in which one tier is
+// served best by P/D pairs of TP(1) and the other by TP(2), two tiers of requests; every window
+// GlobalScheduler::next_window re-plans from the arrival rates. Whatever it chooses, the text is
+// the single-rank engine's and nothing is lost.
+TEST(NitsumPool, PlannerDrivenPoolServesBothTiersWithTheSingleRankText) {
+  if (!have_stories()) GTEST_SKIP() << "needs ../shared/models/stories260K";
+  cluster::ProfileTable table(2, {1, 2});
+  table.at(0, 1) = {40, 4, 20, 8, 10, 8};   // chat: TP(1) prefill 40 rps, decode 20 rps
+  table.at(0, 2) = {50, 4, 25, 8, 12, 8};
+  table.at(1, 1) = {5, 2, 5, 4, 2, 4};      // code: TP(2) far better
+  table.at(1, 2) = {60, 8, 60, 16, 30, 16};
+  std::vector<json> bodies = greedy_bodies(12, 14, 40, 30, 60, 512);
+  for (size_t i = 0; i < bodies.size(); ++i) bodies[i]["tier"] = i % 3 ? "chat" : "code";
+  const std::string tier_spec = "chat=60000/60000,code=60000/60000";
+  const std::vector<std::string> want = single_rank_texts(stories_path(), stories_tok(), bodies, tier_spec);
+  PoolStackOptions o;
+  o.model_path = stories_path();
+  o.tokenizer_path = stories_tok();
+  o.ranks = 2;
+  o.tiers = tier_spec;
+  o.table = table;
+  o.window_s = 0.02;
+  PoolStack p(o);
+  ASSERT_EQ(p.error(), "");
+  std::vector<std::string> got;
+  for (int round = 0; round < 3; ++round) {  // bursts: the rates change from window to window
+    got = complete_all(p.port(), bodies);
+    expect_same(got, want);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto c = p.client();
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(metric_value(m->body, "loom:tier_requests_finished_total{model_name=\"test-model\",tier=\"code\"}"), 12);
+  EXPECT_EQ(metric_value(m->body, "loom:tier_requests_finished_total{model_name=\"test-model\",tier=\"chat\"}"), 24);
+  p.stop();
+  const cluster::PoolStats st = p.final_stats();
+  std::printf("planner: %lld windows, %lld reconfigurations, %lld hand-offs; last layout %s\n", (long long)st.windows,
+              (long long)st.reconfigurations, (long long)st.handoffs, st.layout.c_str());
+  EXPECT_GT(st.windows, 0);
   expect_every_page_back(p);
 }
 
