@@ -279,6 +279,14 @@ std::string describe_options(const PoolOptions& o) {
   return s;
 }
 
+// The largest candidate TP degree: --max-tp, else the largest power of two in the pool.
+int max_degree(const PoolOptions& o) {
+  if (o.max_tp > 0) return o.max_tp;
+  int t = 1;
+  while (t * 2 <= o.ranks) t *= 2;
+  return std::max(t, o.min_tp);
+}
+
 int queue_priority(QueueKind q, int client) {
   // The queue kind first (feasible, best-effort, background: Nitsum 3.3.2), the client's own
   // priority inside it.
@@ -1192,7 +1200,7 @@ void run_rank(const PoolOptions& o, Communicator& world, const std::function<voi
   c.config.validate(mc);
   if (c.config.max_model_len == 0) c.config.max_model_len = mc.max_seq_len;
   c.shape = ModelShape::from(mc, weight_block_elems(*c.model));
-  const std::vector<int> cand = candidate_tp_degrees(n, o.min_tp, o.max_tp > 0 ? o.max_tp : n);
+  const std::vector<int> cand = candidate_tp_degrees(n, o.min_tp, max_degree(o));
   for (int t : cand) {
     try {
       validate(group_plan(t), c.shape);
@@ -1394,7 +1402,7 @@ std::vector<InstanceSpec> parse_pool_layout(const std::string& text, const SloTi
 void check_pool_options(const PoolOptions& o) {
   if (o.ranks < 1) fail("--policy nitsum: --ranks (the pool) must be >= 1, got ", o.ranks);
   if (!(o.window_s > 0) || o.window_s > 3600) fail("--window must be in (0, 3600] seconds, got ", o.window_s);
-  const std::vector<int> degrees = candidate_tp_degrees(o.ranks, o.min_tp, o.max_tp > 0 ? o.max_tp : o.ranks);
+  const std::vector<int> degrees = candidate_tp_degrees(o.ranks, o.min_tp, max_degree(o));
   for (const auto& layout : o.layouts) {
     int covered = 0;
     for (const InstanceSpec& x : layout) {

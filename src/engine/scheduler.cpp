@@ -127,6 +127,14 @@ bool Scheduler::adopt(Sequence seq) {
   auto owned = std::make_unique<Sequence>(std::move(seq));
   Sequence* s = owned.get();
   s->block_table = BlockTable(config_.block_size);
+  if (std::string reason = reject_reason(s->request); !reason.empty()) {
+    // It could never run here (a smaller cache than where it came from): rejected, not stuck.
+    s->status = SeqStatus::kFinished;
+    s->finish_reason = FinishReason::kRejected;
+    s->finish_detail = std::move(reason);
+    finished_.push_back(std::move(*s));
+    return false;
+  }
   live_.emplace(id, std::move(owned));
   if (s->status == SeqStatus::kRunning && s->num_computed > 0 &&
       s->block_table.append_slots(s->num_tokens(), pools_, id)) {
@@ -159,13 +167,7 @@ void Scheduler::insert_waiting(Sequence* s) {
   waiting_.insert(it, s);
 }
 
-AddResult Scheduler::add_request(Request request) {
-  if (known_ids_.count(request.id)) fail("request id ", request.id, " is already in use");
-  known_ids_.insert(request.id);
-  auto seq = std::make_unique<Sequence>();
-  seq->request = std::move(request);
-  seq->block_table = BlockTable(config_.block_size);
-  const Request& r = seq->request;
+std::string Scheduler::reject_reason(const Request& r) const {
   const int64_t total = int64_t(r.prompt_len()) + r.max_tokens;
   std::string reason;
   if (r.prompt_len() <= 0) {
@@ -191,6 +193,16 @@ AddResult Scheduler::add_request(Request request) {
                  " tokens exceeds max_tokens_per_step ", config_.max_tokens_per_step,
                  " and chunked prefill is off");
   }
+  return reason;
+}
+
+AddResult Scheduler::add_request(Request request) {
+  if (known_ids_.count(request.id)) fail("request id ", request.id, " is already in use");
+  known_ids_.insert(request.id);
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  seq->block_table = BlockTable(config_.block_size);
+  const std::string reason = reject_reason(seq->request);
   if (!reason.empty()) {
     seq->status = SeqStatus::kFinished;
     seq->finish_reason = FinishReason::kRejected;

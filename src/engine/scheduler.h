@@ -180,8 +180,9 @@ class Scheduler {
   // blocks for all its tokens, like an admission (the watermark waived), and adopt returns true:
   // its K/V is to be moved here. When the pools cannot hold it, it is preempted instead
   // (num_computed = 0, it waits to be recomputed) and adopt returns false, as for a waiting one
-  // (queued by urgency): any K/V it had is to be dropped. Throws loom::Error when the id is live
-  // here already.
+  // (queued by urgency): any K/V it had is to be dropped. One that could never run here (the
+  // rejection rules of add_request: e.g. a smaller cache than where it came from) finishes as
+  // kRejected instead (drain_finished), also false. Throws loom::Error when the id is live here.
   bool adopt(Sequence seq);
 
   // Seesaw phases (config.phases != None).
@@ -194,6 +195,7 @@ class Scheduler {
 
  private:
   bool more_urgent(const Sequence& a, const Sequence& b) const;
+  std::string reject_reason(const Request& r) const;  // "" when it may run (see Rejection above)
   void insert_waiting(Sequence* s);
   void preempt(Sequence* s);
   void finish(Sequence* s, FinishReason reason, std::string detail);
