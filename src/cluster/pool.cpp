@@ -1276,19 +1276,15 @@ void run_rank(const PoolOptions& o, Communicator& world, const std::function<voi
       }
     }
 
-  // KV pages per pool rank (weights=full: no decode copies come out of the budget).
+  // KV pages per pool rank: the engine's one budget formula (kv_budget_bytes), each rank holding
+  // the whole model as views (dp=N,weights=full: nothing copied), capped like a TP(1) instance's.
   const int64_t page_bytes = 2 * int64_t(c.config.block_size) * mc.head_dim * int64_t(sizeof(float));
   int64_t mine = 0;
   if (me >= 0) {
-    int64_t budget;
-    if (c.config.kv_cache_bytes) {
-      budget = *c.config.kv_cache_bytes;
-    } else {
-      const int sharing = o.comm == "local" ? n : 1;
-      budget = int64_t(double(mem_available_bytes()) * c.config.kv_cache_fraction / double(sharing));
-    }
-    const PlanSet one = PlanSet::make({group_plan(1)}, c.shape);
-    mine = kv_pages_for(c.config, one, 0, mc.head_dim, budget);
+    const PlanSet replicas = PlanSet::make({Plan::parse(cat("dp=", n, ",weights=full"))}, c.shape);
+    const bool local = o.comm != "mpi";
+    const int64_t budget = kv_budget_bytes(c.config, *c.model, replicas, me, local ? 0 : me, local ? n : 1);
+    mine = kv_pages_for(c.config, PlanSet::make({group_plan(1)}, c.shape), 0, mc.head_dim, budget);
   }
   std::vector<int64_t> pages(size_t(n) + 1);
   world.all_gather_bytes(&mine, pages.data(), sizeof mine);
@@ -1415,6 +1411,8 @@ void check_pool_options(const PoolOptions& o) {
     if (covered != o.ranks)
       fail("pool layout ", layout_string(layout), " covers ", covered, " of the pool's ", o.ranks,
            " ranks (every rank serves one instance)");
+    if (std::none_of(layout.begin(), layout.end(), [](const InstanceSpec& x) { return x.role != Role::Decode; }))
+      fail("pool layout ", layout_string(layout), " has no prefill or both instance: no request could start");
     placed_layout(layout, o.ranks);
   }
   if (o.layouts.empty()) {

@@ -180,7 +180,7 @@ TEST(NitsumPool, GqaTextAcrossTpSwitchesAndHandoffsOnFourRanksEqualsSingleRank) 
   const cluster::PoolStats st = same_text_as_single_rank(
       gqa_model_path(), "", 4,
       {"prefill:tp2,decode:tp2", "both:tp4", "prefill:tp1,decode:tp1,both:tp2", "both:tp1,both:tp1,decode:tp1,prefill:tp1"},
-      0.02, greedy_bodies(10, 13, 50, 40, 90, 512));
+      0.008, greedy_bodies(10, 13, 50, 40, 90, 512));
   std::printf("gqa: %lld reconfigurations, %lld hand-offs, %lld moved (%lld recomputed), %lld + %lld KV bytes\n",
               (long long)st.reconfigurations, (long long)st.handoffs, (long long)st.moved, (long long)st.recomputed,
               (long long)st.regroup_bytes, (long long)st.handoff_bytes);
@@ -330,7 +330,7 @@ TEST(NitsumPool, SoakWithSwitchesUnderStreamingLoad) {
   o.ranks = 4;
   o.layouts = {"prefill:tp1,decode:tp1,both:tp2", "both:tp4", "prefill:tp2,decode:tp1,decode:tp1",
                "both:tp1,both:tp1,both:tp1,both:tp1"};
-  o.window_s = 0.03;
+  o.window_s = 0.015;
   o.max_num_seqs = 24;
   o.kv_cache_bytes = 256 << 10;  // small: preemptions, and hand-offs that must recompute
   PoolStack p(o);
