@@ -69,6 +69,17 @@
 // then background; the client's priority breaks ties inside one kind), so each instance's
 // Scheduler admits feasible requests first; its max_num_seqs is the instance's batch cap (at most
 // --max-num-seqs). A request without a tier belongs to the first.
+//
+// Limits (what differs from the paper or the simulator, src/sim/exp_nitsum.cpp):
+//   - forced layouts carry no profile table, so their routing is SLO-agnostic (least-loaded over
+//     the prefill-capable instances; hand-offs still prefer the request's tier);
+//   - the CLI builds the planner's table once at start-up from a `loom profile` folder at assumed
+//     mean lengths (--pool-lengths), not from each window's observed lengths (PAPERS-NOTES 2.4.2);
+//   - batch composition is the Scheduler's priority order (feasible, best-effort, background)
+//     rather than cluster::compose_batch over the running set: a running request is never
+//     skipped for a more urgent one, only admitted after it;
+//   - a regrouping keeps K/V inside its component: a running request of a stopped instance goes
+//     to a new instance over the same ranks (a later hand-off may move it on).
 #pragma once
 
 #include <functional>

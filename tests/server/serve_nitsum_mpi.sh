@@ -38,7 +38,9 @@ p1=$(port_of "$tmp/one.out")
 [ -n "$p1" ] || { cat "$tmp/one.out"; fail "the one-rank server did not start"; }
 ask "$p1" one
 kill "$one"; wait "$one" 2>/dev/null; one=""
-"$@" -np 3 "$loom" serve -m "$model" --comm mpi --ranks 2 --policy nitsum --threads 1 --port 0 \
+# (--comm first: serve_dead_follower_mpi.sh, which may run beside this test, looks for its own
+# ranks by "serve -m MODEL".)
+"$@" -np 3 "$loom" serve --comm mpi -m "$model" --ranks 2 --policy nitsum --threads 1 --port 0 \
   --pool-layout prefill:tp1,decode:tp1 --pool-layout both:tp2 --window 0.005 >"$tmp/pool.out" 2>&1 &
 job=$!
 p2=$(port_of "$tmp/pool.out")
@@ -55,7 +57,7 @@ grep -Eq '^loom:plan_switches_total\{model_name="[^"]*",plan="tp2@0"\} [1-9]' "$
   fail "no regrouping into tp2@0: $(grep plan_ "$tmp/metrics")"
 # SIGTERM to the control plane (world rank 0) stops the server and every worker: the job exits 0.
 rank0=""
-for pid in $(pgrep -f "serve -m $model --comm mpi"); do
+for pid in $(pgrep -f "serve --comm mpi -m $model"); do
   tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && rank0=$pid
 done
 [ -n "$rank0" ] || fail "world rank 0 not found"
