@@ -10,7 +10,17 @@
 // Best of 3 per figure (a shared, loaded machine only adds time). Not the full engine: the
 // step loop's own switch (descriptor, plan id flip) adds no data movement on top of this.
 //
+//
+// --pool SECONDS: the whole pool instead (cluster/pool.h, `loom serve --policy nitsum` without the
+// HTTP front): 4 pool ranks + the control plane (threads), the synthetic gqa-24x6 model (f32),
+// forced layouts cycled every --window seconds (TP1 x4 -> TP2 x2 -> TP4 -> P/D TP2 + TP2), under a
+// closed loop of --concurrency requests (64-token prompts, 96 output tokens); prints the switch
+// time in ms (from the window boundary to the last affected rank done: the stop at a step boundary
+// plus the migration), the migration alone, KV moved per switch, hand-offs, and the mean step time
+// for scale.
+//
 // Usage: bench_nitsum [--ranks 4] [--loads 2x256,4x512,8x512]
+//        bench_nitsum --pool 10 [--window 0.5] [--concurrency 16]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,11 +29,15 @@
 #include <string>
 #include <vector>
 
+#include "cluster/pool.h"
 #include "comm/world.h"
+#include "core/clock.h"
+#include "model/synth.h"
 #include "core/error.h"
 #include "kv/kv_store.h"
 #include "kv/kv_transfer.h"
 #include "parallel/kv_migration.h"
+#include "core/rng.h"
 #include "parallel/plan.h"
 
 using namespace loom;
@@ -77,17 +91,95 @@ double migrate(Communicator& world, KvStore& kv, const KvPlacement& from, const 
   return *std::max_element(all.begin(), all.end());
 }
 
+int run_pool_bench(double seconds, double window_s, int concurrency) {
+  const std::string model = "/tmp/bench_nitsum_gqa_24x6.gguf";
+  SynthOptions so;
+  so.shape = synth_shape("gqa-24x6");
+  so.dtype = DType::F32;
+  so.seed = 7;
+  write_synth_model(so, model);
+  cluster::PoolOptions o;
+  o.ranks = 4;
+  o.model_path = model;
+  o.engine.threads = 1;
+  o.engine.max_num_seqs = 64;
+  o.engine.kv_cache_bytes = int64_t(64) << 20;
+  o.window_s = window_s;
+  for (const char* l : {"both:tp1,both:tp1,both:tp1,both:tp1", "both:tp2,both:tp2", "both:tp4", "prefill:tp2,decode:tp2"})
+    o.layouts.push_back(cluster::parse_pool_layout(l, {}));
+  cluster::PoolStats st;
+  int64_t finished = 0, steps = 0, tokens = 0;
+  double step_s = 0, wall = 0;
+  cluster::run_pool(o, [&](cluster::PoolEngine& e) {
+    LiveLoop& loop = e.loop();
+    int live = 0;
+    loop.on_finish = [&](const Sequence&) {
+      --live;
+      ++finished;
+    };
+    loop.on_token = [&](const TokenEvent&) { ++tokens; };
+    Rng rng(3);
+    RequestId next = 1;
+    const double t0 = now_seconds();
+    while (now_seconds() - t0 < seconds) {
+      while (live < concurrency) {
+        Request r;
+        r.id = next++;
+        for (int i = 0; i < 64; ++i) r.prompt.push_back(3 + int(rng.below(500)));
+        r.max_tokens = 96;
+        r.stop.ignore_eos = true;
+        r.sampling.temperature = 0;
+        r.arrival_s = e.clock().now();
+        loop.submit(std::move(r));
+        ++live;
+      }
+      loop.step();
+    }
+    while (!loop.idle()) loop.step();
+    wall = now_seconds() - t0;
+    st = e.pool_stats();
+    for (const PlanStats& p : e.plan_stats()) steps += p.steps;
+    step_s = steps ? wall / double(steps) * 4 : 0;  // 4 ranks: steps of the instances overlap
+    loop.on_finish = nullptr;
+    loop.on_token = nullptr;
+  });
+  std::printf("bench_nitsum --pool: 4 pool ranks (threads) + control plane, gqa-24x6 f32, window %.2f s, %d requests in "
+              "flight, %.1f s\n",
+              window_s, concurrency, wall);
+  std::printf("  %lld requests finished, %lld tokens (%.0f tokens/s); %lld windows, %lld reconfigurations moving %lld "
+              "requests (%lld recomputed), %lld P/D hand-offs\n",
+              (long long)finished, (long long)tokens, double(tokens) / wall, (long long)st.windows,
+              (long long)st.reconfigurations, (long long)st.moved, (long long)st.recomputed, (long long)st.handoffs);
+  if (st.reconfigurations > 0)
+    std::printf("  switch: mean %.2f ms, max %.2f ms (window boundary -> last rank migrated); migration alone mean %.2f ms; "
+                "KV moved per switch %.2f MB\n",
+                st.switch_s_total / double(st.reconfigurations) * 1e3, st.switch_s_max * 1e3,
+                st.migrate_s_total / double(st.reconfigurations) * 1e3,
+                double(st.regroup_bytes) / double(st.reconfigurations) / 1e6);
+  if (st.handoffs > 0)
+    std::printf("  P/D hand-off: %.3f ms and %.1f KB of KV per request\n", st.handoff_s_total / double(st.handoffs) * 1e3,
+                double(st.handoff_bytes) / double(st.handoffs) / 1e3);
+  std::printf("  for scale: %.2f ms per instance step on average (wall x 4 ranks / steps)\n", step_s * 1e3);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int ranks = 4;
   std::string loads = "2x256,4x512,8x512";
+  double pool_s = 0, window_s = 0.5;
+  int concurrency = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--ranks") ranks = std::atoi(argv[i + 1]);
     else if (k == "--loads") loads = argv[i + 1];
+    else if (k == "--pool") pool_s = std::atof(argv[i + 1]);
+    else if (k == "--window") window_s = std::atof(argv[i + 1]);
+    else if (k == "--concurrency") concurrency = std::atoi(argv[i + 1]);
   }
   try {
+    if (pool_s > 0) return run_pool_bench(pool_s, window_s, std::max(1, concurrency));
     if (ranks != 4) fail("--ranks ", ranks, ": the Fig. 6 chain needs 4 ranks");
     std::vector<std::pair<int, int>> load_list;
     std::stringstream ss(loads);

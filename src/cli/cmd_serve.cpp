@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "cluster/pool.h"
 #include "cluster/tiers.h"
 #include "cli/cli.h"
 #include "cli/layout_cli.h"
@@ -18,6 +19,8 @@
 #include "server/engine_factory.h"
 #include "server/http_server.h"
 #include "server/serving_engine.h"
+#include "sim/exp_nitsum.h"
+#include "sim/profile.h"
 
 namespace loom::cli {
 
@@ -45,7 +48,53 @@ struct ServeArgs {
   std::string comm = "local";
   std::string tiers;  // SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,... or a file
   LayoutArgs layout;
+  // --policy nitsum (cluster/pool.h)
+  double window_s = 1.0;
+  std::vector<std::string> pool_layouts;
+  int min_tp = 1, max_tp = 0;
+  std::string pool_lengths = "256/64";
 };
+
+// --pool-lengths PROMPT/OUTPUT: the mean lengths the planner's profile table assumes per tier.
+std::pair<double, double> parse_pool_lengths(const std::string& s) {
+  const size_t slash = s.find('/');
+  double p = 0, o = 0;
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument(s);
+    size_t a = 0, b = 0;
+    p = std::stod(s.substr(0, slash), &a);
+    o = std::stod(s.substr(slash + 1), &b);
+    if (a != slash || b != s.size() - slash - 1) throw std::invalid_argument(s);
+  } catch (const std::exception&) {
+    fail("--pool-lengths '", s, "' is not PROMPT/OUTPUT (mean tokens, e.g. 256/64)");
+  }
+  if (!(p >= 1 && o >= 1)) fail("--pool-lengths '", s, "': both lengths must be >= 1 token");
+  return {p, o};
+}
+
+// The Nitsum pool's options from the flags (cheap checks first: before the model loads).
+cluster::PoolOptions pool_options(const ServeArgs& a, const cluster::SloTiers& tiers) {
+  if (!a.layout.plans.empty())
+    fail("--policy nitsum builds each instance's plan itself (tp=T,weights=full on every candidate group); drop --plan");
+  cluster::PoolOptions po;
+  po.comm = a.comm;
+  po.ranks = a.ranks;
+  po.tiers = tiers;
+  po.window_s = a.window_s;
+  po.min_tp = a.min_tp;
+  po.max_tp = a.max_tp;
+  for (const std::string& l : a.pool_layouts) po.layouts.push_back(cluster::parse_pool_layout(l, tiers));
+  if (po.layouts.empty() && a.layout.profile.empty())
+    fail("--policy nitsum needs --profile DIR (a `loom profile -o DIR` of this machine: the planner's profile table) "
+         "or --pool-layout");
+  if (!a.layout.profile.empty() && !sim::is_profile(a.layout.profile))
+    fail("--profile ", a.layout.profile, " is not a loom profile folder (no hardware.json from `loom profile -o DIR`)");
+  parse_pool_lengths(a.pool_lengths);
+  cluster::PoolOptions check = po;
+  if (check.layouts.empty()) check.table = cluster::ProfileTable(int(std::max<size_t>(tiers.size(), 1)), {1});
+  cluster::check_pool_options(check);
+  return po;
+}
 
 std::string base_name(const std::string& path) {
   std::string p = path;
@@ -85,18 +134,47 @@ void run_serve(const ServeArgs& a) {
   if (a.rank_memory_bytes > 0) spec.config.rank_memory_bytes = a.rank_memory_bytes;
   spec.config.kv_cache_fraction = a.kv_cache_fraction;
   spec.config.block_size = a.block_size;
-  spec.ranks = layout_ranks(a.layout, a.ranks == 1 && !a.layout.plans.empty() ? 0 : a.ranks, a.block_size);
-  if (spec.ranks == 0 && a.comm != "mpi") spec.ranks = 1;
-  if (spec.ranks == 0 && a.layout.plans.empty()) fail("--comm mpi with --ranks 0 needs a --plan (e.g. --plan tp=4)");
-  spec.layout_options = a.layout.given();
-  spec.configure_dist = [&a, &spec](DistOptions& o) { apply_layout_options(a.layout, std::max(spec.ranks, 1), o); };
   spec.comm = a.comm;
+  if (a.layout.policy == "nitsum") {
+    const cluster::PoolOptions po = pool_options(a, tiers);
+    spec.ranks = a.ranks;
+    spec.configure_pool = [&a, po](cluster::PoolOptions& o, const Model& m) {
+      const EngineConfig engine = o.engine;
+      const std::string path = o.model_path;
+      auto load = o.load_model;
+      o = po;
+      o.engine = engine;
+      o.model_path = path;
+      o.load_model = load;
+      if (!o.layouts.empty()) return;
+      // The planner's table (Nitsum 3.3.1 offline profile): the cost model of this machine's
+      // profile for every TP degree, at the assumed mean lengths.
+      const auto [prompt, output] = parse_pool_lengths(a.pool_lengths);
+      const cluster::SloTiers tiers = o.tiers.size() ? o.tiers : cluster::SloTiers({{"default", 1e9, 1e9, false}});
+      std::vector<int> tps;
+      for (int t = std::max(1, o.min_tp); t <= (o.max_tp > 0 ? o.max_tp : o.ranks) && t <= o.ranks; t *= 2) tps.push_back(t);
+      const std::string dtype(dtype_name(m.layers.at(0).w_up.dtype));
+      const std::string backend = o.comm == "mpi" ? "mpi" : "local";
+      const std::string profile = a.layout.profile;
+      o.table = sim::nitsum_profile_table(
+          [&](int tp) { return sim::hardware_cost_model(m.config, profile, dtype, Plan::make_tp(tp), backend); }, tiers,
+          std::vector<std::pair<double, double>>(tiers.size(), {prompt, output}), tps);
+    };
+  } else {
+    spec.ranks = layout_ranks(a.layout, a.ranks == 1 && !a.layout.plans.empty() ? 0 : a.ranks, a.block_size);
+    if (spec.ranks == 0 && a.comm != "mpi") spec.ranks = 1;
+    if (spec.ranks == 0 && a.layout.plans.empty()) fail("--comm mpi with --ranks 0 needs a --plan (e.g. --plan tp=4)");
+    spec.layout_options = a.layout.given();
+    spec.configure_dist = [&a, &spec](DistOptions& o) { apply_layout_options(a.layout, std::max(spec.ranks, 1), o); };
+  }
   server::check_layout(spec);
   std::shared_ptr<Model> model = load_model(a.model);
   auto tok = Tokenizer::create(load_vocab(a.model, a.tokenizer));
   // The server lives inside with_engine: on one rank directly, or on world rank 0 of the
   // distributed engine while the other ranks follow its steps.
   server::with_engine(spec, model, [&](EngineHandle& engine) {
+    if (const auto* pool = dynamic_cast<const cluster::PoolEngine*>(&engine))
+      for (const std::string& line : pool->start_info()) std::fprintf(stderr, "[%s]\n", line.c_str());
     server::ServingOptions so;
     so.max_queue = a.max_queue;
     so.tiers = tiers;
@@ -192,6 +270,19 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--comm", a->comm, "Communicator for several ranks: local or mpi")->capture_default_str();
   add_layout_options(sub, a->layout);
+  sub->add_option("--window", a->window_s,
+                  "--policy nitsum (a pool of --ranks workers as several instances, re-planned every control "
+                  "window): the window in seconds")
+      ->capture_default_str();
+  sub->add_option("--pool-layout", a->pool_layouts,
+                  "--policy nitsum: a forced layout ROLE:tpT[:TIER],... (ROLE prefill|decode|both) instead of the "
+                  "planner; repeat it to cycle through layouts, the next every window")
+      ->allow_extra_args(false);
+  sub->add_option("--min-tp", a->min_tp, "--policy nitsum: the smallest TP degree of an instance")->capture_default_str();
+  sub->add_option("--max-tp", a->max_tp, "--policy nitsum: the largest TP degree (0: the pool size)")->capture_default_str();
+  sub->add_option("--pool-lengths", a->pool_lengths,
+                  "--policy nitsum: mean PROMPT/OUTPUT tokens the planner's profile table assumes for every tier")
+      ->capture_default_str();
   set_action(sub, [a] { run_serve(*a); });
 }
 

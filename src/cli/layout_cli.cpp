@@ -28,7 +28,8 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "sidp:cas; "
                   "seesaw (prefill under the first plan, decode under the second, the KV "
                   "parked in the CPU tier between them, phases changed only when the tier is full or empty), "
-                  "prefill-first, decode-first (the same plans, vLLM's / FasterTransformer's phase order)")
+                  "prefill-first, decode-first (the same plans, vLLM's / FasterTransformer's phase order); "
+                  "loom serve only: nitsum (the ranks as a pool of instances re-planned every --window, cluster/pool.h)")
       ->capture_default_str();
   sub->add_option("--shift-threshold", a.threshold,
                   "Tokens per step above which --policy shift runs the base config (default: from the cost "

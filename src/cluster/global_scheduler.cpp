@@ -76,12 +76,12 @@ void GlobalScheduler::record_arrival(int tier) {
   ++arrivals_[size_t(tier)];
 }
 
-std::vector<int> GlobalScheduler::end_window(double window_s) {
+std::optional<ClusterPlan> GlobalScheduler::next_window(double window_s) {
   LOOM_CHECK(window_s > 0);
   for (size_t i = 0; i < rates_.size(); ++i) rates_[i] = double(arrivals_[i]) / window_s;
   std::fill(arrivals_.begin(), arrivals_.end(), 0);
   ++windows_;
-  if (!opt_.dynamic && !inst_.empty()) return {};
+  if (!opt_.dynamic && !inst_.empty()) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
   ClusterPlan next = plan_cluster(table_, tiers_, rates_, num_ranks_, opt_.planner, plan_.instances);
   last_plan_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -94,11 +94,17 @@ std::vector<int> GlobalScheduler::end_window(double window_s) {
     if (take <= keep * (1 + opt_.switch_gain)) {
       plan_.demand_rps = rates_;
       for (size_t i = 0; i < rates_.size(); ++i) plan_.provisioned_rps[i] = std::min(plan_.capacity_rps[i], rates_[i]);
-      return {};
+      return std::nullopt;
     }
   }
-  std::vector<int> moved = ranks_regrouped(plan_.instances, next.instances, num_ranks_);
-  install(next);
+  return next;
+}
+
+std::vector<int> GlobalScheduler::end_window(double window_s) {
+  std::optional<ClusterPlan> next = next_window(window_s);
+  if (!next) return {};
+  std::vector<int> moved = ranks_regrouped(plan_.instances, next->instances, num_ranks_);
+  install(*next);
   return moved;
 }
 
@@ -165,6 +171,12 @@ int GlobalScheduler::route_decode(int tier, QueueKind queue) {
     if (queue == QueueKind::Feasible) ++inst_[size_t(best)].feasible_outstanding;
   }
   return best;  // -1: no decode instance (colocated cluster): decode where it prefilled
+}
+
+void GlobalScheduler::assign(int instance, QueueKind queue) {
+  auto& s = inst_.at(size_t(instance));
+  ++s.outstanding;
+  if (queue == QueueKind::Feasible) ++s.feasible_outstanding;
 }
 
 void GlobalScheduler::complete(int instance, QueueKind queue) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "cluster/planner.h"
@@ -80,6 +81,10 @@ class GlobalScheduler {
   // Ends the window at `now_s`: rates = arrivals / window, plan, install. Returns the ranks whose
   // group changed (what a TP switch stops and migrates). Static (dynamic = false): no change.
   std::vector<int> end_window(double window_s);
+  // end_window without the install: the plan to install, or nullopt when the installed one stays
+  // (static, or not worth a switch). A pool that must first stop the affected instances
+  // (cluster/pool.h) installs it when they have stopped.
+  std::optional<ClusterPlan> next_window(double window_s);
   const std::vector<double>& last_rates() const { return rates_; }
   int64_t windows() const { return windows_; }
   double last_plan_s() const { return last_plan_s_; }  // host seconds the last plan_cluster took
@@ -90,6 +95,9 @@ class GlobalScheduler {
   int route_decode(int tier, QueueKind queue = QueueKind::Feasible);
   // Completion notice for a request dispatched to `instance` through `queue`.
   void complete(int instance, QueueKind queue = QueueKind::Feasible);
+  // Counts a request that is moved to `instance` without a routing decision (a pool re-homing a
+  // request whose K/V stays inside its group at a reconfiguration), as route() would.
+  void assign(int instance, QueueKind queue);
 
   // Instances of a role (prefill-capable: Prefill or Both).
   bool prefill_capable(int i) const { return inst_[size_t(i)].spec.role != Role::Decode; }

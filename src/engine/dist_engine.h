@@ -111,7 +111,7 @@ class DistEngine : public EngineHandle {
   // World rank 0's traffic with Seesaw's CPU KV tier (zeros without one).
   virtual TierStats tier_stats() const { return {}; }
 
-  Scheduler& scheduler() override = 0;
+  virtual Scheduler& scheduler() = 0;
   EngineLoop& loop() override = 0;
   Clock& clock() override = 0;
   Metrics& metrics() override = 0;

@@ -50,15 +50,14 @@ struct EngineConfig {
 // resolved (max_model_len set).
 PolicyEnv policy_env(const ModelConfig& model, const EngineConfig& config);
 
-// What a live front end (the HTTP server) needs of an engine, single-rank or distributed: the
-// scheduler, loop and clock of the replica it drives, and the sizes it reports.
+// What a live front end (the HTTP server) needs of an engine, single-rank, distributed or a
+// Nitsum pool of instances (cluster/pool.h): the loop and clock it drives, and the sizes it reports.
 class EngineHandle {
  public:
   virtual ~EngineHandle() = default;
   virtual const EngineConfig& config() const = 0;
-  virtual int num_kv_blocks() const = 0;  // per rank
-  virtual Scheduler& scheduler() = 0;
-  virtual EngineLoop& loop() = 0;
+  virtual int num_kv_blocks() const = 0;  // per rank (a pool: of its smallest instance)
+  virtual LiveLoop& loop() = 0;
   virtual Clock& clock() = 0;
   virtual Metrics& metrics() = 0;
   // Per plan of the engine's set: steps, tokens, switches into it, KV bytes moved, switch time.
@@ -133,7 +132,7 @@ class Engine : public EngineHandle {
 
   const ModelConfig& model_config() const { return model_->config; }
   const EngineConfig& config() const override { return config_; }
-  Scheduler& scheduler() override { return core_->scheduler(); }
+  Scheduler& scheduler() { return core_->scheduler(); }
   EngineLoop& loop() override { return core_->loop(); }
   Metrics& metrics() override { return core_->metrics(); }
   Clock& clock() override { return core_->clock(); }

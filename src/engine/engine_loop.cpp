@@ -60,19 +60,31 @@ void EngineLoop::collect_finished() {
   }
 }
 
-bool EngineLoop::step() {
+LoopStats EngineLoop::stats() const {
+  LoopStats st;
+  st.num_running = sched_.num_running();
+  st.num_waiting = sched_.num_waiting();
+  st.kv_blocks_used = sched_.num_used_blocks();
+  st.num_preemptions = sched_.num_preemptions();
+  st.num_steps = sched_.num_steps();
+  return st;
+}
+
+std::optional<EngineLoop::Pending> EngineLoop::begin_step() {
   inject_due();
-  StepBatch batch = sched_.schedule();
-  if (batch.empty()) {
-    for (RequestId id : batch.preempted) exec_.release(id);
-    return false;
+  Pending p;
+  p.batch = sched_.schedule();
+  if (p.batch.empty()) {
+    for (RequestId id : p.batch.preempted) exec_.release(id);
+    return std::nullopt;
   }
   // The layout policy names the step's plan; a switch to another KV placement may preempt
   // sequences that no longer fit (they join batch.preempted, and may leave the batch empty: the
   // step then only switches).
-  if (on_batch) on_batch(batch);
-  for (RequestId id : batch.preempted) exec_.release(id);
-  StepMetrics sm;
+  if (on_batch) on_batch(p.batch);
+  for (RequestId id : p.batch.preempted) exec_.release(id);
+  StepMetrics& sm = p.metrics;
+  const StepBatch& batch = p.batch;
   sm.index = batch.step_index;
   sm.start_s = clock_.now();
   sm.num_tokens = batch.num_tokens;
@@ -82,24 +94,37 @@ bool EngineLoop::step() {
   sm.kv_blocks_used = sched_.num_used_blocks();
   sm.num_preempted = int(batch.preempted.size());
   sm.plan = batch.plan;
-  StepResult result;
-  try {
-    result = exec_.execute(batch);
-  } catch (const std::exception& e) {
-    sched_.on_step_failed(batch, e.what());
-    sm.end_s = clock_.now();
-    metrics_.on_step(sm);
-    collect_finished();
-    return true;
-  }
+  return p;
+}
+
+void EngineLoop::end_step(Pending& p, const StepResult* result, const std::string& error) {
+  StepMetrics& sm = p.metrics;
   sm.end_s = clock_.now();
   metrics_.on_step(sm);
-  const StepOutcome out = sched_.on_step_done(batch, result);
+  if (!result) {
+    sched_.on_step_failed(p.batch, error);
+    collect_finished();
+    return;
+  }
+  const StepOutcome out = sched_.on_step_done(p.batch, *result);
   for (const TokenEvent& ev : out.tokens) {
     metrics_.on_token(ev.seq_id, sm.end_s);
     if (on_token) on_token(ev);
   }
   collect_finished();
+}
+
+bool EngineLoop::step() {
+  std::optional<Pending> p = begin_step();
+  if (!p) return false;
+  StepResult result;
+  try {
+    result = exec_.execute(p->batch);
+  } catch (const std::exception& e) {
+    end_step(*p, nullptr, e.what());
+    return true;
+  }
+  end_step(*p, &result);
   return true;
 }
 

@@ -3,11 +3,14 @@
 // Engine: WallClock + kernel executor (and submit()/cancel() from server threads).
 // Simulator: ManualClock (or its own) + cost-model executor that advances the clock by the
 // priced step time inside execute(); when idle the clock jumps to the next arrival.
+// step() is begin_step() + executor + end_step(); a Nitsum pool (cluster/pool.h) calls the two
+// halves itself, running each instance's step on that instance's ranks while it schedules others.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "engine/metrics.h"
@@ -16,21 +19,47 @@
 
 namespace loom {
 
-class EngineLoop {
- public:
-  EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock, Metrics& metrics);
+// A snapshot of a live loop for a front end's /metrics and /health.
+struct LoopStats {
+  int num_running = 0;
+  int num_waiting = 0;  // the schedulers' waiting queues (preempted included)
+  int kv_blocks_used = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+};
 
-  // Hooks (optional). on_batch runs between schedule() and execute() (layout policies set
-  // batch.plan_id there, PlanControl); on_token after each token (streaming); on_finish for every finished
-  // sequence (including rejected and cancelled).
+// What a live front end (server/serving_engine.h) drives: the EngineLoop of one scheduler, or a
+// pool of instances stepping on their own (cluster/pool.h). One driving thread calls step(),
+// idle(), stats() and sets the hooks and the stop check; submit() and cancel() are thread-safe.
+class LiveLoop {
+ public:
+  virtual ~LiveLoop() = default;
+  // Hooks (optional), called on the driving thread. on_batch runs between schedule() and
+  // execute() (layout policies set batch.plan_id there, PlanControl); on_token after each token
+  // (streaming); on_finish for every finished sequence (including rejected and cancelled).
   std::function<void(StepBatch&)> on_batch;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Sequence&)> on_finish;
 
   // Thread-safe: queue a request / a cancellation, applied at the start of the next step.
   // A submitted request's arrival_s is its given value (use clock.now() for live traffic).
-  void submit(Request r);
-  void cancel(RequestId id);
+  virtual void submit(Request r) = 0;
+  virtual void cancel(RequestId id) = 0;
+  // One iteration; false when nothing ran (idle, or nothing fits / nothing finished yet).
+  virtual bool step() = 0;
+  virtual bool idle() const = 0;  // nothing pending, waiting, running or queued
+  virtual void set_stop_check(StopCheck check) = 0;
+  virtual LoopStats stats() const = 0;
+};
+
+class EngineLoop : public LiveLoop {
+ public:
+  EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock, Metrics& metrics);
+
+  void submit(Request r) override;
+  void cancel(RequestId id) override;
+  void set_stop_check(StopCheck check) override { sched_.set_stop_check(std::move(check)); }
+  LoopStats stats() const override;
 
   // Adds a timed arrival (not thread-safe; before or between run calls). Arrivals are injected
   // when clock.now() >= arrival_s, in (arrival_s, insertion order) order.
@@ -38,12 +67,26 @@ class EngineLoop {
 
   // One iteration: inject due arrivals, schedule, execute (if non-empty), apply. Returns false
   // when nothing was executed (idle or nothing fits).
-  bool step();
+  bool step() override;
   // Steps until no request is pending, waiting or running; when idle, waits (clock.wait_until)
   // for the next arrival. Returns the number of steps executed.
   int64_t run_until_idle();
 
-  bool idle() const;  // no pending arrival, no unfinished sequence, empty inbox
+  bool idle() const override;  // no pending arrival, no unfinished sequence, empty inbox
+
+  // step() in two halves, for a caller that runs the batch elsewhere (and the executor's
+  // release() still receives every sequence that leaves). begin_step: inject due arrivals,
+  // schedule, on_batch; nullopt when there is nothing to run. end_step: applies `result` (or the
+  // failure `error` when result is null), records the step's metrics, fires on_token / on_finish.
+  struct Pending {
+    StepBatch batch;
+    StepMetrics metrics;
+  };
+  std::optional<Pending> begin_step();
+  // Applies queued submissions and cancellations and hands finished sequences to on_finish,
+  // without scheduling a step (a pool keeps its view of every request current between steps).
+  void poll() { inject_due(); }
+  void end_step(Pending& pending, const StepResult* result, const std::string& error = {});
 
  private:
   void inject_due();

@@ -63,7 +63,15 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
   if (world.size() != plans_.n_ranks())
     fail("plan ", plans_.name(0), " needs ", plans_.n_ranks(), " ranks, the world has ", world.size());
   check_block_sizes(plans_.plans(), options.block_size);
-  kv_ = std::make_unique<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages);
+  if (options.kv) {
+    LOOM_CHECK(options.kv->num_pages() == options.kv_pages && options.kv->block_size() == options.block_size &&
+                   options.kv->n_layers() == c.n_layers && options.kv->n_kv_heads() == c.n_kv_heads &&
+                   options.kv->head_dim() == c.head_dim,
+               "the shared KV store does not match the engine's options and model");
+    kv_ = options.kv;
+  } else {
+    kv_ = std::make_shared<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages);
+  }
   if (options.tier) tier_ = std::make_unique<KvTier>(c.n_layers, c.n_kv_heads, c.head_dim, options.tier);
   // Every rank's page budget, for the pool shapes (equal on every rank).
   std::vector<int64_t> pages(size_t(world.size()));

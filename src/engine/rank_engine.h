@@ -50,6 +50,10 @@ struct RankEngineOptions {
   std::optional<kernels::Numerics> numerics;
   // Seesaw's CPU KV tier (kv_tier.h): the host's shared arena; null: no tier.
   std::shared_ptr<KvTierArena> tier;
+  // The rank's KV store, shared with the other engines of this rank (a Nitsum pool builds one
+  // engine per candidate group of the rank, cluster/pool.h; only one steps at a time, and KV
+  // moves between them by migration); its page count is then kv_pages. Null: a store of its own.
+  std::shared_ptr<KvStore> kv;
 };
 
 // This rank's traffic with the CPU KV tier (Seesaw swap-out / swap-in).
@@ -118,7 +122,7 @@ class RankEngine {
   Communicator& world_;
   ThreadPool* pool_;
   RankEngineOptions options_;
-  std::unique_ptr<KvStore> kv_;
+  std::shared_ptr<KvStore> kv_;
   std::unique_ptr<KvTier> tier_;
   TierStats tier_stats_;
   GroupCache groups_;

@@ -60,6 +60,7 @@ struct Request {
   SamplingParams sampling;
   int priority = 0;  // lower = more urgent (vLLM convention); ties broken by arrival then id
   std::optional<Slo> slo;
+  int tier = -1;  // SLO tier (an index of the server's cluster::SloTiers); -1: none
   double arrival_s = 0;  // on the loop's Clock (seconds)
 
   int prompt_len() const { return prompt.empty() ? synthetic_prompt_len : int(prompt.size()); }

@@ -102,6 +102,59 @@ std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& ba
   return ids;
 }
 
+std::optional<Sequence> Scheduler::extract(RequestId id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return std::nullopt;
+  Sequence* s = it->second.get();
+  if (s->status == SeqStatus::kSwapped) return std::nullopt;
+  s->block_table.release(pools_);
+  tier_reserved_by_.erase(id);
+  if (s->status == SeqStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), s));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+  }
+  Sequence out = std::move(*s);
+  out.block_table = BlockTable(config_.block_size);
+  live_.erase(it);
+  return out;
+}
+
+bool Scheduler::adopt(Sequence seq) {
+  const RequestId id = seq.id();
+  if (live_.count(id)) fail("adopt: sequence ", id, " is already live in this scheduler");
+  known_ids_.insert(id);
+  auto owned = std::make_unique<Sequence>(std::move(seq));
+  Sequence* s = owned.get();
+  s->block_table = BlockTable(config_.block_size);
+  if (std::string reason = reject_reason(s->request); !reason.empty()) {
+    // It could never run here (a smaller cache than where it came from): rejected, not stuck.
+    s->status = SeqStatus::kFinished;
+    s->finish_reason = FinishReason::kRejected;
+    s->finish_detail = std::move(reason);
+    finished_.push_back(std::move(*s));
+    return false;
+  }
+  live_.emplace(id, std::move(owned));
+  if (s->status == SeqStatus::kRunning && s->num_computed > 0 &&
+      s->block_table.append_slots(s->num_tokens(), pools_, id)) {
+    auto at = std::upper_bound(running_.begin(), running_.end(), s,
+                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
+    running_.insert(at, s);
+    return true;
+  }
+  if (s->num_computed > 0) {
+    s->num_computed = 0;
+    s->status = SeqStatus::kPreempted;
+    ++s->num_preemptions;
+    ++num_preemptions_;
+  } else if (s->status == SeqStatus::kRunning) {
+    s->status = s->num_output() > 0 ? SeqStatus::kPreempted : SeqStatus::kWaiting;
+  }
+  insert_waiting(s);
+  return false;
+}
+
 bool Scheduler::more_urgent(const Sequence& a, const Sequence& b) const {
   if (a.request.priority != b.request.priority) return a.request.priority < b.request.priority;
   if (a.request.arrival_s != b.request.arrival_s) return a.request.arrival_s < b.request.arrival_s;
@@ -114,13 +167,7 @@ void Scheduler::insert_waiting(Sequence* s) {
   waiting_.insert(it, s);
 }
 
-AddResult Scheduler::add_request(Request request) {
-  if (known_ids_.count(request.id)) fail("request id ", request.id, " is already in use");
-  known_ids_.insert(request.id);
-  auto seq = std::make_unique<Sequence>();
-  seq->request = std::move(request);
-  seq->block_table = BlockTable(config_.block_size);
-  const Request& r = seq->request;
+std::string Scheduler::reject_reason(const Request& r) const {
   const int64_t total = int64_t(r.prompt_len()) + r.max_tokens;
   std::string reason;
   if (r.prompt_len() <= 0) {
@@ -146,6 +193,16 @@ AddResult Scheduler::add_request(Request request) {
                  " tokens exceeds max_tokens_per_step ", config_.max_tokens_per_step,
                  " and chunked prefill is off");
   }
+  return reason;
+}
+
+AddResult Scheduler::add_request(Request request) {
+  if (known_ids_.count(request.id)) fail("request id ", request.id, " is already in use");
+  known_ids_.insert(request.id);
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  seq->block_table = BlockTable(config_.block_size);
+  const std::string reason = reject_reason(seq->request);
   if (!reason.empty()) {
     seq->status = SeqStatus::kFinished;
     seq->finish_reason = FinishReason::kRejected;

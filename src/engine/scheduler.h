@@ -57,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -170,6 +171,20 @@ class Scheduler {
   // The sequences whose K/V is in the cache and how many tokens of each (running, num_computed > 0).
   std::vector<SeqExtent> kv_extents() const;
 
+  // Hand-over between schedulers (a Nitsum pool moves requests between instances: cluster/pool.h).
+  // extract(): takes a live sequence out (its blocks freed, out of the waiting / running sets)
+  // and returns it with its state (request, output, num_computed, status); nullopt when `id` is
+  // not live or is in the CPU tier (Seesaw). The K/V it had is the caller's to move or drop.
+  std::optional<Sequence> extract(RequestId id);
+  // adopt(): takes over a sequence extracted elsewhere. A running one (num_computed > 0) gets
+  // blocks for all its tokens, like an admission (the watermark waived), and adopt returns true:
+  // its K/V is to be moved here. When the pools cannot hold it, it is preempted instead
+  // (num_computed = 0, it waits to be recomputed) and adopt returns false, as for a waiting one
+  // (queued by urgency): any K/V it had is to be dropped. One that could never run here (the
+  // rejection rules of add_request: e.g. a smaller cache than where it came from) finishes as
+  // kRejected instead (drain_finished), also false. Throws loom::Error when the id is live here.
+  bool adopt(Sequence seq);
+
   // Seesaw phases (config.phases != None).
   Phase phase() const { return phase_; }
   int64_t phase_switches() const { return phase_switches_; }
@@ -180,6 +195,7 @@ class Scheduler {
 
  private:
   bool more_urgent(const Sequence& a, const Sequence& b) const;
+  std::string reject_reason(const Request& r) const;  // "" when it may run (see Rejection above)
   void insert_waiting(Sequence* s);
   void preempt(Sequence* s);
   void finish(Sequence* s, FinishReason reason, std::string detail);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/byte_io.h"
 #include "core/error.h"
 
 namespace loom {
@@ -12,53 +13,7 @@ namespace {
 constexpr uint32_t kMagic = 0x5054534c;  // "LSTP"
 constexpr uint32_t kVersion = 3;  // 3: Seesaw swap-out / swap-in extents
 
-class Writer {
- public:
-  explicit Writer(std::vector<uint8_t>& out) : out_(out) { out_.clear(); }
-  template <typename T>
-  void put(T v) {
-    const size_t at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &v, sizeof(T));
-  }
-  void put_bytes(const void* p, size_t n) {
-    const size_t at = out_.size();
-    out_.resize(at + n);
-    if (n) std::memcpy(out_.data() + at, p, n);
-  }
-
- private:
-  std::vector<uint8_t>& out_;
-};
-
-class Reader {
- public:
-  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-  template <typename T>
-  T get(const char* what) {
-    T v;
-    need(sizeof(T), what);
-    std::memcpy(&v, p_ + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  void get_bytes(void* dst, size_t n, const char* what) {
-    need(n, what);
-    if (n) std::memcpy(dst, p_ + at_, n);
-    at_ += n;
-  }
-  size_t left() const { return n_ - at_; }
-
- private:
-  void need(size_t n, const char* what) {
-    if (n > n_ - at_)
-      fail("step descriptor truncated: ", what, " needs ", n, " bytes at offset ", at_, ", ", n_ - at_, " left");
-  }
-  const uint8_t* p_;
-  size_t n_, at_ = 0;
-};
-
-void put_header(Writer& w, StepCommand c) {
+void put_header(ByteWriter& w, StepCommand c) {
   w.put<uint32_t>(kMagic);
   w.put<uint32_t>(kVersion);
   w.put<uint32_t>(uint32_t(c));
@@ -67,7 +22,7 @@ void put_header(Writer& w, StepCommand c) {
 }  // namespace
 
 void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std::vector<uint8_t>& out) {
-  Writer w(out);
+  ByteWriter w(out);
   put_header(w, StepCommand::kStep);
   w.put<int64_t>(b.step_index);
   w.put<int32_t>(b.block_size);
@@ -115,14 +70,14 @@ void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std
 
 std::vector<uint8_t> encode_stop() {
   std::vector<uint8_t> out;
-  Writer w(out);
+  ByteWriter w(out);
   put_header(w, StepCommand::kStop);
   return out;
 }
 
 DecodedStep decode_step(const uint8_t* data, size_t bytes) {
   static_assert(sizeof(TokenId) == 4 && sizeof(RequestId) == 8, "wire format uses 32-bit token ids, 64-bit sequence ids");
-  Reader r(data, bytes);
+  ByteReader r(data, bytes, "step descriptor");
   const uint32_t magic = r.get<uint32_t>("magic");
   if (magic != kMagic) fail("step descriptor: bad magic ", magic, " (not a loom step descriptor)");
   const uint32_t version = r.get<uint32_t>("version");

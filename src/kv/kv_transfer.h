@@ -41,6 +41,11 @@ struct KvTransferOptions {
   // the per-round cost on these backends is a barrier, not a transfer set-up.
   int64_t buffer_bytes = int64_t(256) << 10;
   bool aggregate = true;                    // false: one move per round (per-block baseline)
+  // true: `seqs` lists every sequence the group's stores hold (a plan switch), and a rank holding
+  // one it does not list fails the check of step 4. false: `seqs` are the sequences that move (a
+  // Nitsum pool hands some of an instance's requests to another, cluster/pool.h); the others the
+  // ranks hold stay where they are, untouched and unchecked.
+  bool all_sequences = true;
 };
 
 // Buffers a rank reuses from one migration to the next (two send and two receive buffers of up to
@@ -59,7 +64,8 @@ struct KvTransferStats {
 };
 
 // Runs `mig` (from the placement the stores hold now to `to`) over `group`, on every rank of it.
-// `seqs` are the extents the migration was computed for: every sequence the stores hold.
+// `seqs` are the extents the migration was computed for: every sequence the stores hold (or, with
+// options.all_sequences = false, the ones that move).
 KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& to,
                                      const std::vector<SeqExtent>& seqs, KvStore& store, Communicator& group,
                                      const KvTransferOptions& options = {}, KvTransferScratch* scratch = nullptr);

@@ -16,6 +16,8 @@ TokenRule TokenRule::normalized() const {
              "block rule ", block_rem, " mod ", block_mod, " of ", block_tokens);
   TokenRule r = *this;
   if (r.seq_mod == 1) r.seq_rem = 0;
+  std::sort(r.seq_ids.begin(), r.seq_ids.end());
+  r.seq_ids.erase(std::unique(r.seq_ids.begin(), r.seq_ids.end()), r.seq_ids.end());
   if (r.block_mod == 1) r.block_rem = 0, r.block_tokens = 1;
   return r;
 }
@@ -23,7 +25,7 @@ TokenRule TokenRule::normalized() const {
 bool TokenRule::has_seq(int64_t id) const {
   int64_t m = id % seq_mod;
   if (m < 0) m += seq_mod;
-  return m == seq_rem;
+  return m == seq_rem && (seq_ids.empty() || std::binary_search(seq_ids.begin(), seq_ids.end(), id));
 }
 
 bool TokenRule::has_pos(int64_t pos) const { return (pos / block_tokens) % block_mod == block_rem; }
@@ -41,6 +43,11 @@ std::string TokenRule::to_string() const {
   std::string s;
   if (seq_mod > 1) s += cat("seq%", seq_mod, "==", seq_rem);
   if (block_mod > 1) s += cat(s.empty() ? "" : " ", "block(", block_tokens, ")%", block_mod, "==", block_rem);
+  if (!seq_ids.empty()) {
+    s += cat(s.empty() ? "" : " ", "seqs{");
+    for (size_t i = 0; i < seq_ids.size() && i < 8; ++i) s += cat(i ? "," : "", seq_ids[i]);
+    s += seq_ids.size() > 8 ? cat(",... ", seq_ids.size(), " in all}") : std::string("}");
+  }
   return s.empty() ? "all tokens" : s;
 }
 
@@ -181,6 +188,33 @@ KvPlacement kv_placement(const Plan& plan, const ModelShape& shape) {
     per_rank[r].push_back(KvEntry{lay.layers, lay.kv_heads, rule});
   }
   return KvPlacement(shape.n_layers, shape.n_kv_heads, per_rank);
+}
+
+KvPlacement combine_placements(const std::vector<PlacementPart>& parts, int n_ranks) {
+  if (parts.empty()) fail("combine_placements: no parts");
+  const KvPlacement& first = *parts[0].placement;
+  std::vector<std::vector<KvEntry>> per_rank(size_t(std::max(n_ranks, 0)));
+  for (const PlacementPart& part : parts) {
+    const KvPlacement& p = *part.placement;
+    if (p.n_layers() != first.n_layers() || p.n_kv_heads() != first.n_kv_heads())
+      fail("combine_placements: parts of different models (", p.n_layers(), "x", p.n_kv_heads(), " vs ",
+           first.n_layers(), "x", first.n_kv_heads(), ")");
+    if (int(part.where.size()) != p.n_ranks())
+      fail("combine_placements: ", part.where.size(), " positions for a placement of ", p.n_ranks(), " ranks");
+    std::vector<char> used(per_rank.size(), 0);
+    for (int i = 0; i < p.n_ranks(); ++i) {
+      const int w = part.where[size_t(i)];
+      if (w < 0 || w >= n_ranks || used[size_t(w)])
+        fail("combine_placements: rank ", i, " placed at ", w, " (a group of ", n_ranks, " ranks, each once)");
+      used[size_t(w)] = 1;
+      if (part.seqs.empty()) continue;
+      for (KvEntry e : p.entries(i)) {
+        e.tokens.seq_ids = part.seqs;
+        per_rank[size_t(w)].push_back(std::move(e));
+      }
+    }
+  }
+  return KvPlacement(first.n_layers(), first.n_kv_heads(), per_rank);
 }
 
 }  // namespace loom

@@ -29,8 +29,12 @@ struct TokenRule {
   int seq_mod = 1, seq_rem = 0;          // sequences with id % seq_mod == seq_rem
   int block_mod = 1, block_rem = 0;      // positions whose block index % block_mod == block_rem
   int64_t block_tokens = 1;              // tokens per block (1 when block_mod == 1)
+  // When not empty: only these sequences, on top of the seq_mod rule (a Nitsum pool's instance
+  // stores the sequences routed to it, not a residue class: cluster/pool.h). Ascending, distinct
+  // once normalized.
+  std::vector<int64_t> seq_ids;
 
-  TokenRule normalized() const;          // mod 1 -> rem 0 (and block_tokens 1)
+  TokenRule normalized() const;          // mod 1 -> rem 0 (and block_tokens 1); seq_ids sorted
   bool has_seq(int64_t seq_id) const;
   bool has_pos(int64_t pos) const;
   // Positions in [0, n_tokens) it selects, as ascending disjoint ranges (generated block by
@@ -88,5 +92,18 @@ class KvPlacement {
 // KV heads of the query heads it attends (RankLayout::kv_heads), for the sequences of its DP
 // replica, all positions (TP, SP x TP, Shift) or its round-robin KVP blocks (Helix).
 KvPlacement kv_placement(const Plan& plan, const ModelShape& shape);
+
+// Placements side by side in one group: part k's rank i is rank parts[k].where[i] of a group of
+// `n_ranks` and stores what parts[k].placement gives it, but only of the sequences parts[k].seqs
+// (none when empty); a rank in no part stores nothing. These are a Nitsum pool's instances inside
+// the group it migrates KV over (cluster/pool.h): before and after a regrouping or a hand-off.
+// Throws loom::Error when a part's `where` does not map its ranks into [0, n_ranks) one to one,
+// or when the parts are of different models.
+struct PlacementPart {
+  const KvPlacement* placement = nullptr;
+  std::vector<int> where;
+  std::vector<int64_t> seqs;
+};
+KvPlacement combine_placements(const std::vector<PlacementPart>& parts, int n_ranks);
 
 }  // namespace loom

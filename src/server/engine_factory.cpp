@@ -13,6 +13,17 @@ void check_layout(const EngineSpec& spec) {
 void with_engine(const EngineSpec& spec, std::shared_ptr<const Model> model,
                  const std::function<void(EngineHandle&)>& serve) {
   check_layout(spec);
+  if (spec.pool()) {
+    cluster::PoolOptions o;
+    o.comm = spec.comm;
+    o.ranks = spec.ranks;
+    o.model_path = spec.model_path;
+    o.engine = spec.config;
+    o.load_model = [model](int) { return model; };
+    spec.configure_pool(o, *model);
+    cluster::run_pool(o, [&](cluster::PoolEngine& e) { serve(e); });
+    return;
+  }
   if (!spec.distributed()) {
     Engine engine(std::move(model), spec.config);
     serve(engine);

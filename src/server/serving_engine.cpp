@@ -58,7 +58,7 @@ ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::ve
   tier_met_.assign(options_.tiers.size(), 0);
   start_s_ = engine_.clock().now();
   if (options_.max_queue < 1) fail("--max-queue must be >= 1, got ", options_.max_queue);
-  EngineLoop& loop = engine_.loop();
+  LiveLoop& loop = engine_.loop();
   loop.on_token = [this](const TokenEvent& ev) { on_token(ev); };
   loop.on_finish = [this](const Sequence& s) { on_finish(s); };
   // Chain after the engine's own hook: the distributed engine's layout policy chooses the step's
@@ -68,7 +68,7 @@ ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::ve
     if (engine_on_batch_) engine_on_batch_(b);
     on_batch(b);
   };
-  engine_.scheduler().set_stop_check([this](const Sequence& s) { return stop_check(s); });
+  loop.set_stop_check([this](const Sequence& s) { return stop_check(s); });
   stats_.kv_blocks_total = engine_.num_kv_blocks();
   thread_ = std::thread([this] { run(); });
 }
@@ -83,11 +83,11 @@ void ServingEngine::shutdown() {
   cv_.notify_all();
   if (!thread_.joinable()) return;
   thread_.join();
-  EngineLoop& loop = engine_.loop();
+  LiveLoop& loop = engine_.loop();
   loop.on_token = nullptr;
   loop.on_finish = nullptr;
   loop.on_batch = engine_on_batch_;
-  engine_.scheduler().set_stop_check(nullptr);
+  loop.set_stop_check(nullptr);
 }
 
 std::shared_ptr<RequestStream> ServingEngine::submit(Request r, int tier) {
@@ -104,6 +104,7 @@ std::shared_ptr<RequestStream> ServingEngine::submit(Request r, int tier) {
     }
     r.id = next_id_.fetch_add(1);
     r.arrival_s = engine_.clock().now();
+    r.tier = tier;
     r.stop.eos_ids = eos_ids_;
     st = std::make_shared<RequestStream>(r.id, r.prompt_len());
     st->tier = tier;
@@ -123,7 +124,7 @@ void ServingEngine::cancel(RequestId id) {
 }
 
 void ServingEngine::run() {
-  EngineLoop& loop = engine_.loop();
+  LiveLoop& loop = engine_.loop();
   bool busy = false;
   int consecutive_faults = 0;
   for (;;) {
@@ -221,7 +222,7 @@ void ServingEngine::on_batch(StepBatch& b) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.last_plan = b.plan.empty() ? "default" : b.plan;
-    stats_.num_running = engine_.scheduler().num_running();
+    stats_.num_running = engine_.loop().stats().num_running;
   }
   if (options_.fault_hook) options_.fault_hook(b);
 }
@@ -304,7 +305,7 @@ void ServingEngine::finish_live(std::unordered_map<RequestId, Live>::iterator it
 
 void ServingEngine::fail_all(const std::string& what) {
   if (!live_.empty()) log_warn("serve: engine step failed, failing ", live_.size(), " live requests: ", what);
-  EngineLoop& loop = engine_.loop();
+  LiveLoop& loop = engine_.loop();
   for (auto it = live_.begin(); it != live_.end();) {
     auto next = std::next(it);
     const RequestId id = it->first;
@@ -319,15 +320,15 @@ void ServingEngine::fail_all(const std::string& what) {
 }
 
 void ServingEngine::publish() {
-  const Scheduler& sched = engine_.scheduler();
+  const LoopStats ls = engine_.loop().stats();
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.num_running = sched.num_running();
-  stats_.num_waiting = sched.num_waiting() + int(inbox_.size());
+  stats_.num_running = ls.num_running;
+  stats_.num_waiting = ls.num_waiting + int(inbox_.size());
   stats_.num_live = num_live_;
-  stats_.kv_blocks_used = sched.num_used_blocks();
+  stats_.kv_blocks_used = ls.kv_blocks_used;
   stats_.kv_blocks_total = engine_.num_kv_blocks();
-  stats_.num_preemptions = sched.num_preemptions();
-  stats_.num_steps = sched.num_steps();
+  stats_.num_preemptions = ls.num_preemptions;
+  stats_.num_steps = ls.num_steps;
   stats_.plans = engine_.plan_stats();
 }
 

@@ -17,3 +17,29 @@ endif()
 add_test(NAME cluster_cli_bench_offline_bad_mix
          COMMAND loom bench offline --model /nonexistent --synthetic batch -n 4 --tiers "a=100/10" --tier-mix b:1)
 set_tests_properties(cluster_cli_bench_offline_bad_mix PROPERTIES PASS_REGULAR_EXPRESSION "unknown tier 'b' \\(known: a\\)")
+# `loom serve --policy nitsum` (cluster/pool.h): bad pool options fail at start-up in one line,
+# before the model loads.
+add_test(NAME cluster_cli_pool_no_grouping_fits
+         COMMAND loom serve --model /nonexistent --policy nitsum --ranks 3 --min-tp 2 --pool-layout both:tp2)
+set_tests_properties(cluster_cli_pool_no_grouping_fits PROPERTIES PASS_REGULAR_EXPRESSION
+                     "pool of 3 ranks: no grouping fits \\(the smallest TP degree the model allows is 2")
+add_test(NAME cluster_cli_pool_layout_short
+         COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2 --pool-layout both:tp1)
+set_tests_properties(cluster_cli_pool_layout_short PROPERTIES PASS_REGULAR_EXPRESSION
+                     "pool layout t0:both:tp1 covers 1 of the pool's 2 ranks")
+add_test(NAME cluster_cli_pool_bad_role
+         COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2 --pool-layout both:tp1,middle:tp1)
+set_tests_properties(cluster_cli_pool_bad_role PROPERTIES PASS_REGULAR_EXPRESSION "instance 'middle:tp1' has role 'middle'")
+add_test(NAME cluster_cli_pool_needs_profile COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2)
+set_tests_properties(cluster_cli_pool_needs_profile PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--policy nitsum needs --profile DIR")
+add_test(NAME cluster_cli_pool_bad_targets
+         COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2 --pool-layout both:tp2 --tiers "a=100/-1")
+set_tests_properties(cluster_cli_pool_bad_targets PROPERTIES PASS_REGULAR_EXPRESSION "tier 'a': TPOT target -1 ms must be positive")
+add_test(NAME cluster_cli_pool_bad_window
+         COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2 --pool-layout both:tp2 --window 0)
+set_tests_properties(cluster_cli_pool_bad_window PROPERTIES PASS_REGULAR_EXPRESSION "--window must be in \\(0, 3600\\] seconds, got 0")
+add_test(NAME cluster_cli_pool_no_prefill
+         COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2 --pool-layout decode:tp1,decode:tp1)
+set_tests_properties(cluster_cli_pool_no_prefill PROPERTIES PASS_REGULAR_EXPRESSION
+                     "pool layout t0:decode:tp1 t0:decode:tp1 has no prefill or both instance")

@@ -372,6 +372,68 @@ TEST(Scheduler, CancelBetweenScheduleAndDoneIsSkipped) {
   EXPECT_THROW(s.add_request(make_request({2, 5, 4}, 0)), Error);  // duplicate id
 }
 
+// Hand-over between schedulers (a Nitsum pool moving requests between instances,
+// cluster/pool.h): the state travels with the sequence, its blocks leave one side and are
+// reserved on the other; one the receiver cannot hold now is preempted (recomputed there), one
+// it could never hold is rejected, never left waiting forever.
+TEST(Scheduler, ExtractAndAdoptHandOverRequestsWithTheirState) {
+  Scheduler a(cfg(4, 16, 64, 4)), b(cfg(4, 16, 64, 4)), tight(cfg(4, 5, 64, 4)), tiny(cfg(4, 2, 64, 4, 8));
+  a.add_request(make_request({1, 5, 6}, 0));
+  a.add_request(make_request({2, 7, 6}, 0));
+  TableExecutor exec(a.config());
+  StepBatch s0 = a.schedule();  // both prompts in one step, each samples its first token
+  a.on_step_done(s0, exec.execute(s0));
+  a.add_request(make_request({3, 4, 2}, 0));
+  ASSERT_EQ(a.num_used_blocks(), 2 + 2);  // 5 and 7 prompt tokens in blocks of 4
+  // A running sequence: its K/V's extent, its output and its place in the decode order.
+  std::optional<Sequence> x = a.extract(1);
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->num_computed, 5);
+  EXPECT_EQ(x->output, (std::vector<TokenId>{105}));  // TableExecutor samples 100 + position
+  EXPECT_EQ(a.find(1), nullptr);
+  EXPECT_EQ(a.num_used_blocks(), 2);
+  EXPECT_FALSE(a.extract(1).has_value());
+  EXPECT_TRUE(b.adopt(std::move(*x)));
+  EXPECT_EQ(b.num_running(), 1);
+  EXPECT_EQ(b.num_used_blocks(), 2);  // its 6 tokens
+  StepBatch s1 = b.schedule();
+  ASSERT_EQ(s1.seqs.size(), 1u);
+  EXPECT_EQ(s1.seqs[0].seq_id, 1);
+  EXPECT_EQ(s1.seqs[0].start, 5);
+  EXPECT_EQ(s1.seqs[0].num_tokens, 1);
+  EXPECT_FALSE(s1.seqs[0].is_prefill);
+  EXPECT_EQ(s1.seqs[0].token_ids, (std::vector<TokenId>{105}));
+  StepResult r1;
+  r1.sampled.push_back({1, 106});  // its K/V moved with it (the pool's migration): b's step samples
+  b.on_step_done(s1, r1);
+  EXPECT_EQ(b.find(1)->output, (std::vector<TokenId>{105, 106}));
+  // A waiting one: no K/V to move, queued.
+  std::optional<Sequence> w = a.extract(3);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_FALSE(b.adopt(std::move(*w)));
+  EXPECT_EQ(b.num_waiting(), 1);
+  // Seq 2 (8 tokens: 2 blocks) into a cache of 5 blocks, 4 of them held by another: preempted.
+  tight.add_request(make_request({9, 13, 2}, 0));
+  StepBatch t0 = tight.schedule();
+  tight.on_step_done(t0, exec.execute(t0));
+  std::optional<Sequence> y = a.extract(2);
+  ASSERT_TRUE(y.has_value());
+  EXPECT_FALSE(tight.adopt(*y));
+  ASSERT_NE(tight.find(2), nullptr);
+  EXPECT_EQ(tight.find(2)->num_computed, 0);
+  EXPECT_EQ(tight.find(2)->status, SeqStatus::kPreempted);
+  EXPECT_EQ(tight.num_preemptions(), 1);
+  // Into a scheduler whose max_model_len (8) it exceeds (7 + 6 tokens): rejected, finished.
+  EXPECT_FALSE(tiny.adopt(std::move(*y)));
+  EXPECT_EQ(tiny.find(2), nullptr);
+  const std::vector<Sequence> fin = tiny.drain_finished();
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0].finish_reason, FinishReason::kRejected);
+  EXPECT_NE(fin[0].finish_detail.find("exceeds max_model_len 8"), std::string::npos) << fin[0].finish_detail;
+  EXPECT_THROW(b.adopt(*b.find(1)), Error);  // already live there
+  EXPECT_EQ(a.num_used_blocks(), 0);
+}
+
 TEST(Scheduler, ConfigValidation) {
   EXPECT_THROW(Scheduler(cfg(4, 0, 64, 4)), Error);
   EXPECT_THROW(Scheduler(cfg(0, 4, 64, 4)), Error);

@@ -80,7 +80,7 @@ TEST(KvPlacement, EqualityIsSetEquality) {
   EXPECT_EQ(a, b);
   EXPECT_FALSE(a == c);
   // Rules normalise: a block rule over one KVP rank, or a sequence rule over one replica, is "all".
-  TokenRule one_block{1, 0, 1, 0, 16};
+  TokenRule one_block{1, 0, 1, 0, 16, {}};
   KvPlacement d(3, 4, {{KvEntry{{0, 3}, {0, 1}, one_block}}, {KvEntry{{0, 3}, {2, 3}, all}}});
   EXPECT_EQ(a, d);
   // Different models never compare equal.
@@ -88,17 +88,17 @@ TEST(KvPlacement, EqualityIsSetEquality) {
   EXPECT_THROW(KvPlacement(3, 4, {{KvEntry{{0, 4}, {0}, all}}}), Error);
   EXPECT_THROW(KvPlacement(3, 4, {{KvEntry{{0, 3}, {4}, all}}}), Error);
   // a (rank, layer, head) under two rules is a programmer error
-  TokenRule odd{1, 0, 2, 1, 4};
+  TokenRule odd{1, 0, 2, 1, 4, {}};
   EXPECT_THROW(KvPlacement(3, 4, {{KvEntry{{0, 3}, {0}, all}, KvEntry{{1, 2}, {0}, odd}}}), InternalError);
 }
 
 TEST(KvPlacement, TokenRuleRanges) {
-  TokenRule r{1, 0, 3, 1, 4};  // blocks 1, 4, 7, ... of 4 tokens
+  TokenRule r{1, 0, 3, 1, 4, {}};  // blocks 1, 4, 7, ... of 4 tokens
   EXPECT_EQ(r.ranges(30), (std::vector<Range>{{4, 8}, {16, 20}, {28, 30}}));
   EXPECT_TRUE(r.ranges(4).empty());
   EXPECT_EQ(r.ranges(5), (std::vector<Range>{{4, 5}}));
   EXPECT_EQ(TokenRule{}.ranges(7), (std::vector<Range>{{0, 7}}));
-  TokenRule replica{3, 2};
+  TokenRule replica{3, 2, 1, 0, 1, {}};
   EXPECT_TRUE(replica.has_seq(5));
   EXPECT_FALSE(replica.has_seq(6));
 }
@@ -352,6 +352,38 @@ TEST(KvMigration, ZeroExactlyWhenPlacementsAreEqual) {
                                      {{0, 10}}, 16, kBpt);
   EXPECT_EQ(m.total_bytes, 0);
   EXPECT_EQ(m.dropped_bytes, 10 * 2 * kBpt);
+}
+
+// A Nitsum pool's instances side by side (cluster/pool.h): two TP(1) instances on ranks 0 and 1
+// holding their own sequences, then one TP(2) instance over both holding all of them. The
+// migration moves, per sequence, exactly the heads its new holder lacks, from the one rank that
+// has them (naive count below); sequences outside an instance's set are stored nowhere.
+TEST(KvMigration, PoolInstancesSideBySide) {
+  const ModelShape& m = kStories;  // 4 KV heads, 2 layers
+  const KvPlacement tp1 = kv_placement(Plan::make_tp(1), m), tp2 = kv_placement(Plan::make_tp(2), m);
+  const KvPlacement from = combine_placements({{&tp1, {0}, {2, 1}}, {&tp1, {1}, {3}}}, 2);
+  const KvPlacement to = combine_placements({{&tp2, {0, 1}, {1, 2, 3}}}, 2);
+  EXPECT_EQ(from.holders(0, 0, 1, 5), std::vector<int>{0});
+  EXPECT_EQ(from.holders(1, 3, 3, 0), std::vector<int>{1});
+  EXPECT_TRUE(from.holders(0, 0, 4, 0).empty());  // in no instance's set
+  EXPECT_EQ(to.holders(0, 0, 3, 0), std::vector<int>{0});
+  EXPECT_EQ(to.holders(0, 3, 1, 0), std::vector<int>{1});
+  const std::vector<SeqExtent> seqs{{1, 20}, {2, 7}, {3, 33}};
+  const int64_t bpt = 8;
+  const KvMigration mig = kv_migration(from, to, seqs, 16, bpt);
+  // Seqs 1 and 2: KV heads 2 and 3 leave rank 0 for rank 1; seq 3: heads 0 and 1 go 1 -> 0.
+  EXPECT_EQ(mig.bytes(0, 1), (20 + 7) * int64_t(m.n_layers) * 2 * bpt);
+  EXPECT_EQ(mig.bytes(1, 0), 33 * int64_t(m.n_layers) * 2 * bpt);
+  EXPECT_EQ(mig.total_bytes, mig.bytes(0, 1) + mig.bytes(1, 0));
+  EXPECT_EQ(mig.dropped_bytes, mig.total_bytes);  // what moved is no longer held by its source
+  for (const KvMove& mv : mig.moves) EXPECT_EQ(mv.src, mv.seq_id == 3 ? 1 : 0) << "sequence " << mv.seq_id;
+  // The reverse hand-off of one sequence between two instances, the others untouched.
+  const KvPlacement a = combine_placements({{&tp1, {0}, {7}}}, 2), b = combine_placements({{&tp1, {1}, {7}}}, 2);
+  const KvMigration one = kv_migration(a, b, {{7, 40}}, 16, bpt);
+  EXPECT_EQ(one.total_bytes, 40 * int64_t(m.n_layers) * m.n_kv_heads * bpt);
+  EXPECT_EQ(one.bytes(0, 1), one.total_bytes);
+  EXPECT_THROW(combine_placements({{&tp2, {0, 0}, {1}}}, 2), Error);
+  EXPECT_THROW(combine_placements({{&tp1, {2}, {1}}}, 2), Error);
 }
 
 TEST(KvMigration, RejectsMismatchedModels) {

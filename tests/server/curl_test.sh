@@ -85,13 +85,16 @@ trap - EXIT
 # under one scheduler, a plan set switching every 3 steps (KV migrated between tp=2 and dp=2),
 # and Shift Parallelism (base sp=2 for steps over 4 tokens, shift config TP(2) otherwise): the
 # same greedy text as one rank; under Shift the last step (a decode) ran the shift config, and
-# under the cycle the switches are counted per plan, as /metrics says.
+# under the cycle the switches are counted per plan, as /metrics says. Nitsum's pool (--policy
+# nitsum): two workers as a prefill and a decode instance (every request handed off) and one TP(2)
+# instance, the next layout every 5 ms (a regrouping moves the running requests' K/V by heads).
 # Nitsum's TP switch (issue 15): weights as views of each rank's full copy, DP(2) <-> TP(2) with the
 # KV re-partitioned by head at every switch, on a server with SLO tiers (the request names none:
 # the first tier).
 for layout in "--plan tp=2" "--plan dp=2" "--plan tp=2 --plan dp=2 --policy cycle:3" \
               "--plan sp=2 --policy shift --shift-threshold 4" \
-              "--plan dp=2,weights=full --plan tp=2,weights=full --policy cycle:2 --tiers t1=60000/60000,t2=60000/60000"; do
+              "--plan dp=2,weights=full --plan tp=2,weights=full --policy cycle:2 --tiers t1=60000/60000,t2=60000/60000" \
+              "--policy nitsum --pool-layout prefill:tp1,decode:tp1 --pool-layout both:tp2 --window 0.005"; do
   : > "$work/serve2.log"
   # shellcheck disable=SC2086
   "$loom" serve -m "$work/tiny.gguf" --port 0 --ranks 2 $layout --served-model-name tiny > "$work/serve2.log" 2>&1 &
@@ -119,6 +122,8 @@ for layout in "--plan tp=2" "--plan dp=2" "--plan tp=2 --plan dp=2 --policy cycl
                fail "$layout: switches: $(curl -s "$url/metrics" | grep plan_)"
              curl -s "$url/metrics" | grep -Eq '^loom:tier_requests_finished_total\{model_name="tiny",tier="t1"\} 1' ||
                fail "$layout: tiers: $(curl -s "$url/metrics" | grep tier_)";;
+    *nitsum*) curl -s "$url/metrics" | grep -Eq '^loom:plan_switches_total\{model_name="tiny",plan="tp2@0"\} [1-9]' ||
+               fail "$layout: no regrouping into tp2@0: $(curl -s "$url/metrics" | grep plan_)";;
     *cycle*) curl -s "$url/metrics" | grep -Eq '^loom:plan_switches_total\{model_name="tiny",plan="dp=2"\} [1-9]' ||
                fail "$layout: switches: $(curl -s "$url/metrics" | grep plan_)";;
   esac

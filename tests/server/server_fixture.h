@@ -39,6 +39,16 @@ inline std::string tiny_model_path() {
   return path;
 }
 
+// Waits until pred(s.stats()) holds or timeout; returns whether it held.
+inline bool wait_for_stats(ServingEngine& s, const std::function<bool(const EngineStats&)>& pred, double timeout_s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred(s.stats())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred(s.stats());
+}
+
 struct StackOptions {
   std::string model_path;  // "" -> tiny
   std::string tokenizer_path;
@@ -108,12 +118,7 @@ class Stack {
 
   // Waits until pred(stats) holds or timeout; returns whether it held.
   bool wait_stats(const std::function<bool(const EngineStats&)>& pred, double timeout_s = 10) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < end) {
-      if (pred(serving_->stats())) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return pred(serving_->stats());
+    return wait_for_stats(*serving_, pred, timeout_s);
   }
 
  private:

@@ -38,3 +38,13 @@ if(LOOM_MPI AND LOOM_CURL)
   set_tests_properties(server_mpi_dead_follower PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${loom_mpi_env}")
 endif()
+
+# Nitsum's pool (--policy nitsum) under mpirun: 3 processes (control plane + 2 workers), forced
+# layouts cycling P/D and TP(2) (K/V moved over MPI), greedy text equal to one rank (curl).
+if(LOOM_MPI AND LOOM_CURL)
+  add_test(NAME server_mpi_nitsum_pool
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/serve_nitsum_mpi.sh $<TARGET_FILE:loom>
+                   ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin ${loom_mpirun})
+  set_tests_properties(server_mpi_nitsum_pool PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${loom_mpi_env}")
+endif()
