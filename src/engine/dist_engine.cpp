@@ -196,6 +196,8 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   if (o.migration_buffer_bytes > 0) ro.transfer.buffer_bytes = o.migration_buffer_bytes;
   if (st.config.cpu_kv_bytes > 0)
     ro.tier = st.backend == "mpi" ? KvTierArena::host_shared(world, st.config.cpu_kv_bytes) : tier;
+  ro.lazy_weights = is_seesaw_policy(o.policy);  // Seesaw: one plan's weight copy at a time
+  if (o.rank_options) o.rank_options(world.rank(), ro);
   st.pool = std::make_unique<ThreadPool>(st.threads);
   st.rank = std::make_unique<RankEngine>(st.model, st.plans, world, st.pool.get(), ro);
   if (o.after_step)
@@ -223,8 +225,10 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
       for (int id = 0; id < n_plans; ++id) {
         const int64_t shard = all[size_t(r) * mine.size() + size_t(2 * id)];
         const int64_t owned = all[size_t(r) * mine.size() + size_t(2 * id + 1)];
+        // Lazy re-shard (Seesaw): the same on every rank; one plan's copy is held at a time.
+        const std::string lazy = st.rank->memory(id).lazy ? "; built at a switch into it, freed at a switch out" : "";
         line += cat(id ? ";" : "", " ", st.plans.name(id), " shard ", shard, " bytes (",
-                    owned > 0 ? cat("copied ", owned) : std::string("no copy"), ")");
+                    owned > 0 ? cat("copied ", owned) : std::string("no copy"), lazy, ")");
       }
       line += cat("; KV store ", all[size_t(r) * mine.size() + mine.size() - 1], " bytes");
       st.info.push_back(line);

@@ -46,6 +46,7 @@ EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig
   if (const auto* seesaw = dynamic_cast<const SeesawPolicy*>(policy.get())) {
     const ModelConfig& c = rank.model().config;
     sc.phases = seesaw->mode();
+    sc.async_swaps = true;  // the RankEngine's tier copies run on threads (kv_tier.h TierSwaps)
     sc.tier_tokens = seesaw_tier_tokens(seesaw->describe(), config.cpu_kv_bytes,
                                         tier_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim), config.max_model_len);
     LOOM_CHECK(rank.tier() != nullptr, "--policy ", seesaw->describe(), ": world rank 0 has no CPU KV tier");
