@@ -211,7 +211,10 @@ void RankEngine::prepare_swaps(const StepBatch& batch) {
   }
   if (!options_.overlap_swaps) swaps_->wait_all(*kv_);
   if (batch.seqs.empty()) {
-    swaps_->wait_all(*kv_);  // nothing to overlap: the step exists to complete the copies
+    // Nothing to overlap: the step exists to complete copies. One is enough for progress (the
+    // rank with the fewest done has one queued): the first ready sequences run in the next step
+    // while the later ones copy.
+    swaps_->wait_next(*kv_);
   } else {
     int64_t pages = 0;
     for (const ScheduledSeq& s : batch.seqs) {

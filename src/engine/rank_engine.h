@@ -16,7 +16,8 @@
 //   2b. swap-in: batch.swap_in's pages are allocated under the step's plan and the prefetcher thread
 //      copies them from the tier (W11); those sequences decode in a later step;
 //   2c. a step waits for a copy only when it needs it: free pages for what it allocates (the oldest
-//      swap-outs first), and, when it has no sequence to run, every copy in flight;
+//      swap-outs first), and, when it has no sequence to run, the oldest copy in flight (a swap-in
+//      first), so the first sequences are ready while the later ones still copy;
 //   3. RankForward of the plan over the rank's rows;
 //   4. each replica's sampler rank samples its sequences (sampling is reproducible per request:
 //      the draw for the token at position p of a request with seed s comes from Rng(hash(s, p)));

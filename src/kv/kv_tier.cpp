@@ -298,6 +298,17 @@ void TierSwaps::wait_all(KvStore& store) {
   reap(store);
 }
 
+void TierSwaps::wait_next(KvStore& store) {
+  TierWorker& w = in_.done() < in_.submitted() ? in_ : out_;
+  if (w.done() < w.submitted()) {
+    const double t0 = now_seconds();
+    w.wait(w.done() + 1);
+    counters_.wait_s += now_seconds() - t0;
+    ++counters_.waits;
+  }
+  reap(store);
+}
+
 bool TierSwaps::swapping_in(int64_t seq) const {
   auto it = in_task_.find(seq);
   return it != in_task_.end() && it->second >= in_.done();

@@ -217,8 +217,11 @@ class TierSwaps {
   void make_room(int64_t pages, KvStore& store);
   // Waits until `seq`'s tasks (either way) are done here (before its KV is dropped or read).
   void wait_for(int64_t seq, KvStore& store);
-  // Waits for every task of this rank (a step with nothing else to do).
+  // Waits for every task of this rank.
   void wait_all(KvStore& store);
+  // A step with nothing else to do: waits for the oldest swap-in queued here, else the oldest
+  // swap-out, so that the first sequences become ready (and run) while the later ones still copy.
+  void wait_next(KvStore& store);
   // Whether the swap-in of `seq` is queued and not done here.
   bool swapping_in(int64_t seq) const;
   // Swap-outs / swap-ins queued and not done here (the copies the rank's forward overlaps).
