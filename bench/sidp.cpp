@@ -1,8 +1,9 @@
 // SiDP on CPU ranks (issue 14; ../shared/papers/001): an offline job with a long tail (most
 // requests short, 1 in 10 long: the tail where few replicas still have work, §3.2) on D replicas
 // (threads), plain dp=D against SiDP dp=D,weights=owner under --policy sidp (WaS while batches are
-// large, CaS in the tail). Both get the same KV budget per rank as plain DP would; SiDP adds the
-// FFN bytes it does not hold (dist_engine.h). Printed as ratios from one run: KV blocks, job
+// large, CaS in the tail). Both get the same memory per rank (--rank-memory-bytes: plain DP's
+// weights + 24 MiB of KV), so SiDP's KV budget grows by the FFN bytes it does not hold (S12;
+// engine.h kv_budget_bytes). Printed as ratios from one run: KV blocks, job
 // throughput, and how many steps ran in each mode. On a shared CPU a "fetch" is a memcpy from the
 // same RAM: the timing says nothing about NVLink (PAPERS-NOTES 1.3); the KV ratio is exact.
 //
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "engine/dist_engine.h"
+#include "model/loader.h"
 #include "model/synth.h"
 
 using namespace loom;
@@ -27,7 +29,8 @@ struct Figures {
   std::vector<PlanStats> plans;
 };
 
-Figures measure(const std::string& model, const std::string& plan, const std::string& policy, int D, int n, int64_t th) {
+Figures measure(const std::string& model, const std::string& plan, const std::string& policy, int D, int n, int64_t th,
+                int64_t rank_memory) {
   DistOptions o;
   o.comm = "local";
   o.plan = plan;
@@ -37,7 +40,7 @@ Figures measure(const std::string& model, const std::string& plan, const std::st
   o.model_path = model;
   o.engine.threads = 1;
   o.engine.max_num_seqs = 64;
-  o.engine.kv_cache_bytes = int64_t(24) << 20;
+  o.engine.rank_memory_bytes = rank_memory;
   Figures f;
   run_distributed(o, [&](DistEngine& e) {
     std::vector<Request> rs;
@@ -76,8 +79,15 @@ int main(int argc, char** argv) {
   if (!mkdtemp(dir)) return 1;
   const std::string path = std::string(dir) + "/m.gguf";
   write_synth_model(so, path);
-  const Figures dp = measure(path, "dp=" + std::to_string(D), "fixed", D, n, -1);
-  const Figures sd = measure(path, "dp=" + std::to_string(D) + ",weights=owner", "sidp", D, n, th);
+  // Memory per rank: what a plain DP rank's weights take, plus 24 MiB of KV.
+  const int64_t memory = [&] {
+    const std::shared_ptr<const Model> m(load_model(path));
+    const PlanSet dp = PlanSet::make({Plan::parse("dp=" + std::to_string(D))},
+                                     ModelShape::from(m->config, weight_block_elems(*m)));
+    return rank_weight_bytes(*m, dp, 0).held + (int64_t(24) << 20);
+  }();
+  const Figures dp = measure(path, "dp=" + std::to_string(D), "fixed", D, n, -1, memory);
+  const Figures sd = measure(path, "dp=" + std::to_string(D) + ",weights=owner", "sidp", D, n, th, memory);
   unlink(path.c_str());
   rmdir(dir);
   std::printf("bench_sidp (local backend, %d replicas x 1 thread, %d requests, 1 in 10 long, B_th %lld seqs/replica)\n",

@@ -61,6 +61,7 @@ struct BenchOfflineArgs {
   int max_tokens_per_step = 2048;
   int max_model_len = 0;
   std::optional<int64_t> kv_cache_bytes;
+  std::optional<int64_t> rank_memory_bytes;
   double kv_cache_fraction = EngineConfig{}.kv_cache_fraction;
   int block_size = kDefaultKvBlockSize;
   int threads = 0;
@@ -300,6 +301,7 @@ void run_bench_offline(const BenchOfflineArgs& a) {
   cfg.max_tokens_per_step = a.max_tokens_per_step;
   cfg.max_model_len = a.max_model_len;
   cfg.kv_cache_bytes = a.kv_cache_bytes;
+  cfg.rank_memory_bytes = a.rank_memory_bytes;
   cfg.kv_cache_fraction = a.kv_cache_fraction;
   cfg.block_size = a.block_size;
   cfg.validate(mc);
@@ -452,6 +454,9 @@ void register_bench_offline(CLI::App& bench) {
       ->capture_default_str();
   sub->add_option("--max-model-len", a->max_model_len, "Context limit per request (0: the model's)");
   sub->add_option("--kv-cache-bytes", a->kv_cache_bytes, "KV cache size in bytes (default: a share of free memory)");
+  sub->add_option("--rank-memory-bytes", a->rank_memory_bytes,
+                  "Memory per rank for its weights and KV, as on a GPU: the KV cache is what the rank's weights under "
+                  "the plan set leave (SiDP's owned FFN frees room; exclusive with --kv-cache-bytes)");
   sub->add_option("--kv-cache-fraction", a->kv_cache_fraction,
                   "Without --kv-cache-bytes: this fraction of available memory for the KV cache")
       ->capture_default_str();

@@ -31,6 +31,7 @@ struct ServeArgs {
   int max_num_seqs = 64;
   int max_tokens_per_step = 2048;
   int64_t kv_cache_bytes = 0;
+  int64_t rank_memory_bytes = 0;
   double kv_cache_fraction = EngineConfig{}.kv_cache_fraction;
   int block_size = kDefaultKvBlockSize;
   int max_model_len = 0;
@@ -57,6 +58,7 @@ void run_serve(const ServeArgs& a) {
   if (a.port < 0 || a.port > 65535) fail("--port must be in [0, 65535], got ", a.port);
   if (a.max_queue < 1) fail("--max-queue must be >= 1, got ", a.max_queue);
   if (a.kv_cache_bytes < 0) fail("--kv-cache-bytes must be > 0, got ", a.kv_cache_bytes);
+  if (a.rank_memory_bytes < 0) fail("--rank-memory-bytes must be > 0, got ", a.rank_memory_bytes);
   // Bad tiers fail here, in one line, before the model loads.
   const cluster::SloTiers tiers = a.tiers.empty() ? cluster::SloTiers() : cluster::parse_tiers(a.tiers);
   if (a.max_connections < 0) fail("--max-connections must be >= 0 (0: from the descriptor limit), got ", a.max_connections);
@@ -80,6 +82,7 @@ void run_serve(const ServeArgs& a) {
   spec.config.max_tokens_per_step = a.max_tokens_per_step;
   spec.config.max_model_len = a.max_model_len;
   if (a.kv_cache_bytes > 0) spec.config.kv_cache_bytes = a.kv_cache_bytes;
+  if (a.rank_memory_bytes > 0) spec.config.rank_memory_bytes = a.rank_memory_bytes;
   spec.config.kv_cache_fraction = a.kv_cache_fraction;
   spec.config.block_size = a.block_size;
   spec.ranks = layout_ranks(a.layout, a.ranks == 1 && !a.layout.plans.empty() ? 0 : a.ranks, a.block_size);
@@ -158,6 +161,9 @@ void register_serve(CLI::App& app) {
   sub->add_option("--max-tokens-per-step", a->max_tokens_per_step, "Token budget per step (chunked prefill)")
       ->capture_default_str();
   sub->add_option("--kv-cache-bytes", a->kv_cache_bytes, "KV-cache size in bytes (default: a share of free memory)");
+  sub->add_option("--rank-memory-bytes", a->rank_memory_bytes,
+                  "Memory per rank for its weights and KV, as on a GPU: the KV cache is what the rank's weights under "
+                  "the plan set leave (exclusive with --kv-cache-bytes)");
   sub->add_option("--kv-cache-fraction", a->kv_cache_fraction,
                   "Without --kv-cache-bytes: this fraction of available memory for the KV cache")
       ->capture_default_str();

@@ -9,7 +9,6 @@
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
 #include "engine/sidp.h"
-#include "engine/seesaw.h"
 #include "kv/kv_tier.h"
 #include "kv/block_allocator.h"
 #include "model/loader.h"
@@ -85,18 +84,16 @@ std::string engine_fingerprint(const std::string& plans, const Model& m, const E
              " max_len=", e.max_model_len);
 }
 
-// SiDP: the weight bytes rank `rank` does not hold against plain DP when every plan of the set is
-// weights=owner (the owned FFN once, the slots of every WaS plan), else 0.
-int64_t sidp_freed_bytes(const Model& model, const PlanSet& plans, int rank) {
-  int64_t slots = 0;
-  sidp::Memory m;
-  for (const Plan& p : plans.plans()) {
-    if (p.weights != WeightSource::FetchFromOwner) return 0;
-    m = sidp::memory(model, p, rank);
-    slots += m.slots;
-  }
-  if (plans.size() == 0) return 0;
-  return m.plain_dp - m.attention - m.ffn_owned - slots;
+// The policy's start-up inputs from the options (the defaults bound to this model and rank).
+PolicyInputs policy_inputs(const DistOptions& o, const Model& model, int threads) {
+  PolicyInputs in;
+  in.shift_threshold = o.shift_threshold;
+  in.sidp_threshold = o.sidp_threshold;
+  if (o.default_shift_threshold)
+    in.default_shift_threshold = [&o, &model, threads](const Plan& p) { return o.default_shift_threshold(model, p, threads); };
+  if (o.default_sidp_threshold)
+    in.default_sidp_threshold = [&o, &model, threads](const Plan& p) { return o.default_sidp_threshold(model, p, threads); };
+  return in;
 }
 
 struct RankState {
@@ -106,7 +103,7 @@ struct RankState {
   std::shared_ptr<const Model> model;
   EngineConfig config;  // resolved (max_model_len set)
   int threads = 1;
-  int64_t threshold = -1;
+  PolicyParams policy;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<RankEngine> rank;
   std::vector<std::string> info;  // start-up report (world rank 0)
@@ -138,56 +135,16 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   if (st.config.max_model_len == 0) st.config.max_model_len = c.max_seq_len;
   agree_on_text(world, "the model and engine config", engine_fingerprint(st.plans.to_string(), *st.model, st.config));
   st.threads = resolve_threads(o, world.size());
-  // Seesaw: the CPU KV tier must hold a sequence (every rank checks, before anything is built).
-  if (is_seesaw_policy(o.policy))
-    seesaw_tier_tokens(o.policy, st.config.cpu_kv_bytes, tier_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim),
-                       st.config.max_model_len);
-  if (o.policy == "shift" && world.rank() == 0) {
-    st.threshold = o.shift_threshold;
-    if (st.threshold < 0) {
-      if (!o.default_shift_threshold) fail("--policy shift needs --shift-threshold (no default threshold given)");
-      st.threshold = o.default_shift_threshold(*st.model, st.plans.plan(shift_pair(st.plans).first), st.threads);
-    }
-  }
-
-  if (o.policy == "sidp" && world.rank() == 0) {
-    st.threshold = o.sidp_threshold;
-    if (st.threshold < 0) {
-      if (!o.default_sidp_threshold) fail("--policy sidp needs --sidp-threshold (no default threshold given)");
-      st.threshold = o.default_sidp_threshold(*st.model, st.plans.plan(0), st.threads);
-    }
-  }
+  // The policy's checks on every rank (Seesaw: the CPU tier holds a sequence), its parameters
+  // (thresholds, defaults from the cost model) on world rank 0, before anything is built.
+  check_policy_setup(o.policy, st.plans, policy_env(c, st.config));
+  if (world.rank() == 0) st.policy = resolve_policy_params(o.policy, st.plans, policy_inputs(o, *st.model, st.threads));
 
   // 3. this rank's KV store and the RankEngine of every plan
-  // SiDP (S12): when every plan of the set is weights=owner, this rank does not hold the FFN it
-  // does not own: those bytes (less its cache slots) go to the KV budget.
-  const int64_t sidp_freed = sidp_freed_bytes(*st.model, st.plans, world.rank());
-  int64_t budget;
-  if (st.config.kv_cache_bytes) {
-    budget = *st.config.kv_cache_bytes + std::max<int64_t>(sidp_freed, 0);
-  } else {
-    const int sharing = st.backend == "local" ? world.size() : 1;  // ranks of this process
-    // The shards' decode copies (shard_weights.h) come out of the same memory: leave them out of
-    // the budget (an estimate: this process's share of the layer matrices per resident plan, plus
-    // the classifier once).
-    int64_t layer_bytes = 0;
-    for (const LayerWeights& L : st.model->layers)
-      for (const WeightView* w : L.matrices()) layer_bytes += w->bytes();
-    int64_t copies = st.model->output.bytes();
-    for (const Plan& p : st.plans.plans()) {
-      if (p.weights == WeightSource::FetchFromOwner) {
-        const int ranks_here = st.backend == "local" ? world.size() : 1;
-        const int first = st.backend == "local" ? 0 : world.rank();
-        for (int r = first; r < first + ranks_here; ++r) copies += sidp::memory(*st.model, p, r).total();
-      }
-      if (p.weights != WeightSource::Resident) continue;
-      const int ranks_here = st.backend == "local" ? world.size() : 1;
-      copies += layer_bytes * ranks_here / std::max(1, p.size() / p.dp);
-    }
-    int64_t avail = mem_available_bytes();
-    if (decode_copy_affordable(copies)) avail -= copies;
-    budget = int64_t(double(std::max<int64_t>(avail, 0)) * st.config.kv_cache_fraction / double(sharing));
-  }
+  const bool local = st.backend == "local";  // the local backend's ranks share this process's memory
+  const bool lazy = policy_lazy_weights(o.policy);
+  const int64_t budget = kv_budget_bytes(st.config, *st.model, st.plans, world.rank(), local ? 0 : world.rank(),
+                                         local ? world.size() : 1, lazy);
   RankEngineOptions ro;
   ro.block_size = st.config.block_size;
   ro.numerics = st.config.resolved_numerics();
@@ -196,7 +153,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   if (o.migration_buffer_bytes > 0) ro.transfer.buffer_bytes = o.migration_buffer_bytes;
   if (st.config.cpu_kv_bytes > 0)
     ro.tier = st.backend == "mpi" ? KvTierArena::host_shared(world, st.config.cpu_kv_bytes) : tier;
-  ro.lazy_weights = is_seesaw_policy(o.policy);  // Seesaw: one plan's weight copy at a time
+  ro.lazy_weights = lazy;  // Seesaw: one plan's weight copy at a time
   if (o.rank_options) o.rank_options(world.rank(), ro);
   st.pool = std::make_unique<ThreadPool>(st.threads);
   st.rank = std::make_unique<RankEngine>(st.model, st.plans, world, st.pool.get(), ro);
@@ -218,7 +175,8 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   world.all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(int64_t));
   if (world.rank() == 0) {
     st.info.push_back(cat("plans: ", st.plans.to_string(), "; policy ", o.policy,
-                          st.threshold >= 0 ? cat(" (threshold ", st.threshold, o.policy == "sidp" ? " sequences per replica)" : " tokens)") : std::string(),
+                          st.policy.threshold >= 0 ? cat(" (threshold ", st.policy.threshold, " ", st.policy.threshold_unit, ")")
+                                                   : std::string(),
                           n_plans > 1 ? cat("; weights ", o.shift_weights) : std::string()));
     for (int r = 0; r < world.size(); ++r) {
       std::string line = cat("rank ", r, ":");
@@ -233,19 +191,14 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
       line += cat("; KV store ", all[size_t(r) * mine.size() + mine.size() - 1], " bytes");
       st.info.push_back(line);
     }
-    for (int id = 0; id < n_plans; ++id) {
-      const Plan& p = st.plans.plan(id);
-      if (p.weights != WeightSource::FetchFromOwner) continue;
-      st.info.push_back(cat("SiDP ", p.to_string(), ": ", p.sidp_cas ? "compute-as-a-service" : "weight-as-a-service",
-                            p.sidp_cas ? std::string() : cat(", ", p.sidp_slots(), " slots, lookahead ", p.sidp_lookahead(),
-                                                            sidp::peak_shifting(p) ? ", peak shifting" : ", layer order")));
-      for (int r = 0; r < world.size(); ++r) st.info.push_back(sidp::describe_memory(sidp::memory(*st.model, p, r), p, r));
-    }
-    if (sidp_freed_bytes(*st.model, st.plans, 0) != 0) {
-      std::string line = "SiDP KV budget per rank grows by the FFN bytes it does not hold:";
+    for (int id = 0; id < n_plans; ++id)
+      for (const std::string& line : describe_plan_weights(*st.model, st.plans.plan(id), world.size()))
+        st.info.push_back(line);
+    if (st.config.rank_memory_bytes) {
+      std::string line = cat("rank memory ", *st.config.rank_memory_bytes, " bytes = weights held + KV budget:");
       for (int r = 0; r < world.size(); ++r) {
-        const int64_t f = sidp_freed_bytes(*st.model, st.plans, r);
-        line += f >= 0 ? cat(" rank ", r, " +", f) : cat(" rank ", r, " +0 (its slots outweigh the FFN it drops by ", -f, ")");
+        const int64_t held = rank_weight_bytes(*st.model, st.plans, r, lazy).held;
+        line += cat(" rank ", r, " ", held, " + ", *st.config.rank_memory_bytes - held, ";");
       }
       st.info.push_back(line);
     }
@@ -258,7 +211,7 @@ class Leader final : public DistEngine {
   Leader(RankState& st, Communicator& world, const std::string& policy)
       : st_(st),
         policy_name_(policy),
-        core_(*st.rank, world, st.config, make_layout_policy(policy, st.plans, st.threshold), st.plans.max_dp()) {}
+        core_(*st.rank, world, st.config, make_layout_policy(policy, st.plans, st.policy), st.plans.max_dp()) {}
 
   const ModelConfig& model_config() const override { return st_.model->config; }
   std::shared_ptr<const Model> model() const override { return st_.model; }

@@ -5,9 +5,9 @@
 #include "core/error.h"
 #include "comm/single.h"
 #include "core/weight_tiles.h"
-#include "engine/seesaw.h"
+#include "engine/sidp.h"
+#include "parallel/sharding.h"
 #include "kv/block_allocator.h"
-#include "kv/kv_tier.h"
 
 namespace loom {
 
@@ -19,9 +19,20 @@ void EngineConfig::validate(const ModelConfig& m) const {
   if (max_model_len < 0 || max_model_len > m.max_seq_len)
     fail("max_model_len = ", max_model_len, " must be in [1, ", m.max_seq_len, "] (the model's context)");
   if (kv_cache_bytes && *kv_cache_bytes <= 0) fail("kv cache bytes must be > 0, got ", *kv_cache_bytes);
+  if (rank_memory_bytes && *rank_memory_bytes <= 0) fail("--rank-memory-bytes must be > 0, got ", *rank_memory_bytes);
+  if (rank_memory_bytes && kv_cache_bytes)
+    fail("give --kv-cache-bytes (the KV cache itself) or --rank-memory-bytes (weights + KV per rank), not both");
   if (!(kv_cache_fraction > 0 && kv_cache_fraction <= 1))
     fail("kv cache fraction must be in (0, 1], got ", kv_cache_fraction);
   if (cpu_kv_bytes < 0) fail("--cpu-kv-bytes must be >= 0, got ", cpu_kv_bytes);
+}
+
+PolicyEnv policy_env(const ModelConfig& model, const EngineConfig& config) {
+  PolicyEnv env;
+  env.model = &model;
+  env.max_model_len = config.max_model_len;
+  env.cpu_kv_bytes = config.cpu_kv_bytes;
+  return env;
 }
 
 EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig& config,
@@ -43,14 +54,12 @@ EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig
   }
   sc.pool_shapes = pools;
   sc.num_blocks = int(pools[0].total_blocks());
-  if (const auto* seesaw = dynamic_cast<const SeesawPolicy*>(policy.get())) {
-    const ModelConfig& c = rank.model().config;
-    sc.phases = seesaw->mode();
-    sc.async_swaps = true;  // the RankEngine's tier copies run on threads (kv_tier.h TierSwaps)
-    sc.tier_tokens = seesaw_tier_tokens(seesaw->describe(), config.cpu_kv_bytes,
-                                        tier_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim), config.max_model_len);
-    LOOM_CHECK(rank.tier() != nullptr, "--policy ", seesaw->describe(), ": world rank 0 has no CPU KV tier");
-  }
+  policy->configure(sc, policy_env(rank.model().config, config));
+  // The RankEngine's tier copies run on threads and report completion (kv_tier.h TierSwaps): the
+  // scheduler waits for it (SchedulerConfig::async_swaps; the simulator's swaps are priced, not run).
+  if (sc.phases != PhaseMode::None) sc.async_swaps = true;
+  if (sc.phases != PhaseMode::None)
+    LOOM_CHECK(rank.tier() != nullptr, "--policy ", policy->describe(), ": world rank 0 has no CPU KV tier");
   sched_ = std::make_unique<Scheduler>(sc);
   control_ = std::make_unique<PlanControl>(rank.plans(), pools, std::move(policy), *sched_);
   loop_ = std::make_unique<EngineLoop>(*sched_, *exec_, clock_, metrics_);
@@ -102,6 +111,70 @@ int64_t kv_pages_for(const EngineConfig& config, const PlanSet& plans, int rank,
   return std::min({pages, useful, int64_t(INT32_MAX)});
 }
 
+RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int rank, bool lazy_weights) {
+  int64_t layer_bytes = 0;
+  for (const LayerWeights& L : model.layers)
+    for (const WeightView* w : L.matrices()) layer_bytes += w->bytes();
+  const int64_t full_elems = weight_shards(Plan::make_tp(1), plans.shape(), 0).elems();
+  RankWeightBytes b;
+  bool views_of_full = false;
+  std::vector<WeightShards> copied;  // RankWeights copies a distinct resident shard once
+  int64_t resident_max = 0;          // lazy_weights: one resident plan's copy at a time
+  std::vector<int> owner_dps;
+  for (const Plan& p : plans.plans()) {
+    switch (p.weights) {
+      case WeightSource::SliceOfFull:
+        views_of_full = true;
+        break;
+      case WeightSource::FetchFromOwner: {
+        // The attention copy and the owned FFN are shared by the plans of one D (a WaS plan and its
+        // CaS twin, RankWeights / OwnerWeights::shared); the cache slots are each plan's.
+        const sidp::Memory m = sidp::memory(model, p, rank);
+        if (std::find(owner_dps.begin(), owner_dps.end(), p.dp) == owner_dps.end()) {
+          owner_dps.push_back(p.dp);
+          b.copied += m.attention + m.ffn_owned;
+        }
+        b.copied += m.slots;
+        break;
+      }
+      case WeightSource::Resident: {
+        const WeightShards ws = weight_shards(p, plans.shape(), rank);
+        const int64_t bytes = int64_t(double(layer_bytes) * double(ws.elems()) / double(std::max<int64_t>(full_elems, 1)));
+        if (lazy_weights) {
+          resident_max = std::max(resident_max, bytes);
+          break;
+        }
+        if (std::find(copied.begin(), copied.end(), ws) != copied.end()) break;
+        copied.push_back(ws);
+        b.copied += bytes;
+        break;
+      }
+    }
+  }
+  b.copied += resident_max;
+  // Embedding and classifier: replicated on every rank (one decode copy of the classifier per
+  // process, model/weights.h, counted by kv_budget_bytes).
+  b.held = b.copied + (views_of_full ? layer_bytes : 0) + model.output.bytes();
+  return b;
+}
+
+int64_t kv_budget_bytes(const EngineConfig& config, const Model& model, const PlanSet& plans, int rank, int first_rank,
+                        int ranks_here, bool lazy_weights) {
+  if (config.kv_cache_bytes) return *config.kv_cache_bytes;
+  if (config.rank_memory_bytes) {
+    const int64_t held = rank_weight_bytes(model, plans, rank, lazy_weights).held;
+    if (held >= *config.rank_memory_bytes)
+      fail("--rank-memory-bytes ", *config.rank_memory_bytes, " leaves no room for KV on rank ", rank, ": its weights under ",
+           plans.to_string(), " take ", held, " bytes");
+    return *config.rank_memory_bytes - held;
+  }
+  int64_t copies = model.output.bytes();
+  for (int r = first_rank; r < first_rank + ranks_here; ++r) copies += rank_weight_bytes(model, plans, r, lazy_weights).copied;
+  int64_t avail = mem_available_bytes();
+  if (decode_copy_affordable(copies)) avail -= copies;
+  return int64_t(double(std::max<int64_t>(avail, 0)) * config.kv_cache_fraction / double(std::max(ranks_here, 1)));
+}
+
 Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
     : model_(std::move(model)), config_(config) {
   const ModelConfig& c = model_->config;
@@ -115,21 +188,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   RankEngineOptions o;
   o.block_size = config_.block_size;
   o.numerics = config_.resolved_numerics();
-  const int64_t weight_bytes = [&] {
-    int64_t b = 0;
-    for (const LayerWeights& L : model_->layers)
-      for (const WeightView* w : L.matrices()) b += w->bytes();
-    return b + model_->output.bytes();
-  }();
-  int64_t budget;
-  if (config_.kv_cache_bytes) {
-    budget = *config_.kv_cache_bytes;
-  } else {
-    int64_t avail = mem_available_bytes();
-    if (decode_copy_affordable(weight_bytes)) avail -= weight_bytes;
-    budget = int64_t(double(std::max<int64_t>(avail, 0)) * config_.kv_cache_fraction);
-  }
-  o.kv_pages = kv_pages_for(config_, plans, 0, c.head_dim, budget);
+  o.kv_pages = kv_pages_for(config_, plans, 0, c.head_dim, kv_budget_bytes(config_, *model_, plans, 0, 0, 1));
   rank_ = std::make_unique<RankEngine>(model_, plans, *world_, pool_.get(), o);
   core_ = std::make_unique<EngineCore>(*rank_, *world_, config_, make_layout_policy("fixed", plans, 0));
   num_blocks_ = core_->scheduler().num_blocks();

@@ -30,6 +30,11 @@ struct EngineConfig {
   // max_num_seqs sequences of max_model_len tokens can use.
   std::optional<int64_t> kv_cache_bytes;
   double kv_cache_fraction = 0.25;
+  // Memory per rank for the weights it holds and its KV cache, as on a GPU (vLLM's
+  // gpu_memory_utilization x memory): the KV budget is this less the weight bytes the rank holds
+  // under its plan set (rank_weight_bytes), so a plan that holds fewer weights (TP shards, SiDP's
+  // owned FFN, S12) gets more KV. Exclusive with kv_cache_bytes.
+  std::optional<int64_t> rank_memory_bytes;
   // Numerics of the matmuls (kernels.h "Numerics"); unset: the process default at engine start
   // (kernels::default_numerics(): the CLI's --numerics, else LOOM_NUMERICS, else fast).
   std::optional<kernels::Numerics> numerics;
@@ -40,6 +45,10 @@ struct EngineConfig {
   // Validates against the model; throws loom::Error naming the field and limit.
   void validate(const ModelConfig& model) const;
 };
+
+// The engine's side of a policy's start-up checks and scheduler hook (policy.h). `config` must be
+// resolved (max_model_len set).
+PolicyEnv policy_env(const ModelConfig& model, const EngineConfig& config);
 
 // What a live front end (the HTTP server) needs of an engine, single-rank or distributed: the
 // scheduler, loop and clock of the replica it drives, and the sizes it reports.
@@ -95,6 +104,27 @@ class EngineCore {
 // max_model_len tokens can use on `rank` under the roomiest plan of the set. Throws loom::Error when
 // the budget holds no page.
 int64_t kv_pages_for(const EngineConfig& config, const PlanSet& plans, int rank, int head_dim, int64_t budget_bytes);
+
+// Weight bytes of rank `rank` under its plan set, for the KV budget (before anything is built):
+//   copied: the copies of layer matrices RankWeights makes (weights=resident: one per distinct
+//           shard; weights=owner: SiDP's attention + owned FFN + slots, sidp::memory;
+//           weights=full: none, views of the mapped model); with lazy_weights
+//           (RankEngineOptions: Seesaw's lazy re-shard) one resident plan's copy at a time, the
+//           largest;
+//   held:   what the rank computes with, as a device would hold it: copied, plus the whole layer
+//           matrices when a plan computes on views of the full model, plus the classifier.
+struct RankWeightBytes {
+  int64_t copied = 0, held = 0;
+};
+RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int rank, bool lazy_weights = false);
+
+// The KV budget in bytes of rank `rank` (one formula for the single-rank and the distributed
+// engine): kv_cache_bytes when given; rank_memory_bytes less the weights it holds when given;
+// else kv_cache_fraction of MemAvailable, less the copies of the `ranks_here` ranks this process
+// hosts from `first_rank` on, divided among them. Throws loom::Error naming the sizes when the
+// weights leave no room.
+int64_t kv_budget_bytes(const EngineConfig& config, const Model& model, const PlanSet& plans, int rank, int first_rank,
+                        int ranks_here, bool lazy_weights = false);
 
 // The single-rank engine: plan tp=1 on one rank, through the same RankEngine and step path as
 // every distributed plan.

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "engine/seesaw.h"
 #include "engine/step.h"
+#include "kv/kv_tier.h"
 
 namespace loom {
 
@@ -163,6 +164,42 @@ std::pair<int, int> shift_pair(const PlanSet& set) {
   fail("the shift policy needs an sp x tp base and its shift config in the plan set; got ", set.to_string());
 }
 
+void check_policy_setup(const std::string& name, const PlanSet& set, const PolicyEnv& env) {
+  check_policy_name(name);
+  (void)set;
+  if (is_seesaw_policy(name)) {
+    LOOM_CHECK(env.model != nullptr, "check_policy_setup: no model");
+    seesaw_tier_tokens(name, env.cpu_kv_bytes,
+                       tier_bytes_per_token(env.model->n_layers, env.model->n_kv_heads, env.model->head_dim),
+                       env.max_model_len);
+  }
+}
+
+PolicyParams resolve_policy_params(const std::string& name, const PlanSet& set, const PolicyInputs& in) {
+  check_policy_name(name);
+  PolicyParams p;
+  if (name == "shift") {
+    p.threshold_unit = "tokens";
+    p.threshold = in.shift_threshold;
+    if (p.threshold < 0) {
+      if (!in.default_shift_threshold) fail("--policy shift needs --shift-threshold (no default threshold given)");
+      p.threshold = in.default_shift_threshold(set.plan(shift_pair(set).first));
+    }
+  } else if (name == "sidp") {
+    p.threshold_unit = "sequences per replica";
+    p.threshold = in.sidp_threshold;
+    if (p.threshold < 0) {
+      if (!in.default_sidp_threshold) fail("--policy sidp needs --sidp-threshold (no default threshold given)");
+      p.threshold = in.default_sidp_threshold(set.plan(0));
+    }
+  }
+  return p;
+}
+
+std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, const PolicyParams& params) {
+  return make_layout_policy(name, set, params.threshold);
+}
+
 std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, int64_t threshold) {
   check_policy_name(name);
   if (name == "fixed") return std::make_unique<FixedPolicy>();
@@ -188,5 +225,7 @@ std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const 
   parse_u64(name.substr(7), &v);
   return std::make_unique<RandomPolicy>(set.size(), v);
 }
+
+bool policy_lazy_weights(const std::string& name) { return is_seesaw_policy(name); }
 
 }  // namespace loom

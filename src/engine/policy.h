@@ -25,16 +25,42 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
+#include "model/config.h"
 #include "parallel/plan_set.h"
 
 namespace loom {
 
 struct StepBatch;
+struct SchedulerConfig;
+
+// What a policy may read of the engine it runs in, at start-up (every rank, before anything is
+// built) and when the scheduler is made.
+struct PolicyEnv {
+  const ModelConfig* model = nullptr;
+  int max_model_len = 0;     // the engine's (EngineConfig::max_model_len, resolved)
+  int64_t cpu_kv_bytes = 0;  // Seesaw's CPU KV tier per host (EngineConfig::cpu_kv_bytes)
+};
+
+// A policy's start-up inputs: the user's thresholds and the defaults for them (the CLI wires in
+// src/sim's cost model of this machine; an empty function: no default).
+struct PolicyInputs {
+  int64_t shift_threshold = -1;  // tokens per step (--shift-threshold); < 0: the default
+  int64_t sidp_threshold = -1;   // sequences per replica, B_th (--sidp-threshold); < 0: the default
+  std::function<int64_t(const Plan&)> default_shift_threshold;  // over the shift base plan
+  std::function<int64_t(const Plan&)> default_sidp_threshold;   // over the SiDP (WaS) plan
+};
+
+// What a policy runs with, resolved once on world rank 0 (resolve_policy_params).
+struct PolicyParams {
+  int64_t threshold = -1;      // -1: the policy takes no threshold
+  std::string threshold_unit;  // "tokens", "sequences per replica"
+};
 
 inline constexpr int kSidpWindow = 4;            // steps (PAPERS-NOTES 1.4.4: W iterations)
 inline constexpr double kSidpHysteresis = 0.5;   // h: back to WaS above (1 + h) * B_th
@@ -44,6 +70,12 @@ class LayoutPolicy {
   virtual ~LayoutPolicy() = default;
   virtual int choose(const StepBatch& batch) = 0;  // the plan id for this step
   virtual std::string describe() const = 0;        // "fixed", "shift(threshold=N)", "cycle:4", ...
+  // Shapes the scheduler the policy drives (Seesaw: phased steps and the CPU tier's tokens);
+  // default: nothing. Throws loom::Error naming the value when `env` cannot serve the policy.
+  virtual void configure(SchedulerConfig& sc, const PolicyEnv& env) const {
+    (void)sc;
+    (void)env;
+  }
 };
 
 // Shift 3.3, Algorithm 2: the base (SP x TP) config runs a step whose scheduled token count
@@ -58,8 +90,25 @@ void check_policy_name(const std::string& name);
 // shift / alternate / random. Throws loom::Error for shift without an sp x tp base.
 std::vector<Plan> policy_plans(const std::string& name, std::vector<Plan> plans);
 
-// The policy `name` over `set`; `threshold` (tokens) is used by shift.
+// The policy `name` over `set`; `threshold` is used by shift (tokens) and sidp (sequences per
+// replica).
 std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, int64_t threshold);
+std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, const PolicyParams& params);
+
+// Start-up checks of the policy `name` against the engine, on every rank before any weight,
+// group or KV store is built (Seesaw: the CPU tier must hold one sequence of max_model_len).
+// Throws loom::Error, one line naming the value and the limit.
+void check_policy_setup(const std::string& name, const PlanSet& set, const PolicyEnv& env);
+
+// The parameters of the policy `name` over `set`: the user's threshold, else the default for the
+// plan the policy thresholds (Shift's base, SiDP's WaS plan). Throws loom::Error naming the flag
+// when the policy needs a threshold and neither is given.
+PolicyParams resolve_policy_params(const std::string& name, const PlanSet& set, const PolicyInputs& in);
+
+// Whether the ranks of policy `name` hold one plan's weight copy at a time and re-shard lazily at a
+// switch (RankEngineOptions::lazy_weights): Seesaw's policies, whose switches are the rare phase
+// transitions (the others switch per step and keep every plan's copy warm).
+bool policy_lazy_weights(const std::string& name);
 
 // For `shift`: the ids of the base and shift configs in `set` (throws loom::Error when absent).
 std::pair<int, int> shift_pair(const PlanSet& set);

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "engine/step.h"
+#include "kv/kv_tier.h"
 
 namespace loom {
 
@@ -42,6 +43,14 @@ int64_t seesaw_tier_tokens(const std::string& policy, int64_t bytes, int64_t byt
          " bytes per token), less than one sequence of max_model_len ", max_model_len, " tokens (",
          int64_t(max_model_len) * bytes_per_token, " bytes)");
   return tokens;
+}
+
+void SeesawPolicy::configure(SchedulerConfig& sc, const PolicyEnv& env) const {
+  LOOM_CHECK(env.model != nullptr, "SeesawPolicy::configure: no model");
+  sc.phases = mode();
+  sc.tier_tokens = seesaw_tier_tokens(name_, env.cpu_kv_bytes,
+                                      tier_bytes_per_token(env.model->n_layers, env.model->n_kv_heads, env.model->head_dim),
+                                      env.max_model_len);
 }
 
 int SeesawPolicy::choose(const StepBatch& b) {

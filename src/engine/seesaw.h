@@ -45,6 +45,8 @@ class SeesawPolicy final : public LayoutPolicy {
   explicit SeesawPolicy(std::string name) : name_(std::move(name)) {}
   int choose(const StepBatch& batch) override;
   std::string describe() const override { return name_; }
+  // Phased steps (§4.2) and the CPU tier's tokens (throws when the tier holds no sequence).
+  void configure(SchedulerConfig& sc, const PolicyEnv& env) const override;
   PhaseMode mode() const { return seesaw_phase_mode(name_); }
 
  private:

@@ -243,8 +243,7 @@ const ShardWeightSet& RankWeights::get(const WeightShards& shards, WeightSource 
     for (ShardLayerWeights& L : views) L.w_gate = L.w_up = L.w_down = WeightView{};
     e->set = decode_shard(views, pool_);
     done = true;
-  }
-  if (source == WeightSource::SliceOfFull) {
+  } else if (source == WeightSource::SliceOfFull) {
     e->set.layers = views;  // Nitsum 3.2.1: compute on the mapped full copy
     done = true;
   } else if (mode_ == ShiftWeights::Slice) {

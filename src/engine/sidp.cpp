@@ -174,3 +174,18 @@ std::shared_ptr<OwnerWeights> OwnerWeights::shared(const Model& model, const voi
 }
 
 }  // namespace loom::sidp
+
+namespace loom {
+
+std::vector<std::string> describe_plan_weights(const Model& model, const Plan& p, int world_size) {
+  std::vector<std::string> lines;
+  if (p.weights != WeightSource::FetchFromOwner) return lines;
+  lines.push_back(cat("SiDP ", p.to_string(), ": ", p.sidp_cas ? "compute-as-a-service" : "weight-as-a-service",
+                      p.sidp_cas ? std::string()
+                                 : cat(", ", p.sidp_slots(), " slots, lookahead ", p.sidp_lookahead(),
+                                       sidp::peak_shifting(p) ? ", peak shifting" : ", layer order")));
+  for (int r = 0; r < world_size; ++r) lines.push_back(sidp::describe_memory(sidp::memory(model, p, r), p, r));
+  return lines;
+}
+
+}  // namespace loom

@@ -119,3 +119,12 @@ int64_t threshold_batch(F t_iter, double fetch_s, int64_t max_b = 1 << 16) {
 }
 
 }  // namespace loom::sidp
+
+namespace loom {
+
+// Start-up report lines for a plan's weights beyond its shards, for ranks [0, world_size): a
+// weights=owner plan's mode, slots and every rank's bytes against plain DP (S2); none for the
+// other weight sources.
+std::vector<std::string> describe_plan_weights(const Model& model, const Plan& plan, int world_size);
+
+}  // namespace loom

@@ -256,6 +256,18 @@ double CostModel::helix_all_to_all_s(double bytes, int group, int per_node) cons
   return collective_s(Collective::AllToAll, bytes, group, per_node);
 }
 
+int CostModel::kvp_per_node(const PricedPlan& pl) const {
+  // KVP ranks are the outer index (stride TPA): on one node when KVP x TPA fits.
+  const int per_node = node_.gpus_per_node;
+  return std::max(1, std::min(pl.kvp, per_node / std::min(pl.plan.tp, per_node)));
+}
+
+double CostModel::helix_exchange_s(const PricedPlan& pl, double tokens) const {
+  if (pl.kvp <= 1 || tokens <= 0) return 0.0;
+  const double per_token = pl.q_heads * (double(model_.head_dim) * opt_.act_bytes + 4.0);
+  return helix_all_to_all_s(tokens * per_token, pl.kvp, kvp_per_node(pl));
+}
+
 void CostModel::moe_ffn(const PricedPlan& p, double m, double* gemm_out, double* elem_out, double* comm_out) const {
   const MoeShape& e = *arch_.moe;
   const SimDType dt = opt_.weight_dtype;
@@ -409,10 +421,10 @@ CostModel::RankWeights CostModel::rank_weights(const PricedPlan& p) const {
   const double hq = p.proj_q_heads, ho = p.out_heads;
   if (arch_.mla) {
     const MlaShape& m = *arch_.mla;
-    // W_DQ and W_DKV whole on every rank; W_UQ and W_UK for the rank's query heads; W_UV and W_O
-    // for its output heads (Helix: W_UV after the merge, with W_O, by N).
+    // W_DQ and W_DKV whole on every rank; W_UQ and W_UK for the rank's query heads; W_UV for the
+    // heads it attends (Helix: before the all-to-all, by TPA) and W_O for its output heads (by N).
     w.attn = d * m.q_lora_rank + d * m.cached_per_token() + m.q_lora_rank * hq * (m.qk_nope_dim + m.qk_rope_dim) +
-             double(m.kv_lora_rank) * hq * m.qk_nope_dim + double(m.kv_lora_rank) * ho * m.v_head_dim +
+             double(m.kv_lora_rank) * hq * m.qk_nope_dim + double(m.kv_lora_rank) * p.q_heads * m.v_head_dim +
              ho * m.v_head_dim * d;
   } else {
     w.attn = d * hq * hd + 2.0 * d * p.proj_kv_heads * hd + ho * hd * d;
@@ -488,13 +500,15 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   if (arch_.mla) {
     // MLA, absorbed for decode (DeepSeek-V2 3.1.1 / V3): W_DQ and W_DKV (fused, whole on every
     // rank), W_UQ and W_UK folded into the query for the rank's query heads, W_UV on the latent
-    // output and W_O for its output heads; two latent norms, RoPE on the rope part.
+    // output of the heads it attends (before any exchange: Helix merges the per-head outputs of
+    // v_head_dim values, 2.2's "B x H/N" with H = Q x Hsz, Appendix A) and W_O for its output
+    // heads; two latent norms, RoPE on the rope part.
     const MlaShape& a = *arch_.mla;
     const double hq = pl.proj_q_heads, ho = pl.out_heads;
     gemm += gemm_s(m, d, a.q_lora_rank + a.cached_per_token(), dt, wb, ab, ws);
     gemm += gemm_s(m, a.q_lora_rank, hq * (a.qk_nope_dim + a.qk_rope_dim), dt, wb, ab, ws);
     gemm += gemm_s(m, a.qk_nope_dim, hq * a.kv_lora_rank, dt, wb, ab, ws);
-    gemm += gemm_s(m, a.kv_lora_rank, ho * a.v_head_dim, dt, wb, ab, ws);
+    gemm += gemm_s(m, a.kv_lora_rank, double(pl.q_heads) * a.v_head_dim, dt, wb, ab, ws);
     gemm += gemm_s(m, ho * a.v_head_dim, d, dt, wb, ab, ws);
     elem += 2 * elementwise_s(Elementwise::Norm, m * (a.q_lora_rank + a.kv_lora_rank) * ab * 2);
     elem += elementwise_s(Elementwise::Rope, m * (hq + 1) * a.qk_rope_dim * ab * 2);
@@ -508,28 +522,30 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   const int tp_node = std::min(t, per_node);
   if (pl.kvp > 1) {
     // Helix 2.1.1: local attention over the rank's KV blocks, then one all-to-all over the KVP
-    // group of the partial outputs of its H/TPA heads (v values each; the MLA latent of
-    // kv_lora_rank values, merged before W_UV) with one f32 LSE per (token, head); the rank keeps
-    // and receives the H/N heads of its TP(N) shard. HOP-B (2.1.3) cuts the step's sequences into
-    // chunks, as the engine does (stage_helix.cpp, at most 8), the all-to-all of a chunk running
-    // under the next chunk's attention; of 1..8 chunks the cheapest span (one chunk: no overlap).
-    // hopb=off and Medha: one chunk, all exposed.
-    const int k = pl.kvp, a = pl.plan.tp;
-    const int kvp_node = std::max(1, std::min(k, per_node / std::min(a, per_node)));
-    const double out_vals = arch_.mla ? arch_.mla->kv_lora_rank : hd;
-    const double per_token = pl.q_heads * (out_vals * ab + 4.0);
+    // group of the partial outputs of its H/TPA heads (head_dim values each: for MLA the
+    // v_head_dim outputs after W_UV, which commutes with the merge's per-(token, head) weights;
+    // 2.2: each GPU sends "B x H/(KVP x TPA)" to every other, H = Q x Hsz) with one f32 LSE per
+    // (token, head); the rank keeps and receives the H/N heads of its TP(N) shard. HOP-B (2.1.3)
+    // cuts the step's sequences into chunks (at most hopb_max_chunks), the all-to-all of a chunk
+    // running under the next chunk's attention; of the chunk counts tried (1..8, then powers of
+    // two, then one per sequence) the cheapest span (one chunk: no overlap). hopb=off and Medha:
+    // one chunk, all exposed.
+    const int k = pl.kvp;
+    const int kvp_node = kvp_per_node(pl);
     const int nseq = int(group.size());
-    const int max_chunks = pl.hopb && !medha ? std::min(nseq, 8) : 1;
+    const int max_chunks = pl.hopb && !medha ? std::max(1, std::min(nseq, opt_.hopb_max_chunks)) : 1;
     double best_span = 0, best_attn = 0;
-    for (int c = 1; c <= max_chunks; ++c) {
+    // 1, 2, ..., 8, then doubling, ending on max_chunks.
+    auto next_count = [&](int c) { return c < 8 || c >= max_chunks ? c + 1 : std::min(2 * c, max_chunks); };
+    for (int c = 1; c <= max_chunks; c = next_count(c)) {
       std::vector<double> ca, cc;
       for (int i = 0; i < c; ++i) {
         const std::vector<SeqWork> sub(group.begin() + size_t(nseq) * i / c, group.begin() + size_t(nseq) * (i + 1) / c);
         double tokens = 0;
         for (const auto& w : sub) tokens += w.new_tokens;
         ca.push_back(attention_core_s(sub, pl.q_heads, pl.kv_heads, k, pl.kv_block));
-        cc.push_back(medha ? collective_s(Collective::AllGather, k * tokens * per_token, k, kvp_node)
-                           : helix_all_to_all_s(tokens * per_token, k, kvp_node));
+        cc.push_back(medha ? collective_s(Collective::AllGather, k * tokens * pl.q_heads * (hd * ab + 4.0), k, kvp_node)
+                           : helix_exchange_s(pl, tokens));
       }
       const double span = hopb_span(ca, cc, pl.hopb && !medha);
       if (c == 1 || span < best_span) {
@@ -636,8 +652,9 @@ double CostModel::switch_s(const PricedPlan& from, const PricedPlan& to, const s
     fail("switch ", from.name, " -> ", to.name, ": the plans have ", from.world_ranks, " and ", to.world_ranks,
          " ranks (a plan set shares one rank count)");
   // Per token, per KV head, per layer: K and V of head_dim elements (kv_bytes_per_token for the
-  // engine's dtypes; here the simulated KV element size).
-  const int64_t per_token = std::max<int64_t>(1, int64_t(std::llround(2.0 * model_.head_dim * opt_.kv_bytes)));
+  // engine's dtypes; here the simulated KV element size); MLA: the one latent of kv_lora_rank +
+  // qk_rope_dim values every head shares (the model's one KV head).
+  const int64_t per_token = std::max<int64_t>(1, int64_t(std::llround(kv_values_per_token_head() * opt_.kv_bytes)));
   const KvMigration mig =
       kv_migration(kv_placement(from.full, shape_), kv_placement(to.full, shape_), seqs, block_tokens, per_token);
   if (bytes) *bytes = mig.total_bytes;
@@ -714,7 +731,7 @@ MemoryPlan CostModel::memory(const std::vector<PricedPlan>& resident) const {
       const RankLayout l = rank_layout(pl.full, shape_, r);
       // Helix stores 1/kv_shards of every sequence (blocks round-robin, Helix 2.3); MLA one latent
       // per token and layer whatever the heads.
-      const double vals = arch_.mla ? double(arch_.mla->cached_per_token()) : 2.0 * double(l.kv_heads.size()) * model_.head_dim;
+      const double vals = double(l.kv_heads.size()) * kv_values_per_token_head();
       kv_per_token = std::max(kv_per_token, double(l.layers.size()) * vals * opt_.kv_bytes / l.kv_shards);
     }
     mem.kv_bytes_per_token_per_gpu = std::max(mem.kv_bytes_per_token_per_gpu, kv_per_token);
@@ -753,8 +770,12 @@ double CostModel::reshard_s(const PricedPlan& from, const PricedPlan& to) const 
   return worst > 0 ? worst / node_.gpu.link_bw : 0.0;
 }
 
+double CostModel::kv_values_per_token_head() const {
+  return arch_.mla ? double(arch_.mla->cached_per_token()) : 2.0 * model_.head_dim;
+}
+
 double CostModel::kv_bytes_per_token() const {
-  return 2.0 * double(model_.n_layers) * model_.n_kv_heads * model_.head_dim * opt_.kv_bytes;
+  return double(model_.n_layers) * model_.n_kv_heads * kv_values_per_token_head() * opt_.kv_bytes;
 }
 
 double CostModel::kv_swap_s(int64_t tokens, int gpus) const {

@@ -22,9 +22,11 @@
 // time by the simulator. Helix (kvp=K,tpa=A; ../shared/papers/003 2.1-2.3): every KVP rank
 // projects Q/K/V for all the step's tokens for its TPA heads (2.1.1, redundant on the K ranks),
 // attends its 1/K of each context (blocks round-robin, 2.3), one all-to-all over the KVP group
-// of the partial outputs of H/N heads plus their LSE (2.1.1), W_O and the FFN as TP(N = K*A) with
+// of the partial outputs of H/N heads plus their LSE (2.1.1; MLA: the heads' outputs after W_UV,
+// not the latent), W_O and the FFN as TP(N = K*A) with
 // their all-reduces (2.2); HOP-B (2.1.3) overlaps each chunk's all-to-all with the next chunk's
-// attention (exposed: what the attention cannot hide, hopb_span in sim/helix.h; hopb=off: all).
+// attention (exposed: what the attention cannot hide, hopb_span in sim/helix.h; hopb=off: all;
+// at most CostModelOptions::hopb_max_chunks chunks).
 // MLA and MoE models (ModelArch) are priced with their own kernels: the latent KV cache and
 // absorbed attention, and routed experts of which a step reads only those its tokens pick
 // (expected count under uniform routing), on a TPF x EP grid of the FFN group chosen per step
@@ -165,6 +167,12 @@ struct CostModelOptions {
   int concurrent_ranks = 1;
   // Kernel granularity of the engine being simulated (see StepKernels).
   StepKernels kernels = StepKernels::FusedGpu;
+  // HOP-B (Helix 2.1.3): the most chunks a step's sequences are cut into, each chunk's all-to-all
+  // under the next chunk's attention (the cheapest count up to it is priced). 8: loom's engine
+  // (engine/stage_helix.cpp kMaxChunks); the paper pipelines per request ("once the attention
+  // output for the first query token is computed, Helix immediately initiates All-to-All for that
+  // token"), a cap of the batch size or more.
+  int hopb_max_chunks = 8;
 };
 
 class CostModel {
@@ -209,6 +217,11 @@ class CostModel {
   };
   AttentionWork attention_work(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim = 0) const;
 
+  // One Helix all-to-all (kvp > 1, Helix 2.1.1) of the partial outputs and LSE of `tokens` tokens
+  // under `plan`, one layer: each rank sends its H/TPA heads' head_dim values (BF16 on the wire)
+  // plus one f32 LSE per (token, head) over the KVP group.
+  double helix_exchange_s(const PricedPlan& plan, double tokens) const;
+
   // ---- MLA / MoE ----
   // What ModelConfig does not describe (sim/model_catalog.h): MLA attention and MoE FFNs are
   // priced when set (find_model_arch gives a catalog model's).
@@ -251,8 +264,11 @@ class CostModel {
   // Moving `tokens` tokens of every layer's KV between the GPUs and the host (Seesaw's CPU tier:
   // each GPU its shard over its own host link, all at once).
   double kv_swap_s(int64_t tokens, int gpus) const;
-  // Bytes of one token of the whole model's KV (every layer and KV head, K and V).
+  // Bytes of one token of the whole model's KV (every layer and KV head, K and V; MLA: the latent).
   double kv_bytes_per_token() const;
+  // KV values one token stores per KV head and layer: 2 x head_dim (K and V), or MLA's latent
+  // (kv_lora_rank + qk_rope_dim, shared by every query head; the model's one KV head).
+  double kv_values_per_token_head() const;
 
   // Memory of one replica whose ranks hold the weights of every plan in `resident` (Shift: the
   // base and its shift config, Shift 3.3.2 eq. 1; weights=full: the whole model once) and the
@@ -269,6 +285,7 @@ class CostModel {
   // The Helix all-to-all of `bytes` (what one rank sends, its own chunk included) over `group`
   // KVP ranks, `per_node` of them on one node.
   double helix_all_to_all_s(double bytes, int group, int per_node) const;
+  int kvp_per_node(const PricedPlan& pl) const;
   // Weight elements the busiest rank of `p` holds for one layer with a dense FFN and one with a
   // MoE FFN, and outside the layers.
   struct RankWeights {

@@ -5,8 +5,12 @@
 //
 // The paper publishes no absolute number (3.1: "All performance numbers are normalized"), so the
 // rows compare ratios: interactivity (1/TTL) and throughput per GPU of Helix against the best
-// baseline. Our numbers come from our cost model (A100-fitted efficiencies carried to GB200), not
-// from the paper's simulator; they are printed beside the paper's, not fitted to them.
+// baseline. The pricing is what the paper's simulator accounts (3.1): compute at the FP4 peak,
+// DRAM reads at the datasheet bandwidth, NVLink collectives with a latency, HOP-B per request
+// (sim/helix.h helix_paper_calibration); its one free constant, the NVLink collective latency,
+// comes from a public figure (kBlackwellNvlinkCollectiveLatencyS), not from the paper's factors.
+// Each reproduced factor carries its tolerance band (fixed before the model's numbers were seen;
+// tests/sim/helix_test.cpp asserts them) and the notes break the deciding points' TTL down.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,33 +33,34 @@ namespace {
 constexpr int kMaxGpus = 64;
 constexpr int kContext = 1000000;
 
-// GB200 (one Blackwell GPU of an NVL72; hardware.cpp cites the datasheet) with weights, KV and
-// arithmetic in FP4 (3.1). Activations travel in BF16 (ASSUMPTION: the paper does not say what
-// its collectives carry). No per-step CPU overhead: the paper's simulator prices "compute and
-// communication costs" only (3.1), as a CUDA-graph decode loop with asynchronous scheduling hides
-// the host.
-CostModel gb200_fp4(const std::string& model) {
+// GB200 (one Blackwell GPU of an NVL72; hardware.cpp cites the datasheet: 8 TB/s, 10 PF dense FP4,
+// NVLink 5 900 GB/s each way) with weights, KV and arithmetic in FP4 (3.1), priced as the paper's
+// simulator does (helix_paper_calibration); HOP-B chunks of one request (2.1.3). Activations
+// travel in BF16 (ASSUMPTION: the paper does not say what its collectives carry).
+CostModel gb200_fp4(const std::string& model, double latency_s = kBlackwellNvlinkCollectiveLatencyS) {
   CostModelOptions o;
   o.weight_dtype = SimDType::FP4;
   o.kv_bytes = 0.5;
-  Calibration cal = default_calibration();
-  cal.step_overhead_s = 0;
-  CostModel cm(find_model(model), parse_node("gb200x72"), o, cal);
+  o.hopb_max_chunks = 1 << 20;
+  CostModel cm(find_model(model), parse_node("gb200x72"), o, helix_paper_calibration(latency_s));
   cm.set_arch(find_model_arch(model));
   return cm;
 }
-
-struct Point {
-  std::string family, config;
-  int gpus = 0, batch = 0;
-  double ttl_s = 0, user = 0, gpu = 0;  // TTL, tokens/s/user = 1/TTL, tokens/s/GPU
-  double comm_share = 0;                // exposed communication / TTL
-};
 
 struct Candidate {
   std::string family;
   std::string plan;
   PlanVariant variant = PlanVariant::AsPlanned;
+};
+
+struct Point {
+  std::string family, config;
+  Candidate cand;
+  int64_t per_replica = 0;  // sequences one replica steps
+  int gpus = 0, batch = 0;
+  double ttl_s = 0, user = 0, gpu = 0;  // TTL, tokens/s/user = 1/TTL, tokens/s/GPU
+  double comm_share = 0;                // exposed communication / TTL
+  StepCost cost;                        // the step's parts
 };
 
 // The search space of 3.1: TP, PP (x TP), EP (data-parallel attention, expert-parallel FFN; MoE
@@ -98,13 +103,21 @@ std::vector<Point> sweep(const CostModel& cm, const std::vector<Candidate>& cand
     const int64_t cap = mem.kv_capacity_tokens / context;
     if (cap < 1) continue;
     const int replicas = c.variant == PlanVariant::DpAttentionEp ? pl.dp : 1;
+    // 3.1: "a full sweep over batch sizes": every batch up to 1024 sequences per replica (at a
+    // 1M-token context no layout holds more), then steps of 5% up to what the KV memory holds (at
+    // most 8192). Coarser steps put false cliffs into the frontiers (a layout's last point short
+    // of the next layout's first).
     std::vector<int64_t> batches;
-    for (int64_t b = 1; b < cap && b <= 8192; b *= 2) batches.push_back(b);
-    batches.push_back(std::min<int64_t>(cap, 8192));
+    const int64_t top = std::min<int64_t>(cap, 8192);
+    for (int64_t b = 1; b <= top; b = b < 1024 ? b + 1 : std::max(b + 1, int64_t(std::llround(double(b) * 1.05))))
+      batches.push_back(b);
+    if (batches.back() != top) batches.push_back(top);
     for (const int64_t b : batches) {
       const StepCost s = cm.price(pl, std::vector<SeqWork>(size_t(b), SeqWork{1, context, true}));
       Point p;
       p.family = c.family;
+      p.cand = c;
+      p.per_replica = b;
       p.config = cat(pl.name, " B=", b * replicas);
       p.gpus = pl.world_ranks;
       p.batch = int(b * replicas);
@@ -112,6 +125,7 @@ std::vector<Point> sweep(const CostModel& cm, const std::vector<Candidate>& cand
       p.user = 1.0 / s.total_s;
       p.gpu = double(p.batch) / s.total_s / p.gpus;
       p.comm_share = s.comm_s / s.total_s;
+      p.cost = s;
       out.push_back(p);
     }
   }
@@ -136,25 +150,26 @@ std::vector<Point> only(const std::vector<Point>& pts, const std::vector<std::st
   return out;
 }
 
-// Best tokens/s/GPU of frontier `f` at tokens/s/user >= u (0 when it never gets there).
-double gpu_at(const std::vector<Point>& f, double u) {
-  double best = 0;
+// The point of frontier `f` with the best tokens/s/GPU at tokens/s/user >= u (nullptr when it
+// never gets there).
+const Point* best_gpu_at(const std::vector<Point>& f, double u) {
+  const Point* best = nullptr;
   for (const auto& p : f)
-    if (p.user >= u * (1 - 1e-12)) best = std::max(best, p.gpu);
+    if (p.user >= u * (1 - 1e-12) && (!best || p.gpu > best->gpu)) best = &p;
   return best;
 }
-// Best tokens/s/user of frontier `f` at tokens/s/GPU >= g (0 when it never gets there).
-double user_at(const std::vector<Point>& f, double g) {
-  double best = 0;
+// Best tokens/s/user of frontier `f` at tokens/s/GPU >= g (nullptr when it never gets there).
+const Point* best_user_at(const std::vector<Point>& f, double g) {
+  const Point* best = nullptr;
   for (const auto& p : f)
-    if (p.gpu >= g * (1 - 1e-12)) best = std::max(best, p.user);
+    if (p.gpu >= g * (1 - 1e-12) && (!best || p.user > best->user)) best = &p;
   return best;
 }
 
 struct Compare {
   double max_user_ratio = 0;   // max interactivity: a / b
   double gpu_gain = 0;         // max over b's frontier of a's tokens/s/GPU / b's at the same interactivity
-  double gpu_gain_at_u = 0;    // where
+  Point gain_b, gain_a;        // where: b's frontier point and a's best point at its interactivity
   double max_gpu_ratio = 0;    // max throughput per GPU: a / b
   double max_batch_ratio = 0;  // largest batch on the frontier: a / b
 };
@@ -171,10 +186,47 @@ Compare compare(const std::vector<Point>& a, const std::vector<Point>& b) {
   c.max_batch_ratio =
       max_of(a, [](const Point& p) { return double(p.batch); }) / max_of(b, [](const Point& p) { return double(p.batch); });
   for (const auto& p : b) {
-    const double r = gpu_at(a, p.user) / p.gpu;
-    if (r > c.gpu_gain) c.gpu_gain = r, c.gpu_gain_at_u = p.user;
+    const Point* q = best_gpu_at(a, p.user);
+    if (q && q->gpu / p.gpu > c.gpu_gain) c.gpu_gain = q->gpu / p.gpu, c.gain_b = p, c.gain_a = *q;
   }
   return c;
+}
+
+// A reproduced factor's tolerance band, fixed before the model's numbers were looked at (the
+// factors are read from the paper's text about its plots); tests/sim/helix_test.cpp asserts the
+// same bands from its own copy of the paper's numbers.
+struct Band {
+  double lo, hi;
+  const char* rule;
+};
+// Ratios: +-15% of the printed factor; where the paper says Helix wins, the band starts above 1.
+Band ratio_band(double paper) { return {std::max(paper * 0.85, 1.0), paper * 1.15, "+-15% of the paper's factor, Helix ahead (> 1)"}; }
+
+void add_factor(ExperimentResult& r, const std::string& metric, const std::string& config, double simulated,
+                double paper, const std::string& basis, const Band& b) {
+  const bool in = simulated >= b.lo && simulated <= b.hi;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, " | band [%.4g, %.4g] (%s): %s", b.lo, b.hi, b.rule, in ? "within" : "MISSED");
+  r.rows.push_back({metric, config, simulated, paper, basis + buf});
+  r.notes.push_back(cat("band ", metric, " ", config, ": simulated ", simulated, " vs paper ", paper, ", band [", b.lo,
+                        ", ", b.hi, "]: ", in ? "within" : "MISSED"));
+}
+
+// Where a point's TTL goes (the step's parts from the cost model), and the share of its exposed
+// communication that is collective latency (the same step priced with zero-latency collectives).
+std::string breakdown(const std::string& model, const Point& p) {
+  const CostModel zero = gb200_fp4(model, 0.0);
+  const PricedPlan pl = zero.prepare(Plan::parse(p.cand.plan), p.cand.variant);
+  const StepCost z = zero.price(pl, std::vector<SeqWork>(size_t(p.per_replica), SeqWork{1, kContext, true}));
+  const StepCost& c = p.cost;
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "%s: TTL %.3f ms = GEMM (weight reads, FLOPs) %.1f%% + attention (KV reads, FLOPs) %.1f%% + "
+                "elementwise %.1f%% + exposed communication %.1f%% (of it latency %.1f%%)",
+                p.config.c_str(), c.total_s * 1e3, 100 * c.gemm_s / c.total_s, 100 * c.attention_s / c.total_s,
+                100 * c.elementwise_s / c.total_s, 100 * c.comm_s / c.total_s,
+                c.comm_s > 0 ? 100 * (c.comm_s - z.comm_s) / c.comm_s : 0.0);
+  return buf;
 }
 
 // Pareto frontiers as an SVG plot (log-log: tokens/s/user across, tokens/s/GPU up).
@@ -286,8 +338,9 @@ ExperimentResult run_fig1() {
 
 // ---- helix-fig5 / fig6 / fig7 ----
 
-ExperimentResult pareto_experiment(const std::string& name, const std::string& model, bool vs_tp_only) {
-  const CostModel cm = gb200_fp4(model);
+ExperimentResult pareto_experiment(const std::string& name, const std::string& model, bool vs_tp_only,
+                                   double latency_s = kBlackwellNvlinkCollectiveLatencyS) {
+  const CostModel cm = gb200_fp4(model, latency_s);
   const ModelConfig& mc = cm.model();
   const std::vector<Point> pts = sweep(cm, candidates(mc, cm.arch(), true), kContext);
   const std::vector<std::string> base_fams =
@@ -307,12 +360,15 @@ ExperimentResult pareto_experiment(const std::string& name, const std::string& m
   r.rows.push_back({"max_tok_s_user", "helix", max_user(helix), std::nullopt, "plotted only"});
   r.rows.push_back({"max_tok_s_user", vs_tp_only ? "tp" : "baseline", max_user(base), std::nullopt, "plotted only"});
   const bool ds = model == "deepseek-r1";
-  r.rows.push_back({"interactivity_gain", "helix/baseline", c.max_user_ratio, ds ? 1.5 : 1.13,
-                    ds ? "3.2: \"improves user interactivity by up to 1.5x\""
-                       : "3.2: \"1.13x improvement in maximum achievable interactivity\" vs TP"});
-  r.rows.push_back({"tok_s_gpu_gain_same_interactivity", "helix/baseline", c.gpu_gain, ds ? 32.0 : 4.0,
-                    ds ? "3.2: \"up to 32x more concurrent users (i.e., 32x higher Tokens/s/GPU)\""
-                       : "3.2: \"4x higher throughput and batch capacity compared to TP\""});
+  const double paper_user = ds ? 1.5 : 1.13, paper_gpu = ds ? 32.0 : 4.0;
+  add_factor(r, "interactivity_gain", "helix/baseline", c.max_user_ratio, paper_user,
+             ds ? "3.2: \"improves user interactivity by up to 1.5x\""
+                : "3.2: \"1.13x improvement in maximum achievable interactivity\" vs TP",
+             ratio_band(paper_user));
+  add_factor(r, "tok_s_gpu_gain_same_interactivity", "helix/baseline", c.gpu_gain, paper_gpu,
+             ds ? "3.2: \"up to 32x more concurrent users (i.e., 32x higher Tokens/s/GPU)\""
+                : "3.2: \"4x higher throughput and batch capacity compared to TP\"",
+             ratio_band(paper_gpu));
   r.rows.push_back({"max_tok_s_gpu_gain", "helix/baseline", c.max_gpu_ratio, std::nullopt,
                     "highest tokens/s/GPU each frontier reaches"});
   r.rows.push_back({"max_batch_gain", "helix/baseline", c.max_batch_ratio, std::nullopt,
@@ -322,18 +378,29 @@ ExperimentResult pareto_experiment(const std::string& name, const std::string& m
     const auto f = frontier(only(pts, {fam}));
     if (!f.empty()) r.rows.push_back({"max_tok_s_user", fam, f.front().user, std::nullopt, "plotted only"});
   }
-  r.notes.push_back(cat("Gain at equal interactivity measured at ", c.gpu_gain_at_u, " tok/s/user (a baseline frontier point)."));
+  r.notes.push_back(cat("Gain at equal interactivity measured at ", c.gain_b.user, " tok/s/user: baseline ",
+                        c.gain_b.config, " (", c.gain_b.gpu, " tok/s/GPU) vs Helix ", c.gain_a.config, " (",
+                        c.gain_a.gpu, " tok/s/GPU)."));
+  r.notes.push_back("TTL breakdown, most interactive baseline point: " + breakdown(model, base.front()));
+  r.notes.push_back("TTL breakdown, most interactive Helix point: " + breakdown(model, helix.front()));
+  r.notes.push_back("TTL breakdown, Helix point of the equal-interactivity gain: " + breakdown(model, c.gain_a));
   add_frontier_notes(r, "helix", helix);
   add_frontier_notes(r, vs_tp_only ? "tp" : "baseline", base);
   r.notes.push_back(cat(pts.size(), " (layout, batch) points priced at a ", kContext,
                         "-token context; batches up to what each layout's KV memory holds."));
-  r.notes.push_back("Cost model: A100-fitted efficiencies carried to GB200 (datasheet: 8 TB/s, 10 PF dense FP4, NVLink "
-                    "900 GB/s each way, 72 GPUs in one NVLink domain); no host overhead per step. PP is priced as the "
-                    "cost model runs it (micro-batches filled and drained within each step).");
+  r.notes.push_back(cat("Pricing (3.1): roofline at the GB200 datasheet (8 TB/s, 10 PF dense FP4, NVLink 900 GB/s each "
+                        "way, 72 GPUs in one NVLink domain), no kernel or host overhead, every collective ",
+                        kBlackwellNvlinkCollectiveLatencyS * 1e6,
+                        " us of latency plus its bytes (NCCL 2.27's Blackwell NVLink small-message figure). PP is "
+                        "priced as the cost model runs it (micro-batches filled and drained within each step). "
+                        "Baseline TP exposes its all-reduces (the paper's TP overlaps them with compute, 3.2; a "
+                        "latency-bound all-reduce gains nothing from it)."));
   if (ds)
-    r.notes.push_back("DeepSeek-R1: MLA (one 576-value latent per token and layer, K = 1, so Helix is KVP = N, TPA = 1) "
-                      "and MoE (only the experts a step's tokens pick are read, uniform routing; TPF x EP chosen per "
-                      "step). Medha-style KVP puts the FFN on one TP(TPA = 1) GPU, which the weights do not fit.");
+    r.notes.push_back("DeepSeek-R1: MLA (one 576-value latent per token and layer, K = 1, so Helix is KVP = N, TPA = 1; "
+                      "the all-to-all carries the 128 heads' outputs after W_UV, 128 values each, 2.2's B x H/N with "
+                      "H = Q x Hsz) and MoE (only the experts a step's tokens pick are read, uniform routing, the mean "
+                      "per EP group; TPF x EP chosen per step). Medha-style KVP puts the FFN on one TP(TPA = 1) GPU, "
+                      "which the weights do not fit (3.2: Medha is \"not applicable\" to DeepSeek-R1).");
   std::vector<std::pair<std::string, std::vector<Point>>> curves = {{"Helix", helix}, {vs_tp_only ? "TP" : "Baseline (best)", base}};
   if (!vs_tp_only)
     for (const auto& fam : base_fams) {
@@ -351,13 +418,13 @@ ExperimentResult pareto_experiment(const std::string& name, const std::string& m
 ExperimentResult run_fig5() { return pareto_experiment("helix-fig5", "deepseek-r1", false); }
 ExperimentResult run_fig6() { return pareto_experiment("helix-fig6", "llama-3-405b", true); }
 
-ExperimentResult run_fig7() {
+ExperimentResult run_fig7(double latency_s = kBlackwellNvlinkCollectiveLatencyS) {
   ExperimentResult r;
   r.name = "helix-fig7";
   r.title = "Helix Figure 7: HOP-B on vs off, 1M context, GB200 FP4, <= 64 GPUs (Helix layouts only)";
   std::vector<std::pair<std::string, std::vector<Point>>> curves;
   for (const std::string model : {"deepseek-r1", "llama-3-405b"}) {
-    const CostModel cm = gb200_fp4(model);
+    const CostModel cm = gb200_fp4(model, latency_s);
     const auto only_helix = [&](bool hopb) {
       std::vector<Candidate> c;
       for (const auto& x : candidates(cm.model(), cm.arch(), hopb))
@@ -368,32 +435,89 @@ ExperimentResult run_fig7() {
     if (on.empty() || off.empty()) continue;
     // "reduce Tokens/s/User by up to 12% at a fixed Tokens/s/GPU": the largest loss over the off
     // frontier's points.
-    double loss = 0, at = 0;
+    double loss = 0;
+    Point at_off, at_on;
     for (const auto& p : off) {
-      const double u_on = user_at(on, p.gpu);
-      if (u_on > 0 && 1 - p.user / u_on > loss) loss = 1 - p.user / u_on, at = p.gpu;
+      const Point* q = best_user_at(on, p.gpu);
+      if (q && 1 - p.user / q->user > loss) loss = 1 - p.user / q->user, at_off = p, at_on = *q;
+    }
+    // The same layout and batch with HOP-B off against on: the TTL it adds, at most over the
+    // HOP-B-on frontier's points (what the schedule alone costs, without moving along the curve).
+    double same = 0;
+    Point same_at;
+    for (const auto& p : on) {
+      const PricedPlan pl = cm.prepare(Plan::parse(p.cand.plan + ",hopb=off"), p.cand.variant);
+      const double t = cm.price(pl, std::vector<SeqWork>(size_t(p.per_replica), SeqWork{1, kContext, true})).total_s;
+      if (t / p.ttl_s - 1 > same) same = t / p.ttl_s - 1, same_at = p;
     }
     const bool ds = model == "deepseek-r1";
-    r.rows.push_back({"tok_s_user_loss_pct", model, loss * 100, ds ? 1.0 : 12.0,
-                      ds ? "3.3: \"only ~1% degradation\"" : "3.3: \"reduce Tokens/s/User by up to 12%\""});
-    // The all-to-all's share of the TTL with HOP-B off at the most interactive point.
-    r.rows.push_back({"exposed_comm_share_pct", model + " hopb=off", off.front().comm_share * 100, std::nullopt,
-                      ds ? "3.3: the all-to-all is \"~1% of end-to-end decode latency\" (all communication here)"
-                         : "exposed communication / TTL, most interactive point"});
-    r.notes.push_back(cat(model, ": largest loss at ", at, " tok/s/GPU."));
+    r.rows.push_back({"same_layout_ttl_cost_pct", model, same * 100, std::nullopt,
+                      cat("HOP-B off / on - 1 for one layout and batch, at most over the on frontier (", same_at.config, ")")});
+    add_factor(r, "tok_s_user_loss_pct", model, loss * 100, ds ? 1.0 : 12.0,
+               ds ? "3.3: \"only ~1% degradation\"" : "3.3: \"reduce Tokens/s/User by up to 12%\"",
+               ds ? Band{0.0, 3.0, "direction and order of magnitude: 0-3%"}
+                  : Band{10.0, 15.0, "direction and order of magnitude: 10-15%"});
+    // 3.3: DeepSeek-R1's "all-to-all exchange accounts for just ~1% of end-to-end decode latency":
+    // one all-to-all per layer for the step's batch (HOP-B off), over the TTL, at the most
+    // interactive and the highest-throughput HOP-B-off points.
+    auto a2a_share = [&](const Point& p) {
+      const PricedPlan pl = cm.prepare(Plan::parse(p.cand.plan), p.cand.variant);
+      return 100 * cm.helix_exchange_s(pl, double(p.per_replica)) * pl.max_layers / p.ttl_s;
+    };
+    r.rows.push_back({"all_to_all_share_pct", model + " most interactive", a2a_share(off.front()), ds ? 1.0 : std::optional<double>{},
+                      ds ? "3.3: the all-to-all is \"~1% of end-to-end decode latency\" (not a band: where on the "
+                           "frontier is not said)"
+                         : "one all-to-all per layer / TTL, HOP-B off"});
+    r.rows.push_back({"all_to_all_share_pct", model + " most throughput", a2a_share(off.back()), ds ? 1.0 : std::optional<double>{},
+                      "one all-to-all per layer / TTL, HOP-B off"});
+    if (loss > 0) {
+      r.notes.push_back(cat(model, ": largest loss at ", at_off.gpu, " tok/s/GPU: HOP-B off ", at_off.config, " vs on ",
+                            at_on.config, "."));
+      r.notes.push_back(cat(model, " TTL breakdown, HOP-B off: ", breakdown(model, at_off)));
+      r.notes.push_back(cat(model, " TTL breakdown, HOP-B on: ", breakdown(model, at_on)));
+    }
+    r.notes.push_back(cat(model, " TTL breakdown, most interactive HOP-B off point: ", breakdown(model, off.front())));
     add_frontier_notes(r, model + " hopb=on", on);
     add_frontier_notes(r, model + " hopb=off", off);
     curves.push_back({model + " HOP-B on", on});
     curves.push_back({model + " HOP-B off", off});
   }
-  r.notes.push_back("HOP-B: the step's sequences in up to 8 chunks (as the engine), each chunk's all-to-all under the "
-                    "next chunk's attention (sim/helix.h hopb_span); off: attention, then one all-to-all.");
   r.notes.push_back(
-      "Why our split differs from the paper's: here Llama-405B's all-to-all carries a few hundred KB per layer and is "
-      "latency-bound (one ~10 us exchange), and the last chunk's exchange stays exposed with HOP-B on, so HOP-B hides "
-      "almost nothing; DeepSeek-R1's carries the 512-value MLA latent of all 128 heads per token (ASSUMPTION: merged "
-      "before W_UV) behind compute-heavy MLA attention, so it is bandwidth-bound and HOP-B hides most of it.");
+      "Reading the breakdowns: a Helix all-to-all costs one collective latency plus its bytes; HOP-B can hide the "
+      "bytes of every chunk but the last, never the latency (each chunk pays its own, and the last one's stays "
+      "exposed, as the single exchange does without HOP-B). Llama-405B's exchange is B x H/TPA values per GPU, a few "
+      "hundred ns of NVLink time against the latency, so HOP-B changes little; DeepSeek-R1's carries all 128 heads "
+      "per GPU (TPA = 1), microseconds at large batches, which HOP-B hides (same_layout_ttl_cost_pct). The paper's "
+      "Figure 3 draws the exchange as proportional to the requests (8 x 1.2 units), i.e. not latency-bound.");
+  r.notes.push_back("HOP-B (2.1.3): the step's requests in chunks down to one request each (the cheapest count), each "
+                    "chunk's all-to-all after its attention and under the next chunk's, one at a time on the link "
+                    "(sim/helix.h hopb_span); off (3.3: \"strictly sequentially\"): all attention, then one all-to-all.");
   r.files["helix-fig7.svg"] = pareto_svg(r.title, curves);
+  return r;
+}
+
+// ---- helix-latency: how the factors move with the one free constant ----
+
+ExperimentResult run_latency() {
+  ExperimentResult r;
+  r.name = "helix-latency";
+  r.title = "Helix Figures 5-7: the reproduced factors against the NVLink collective latency (sensitivity, not a fit)";
+  const double chosen = kBlackwellNvlinkCollectiveLatencyS * 1e6;
+  for (const double us : {1.0, 2.0, 4.0, chosen, 8.0, 10.0, 12.0, 16.0}) {
+    const double s = us * 1e-6;
+    const std::string at = cat(us, " us", us == chosen ? " (chosen)" : "");
+    std::vector<ExperimentResult> parts = {pareto_experiment("helix-fig5", "deepseek-r1", false, s),
+                                           pareto_experiment("helix-fig6", "llama-3-405b", true, s), run_fig7(s)};
+    for (const auto& part : parts)
+      for (const auto& x : part.rows)
+        if (x.metric == "interactivity_gain" || x.metric == "tok_s_gpu_gain_same_interactivity" ||
+            x.metric == "tok_s_user_loss_pct" || x.metric == "same_layout_ttl_cost_pct")
+          r.rows.push_back({x.metric, cat(part.name, " ", x.config == "helix/baseline" ? "" : x.config + " ", "@", at),
+                            x.simulated, x.paper, part.name});
+  }
+  r.notes.push_back("Every row re-runs the experiment with all collectives at that latency; the other figures stay "
+                    "the datasheet's. The pricing uses the chosen value only (sim/helix.h); this table shows which "
+                    "latency each of the paper's factors would need, to judge whether one latency fits them all.");
   return r;
 }
 
@@ -427,7 +551,8 @@ std::vector<Experiment> helix_experiments() {
       {"helix-fig1", "Helix Fig. 1 / Appendix A: T_KV and T_W vs TP and KVP width (the paper's formulas)", run_fig1},
       {"helix-fig5", "Helix Fig. 5: DeepSeek-R1 1M context on <= 64 GB200, Helix vs best of TP/PP/EP/Medha (Pareto)", run_fig5},
       {"helix-fig6", "Helix Fig. 6: Llama-405B 1M context on <= 64 GB200, Helix vs TP (Pareto)", run_fig6},
-      {"helix-fig7", "Helix Fig. 7: HOP-B on vs off (Llama-405B ~12%, DeepSeek-R1 ~1% tok/s/user)", run_fig7},
+      {"helix-fig7", "Helix Fig. 7: HOP-B on vs off (Llama-405B ~12%, DeepSeek-R1 ~1% tok/s/user)", [] { return run_fig7(); }},
+      {"helix-latency", "Helix Fig. 5-7 factors against the NVLink collective latency (sensitivity)", run_latency},
   };
 }
 

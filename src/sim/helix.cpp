@@ -43,6 +43,27 @@ double helix_t_w_as_described(const HelixRoofline& r) {
   return (q + o + kv + ffn) * r.bytes_param / r.mem_bw;
 }
 
+Calibration helix_paper_calibration(double collective_latency_s) {
+  if (!(collective_latency_s >= 0)) fail("collective latency ", collective_latency_s, " s must be >= 0");
+  Calibration k;
+  k.fitted_on = cat("Helix 3.1 roofline: datasheet peaks, no kernel overhead, NVLink collectives of ",
+                    collective_latency_s * 1e6, " us latency");
+  // GEMMs: eff = eff_max * m / (m + m_half) = 1 at every token count; FP4 at its own peak.
+  k.gemm = {1.0, 0.0, 1.0, 0.0};
+  k.low_precision_gemm_factor = 1.0;
+  k.norm = k.add = k.act = k.rope = k.emb = {1.0, 0.0};
+  k.attn_compute_eff = 1.0;
+  k.attn_mem_eff = 1.0;
+  k.attn_latency_s = 0.0;
+  k.all_reduce = k.all_to_all = k.all_gather = k.broadcast = k.send_recv = {collective_latency_s, 1.0, 0.0};
+  k.custom_all_reduce_latency_s = collective_latency_s;
+  // The experiments stay inside one NVLink domain; a crossing would be priced at the NIC's
+  // datasheet bandwidth with the same latency.
+  k.net = {collective_latency_s, 1.0, 0.0};
+  k.step_overhead_s = 0.0;
+  return k;
+}
+
 double hopb_span(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb) {
   if (attn_s.size() != comm_s.size())
     fail("HOP-B: ", attn_s.size(), " attention chunks but ", comm_s.size(), " all-to-alls (one each)");

@@ -10,6 +10,8 @@
 
 #include <vector>
 
+#include "sim/hardware.h"
+
 namespace loom::sim {
 
 // Appendix A's symbols (B, Q, K, Hsz, S, H = Q x Hsz, F, TPA, TPF, KVP, bytes_param, MemBW).
@@ -39,6 +41,32 @@ double helix_t_w(const HelixRoofline& r);
 // weight matrix of shape H/N x H"): H x (Q/TPA) x Hsz + H x (Q/N) x Hsz + 2 x H x ceil(K/TPA) x
 // Hsz + 3 x H x F / TPF. Equal to helix_t_w when KVP = 1.
 double helix_t_w_as_described(const HelixRoofline& r);
+
+// The pricing of the paper's simulator (3.1: it "accounts for both compute and communication
+// costs, including latency from inter-GPU NVLink transfers, DRAM bandwidth constraints, and FLOP
+// throughput"), as a Calibration of the cost model (sim/cost_model.h), for the Figure 5-7
+// experiments:
+//  - every kernel at the roofline of the datasheet figures, max(FLOPs / peak, bytes / MemBW):
+//    Appendix A prices DRAM reads at the datasheet "MemBW = 8000 GB/s" with no efficiency
+//    factor, and 3.1 lists FLOP throughput, not a GEMM efficiency curve; FP4 arithmetic for every
+//    GEMM and for MLA's absorbed attention ("All model weights, KV states, and arithmetic
+//    operations are assumed to use FP4", 3.1; GQA decode attention, 64 FLOPs per KV byte for
+//    Llama-405B, is bound by DRAM at any peak, and the cost model prices it at the BF16 one);
+//  - no per-kernel launch latency and no per-step host overhead (3.1 lists none; a CUDA-graph
+//    decode loop);
+//  - every collective inside the NVLink domain: one fixed latency plus the bytes on its busiest
+//    link at the datasheet NVLink bandwidth (GpuSpec::link_bw, 900 GB/s each way on GB200).
+// `collective_latency_s` is that one latency, the same for all-reduce, all-to-all and all-gather
+// (one-shot exchanges through peer memory inside one NVLink domain).
+Calibration helix_paper_calibration(double collective_latency_s);
+
+// The latency of a small collective inside a Blackwell NVLink domain: NVIDIA's NCCL 2.27
+// announcement ("Enabling Fast Inference and Resilient Training with NCCL 2.27", NVIDIA developer
+// blog, 2025, Figure 1: low-latency symmetric-memory kernels) gives about 6.3 us for a
+// small-message all-reduce over 32 Blackwell GPUs in one NVLink domain (the figure's value as
+// quoted in NVIDIA/nccl-tests issue #333). The one free constant of the Figure 5-7 pricing, fixed
+// from that public figure, not fitted to the paper's factors.
+constexpr double kBlackwellNvlinkCollectiveLatencyS = 6.3e-6;
 
 // HOP-B (2.1.3, Figure 3): chunk c's attention takes attn_s[c], then its all-to-all takes
 // comm_s[c]; all-to-alls run one at a time on the link. With HOP-B the all-to-all of chunk c

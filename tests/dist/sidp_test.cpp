@@ -356,5 +356,86 @@ TEST(SidpSynthGqa, GreedyTokensOfTheSingleRankEngine) {
   }
 }
 
+
+// S12 ("the KV budget grows by the bytes freed"): under the same memory per rank
+// (--rank-memory-bytes, the device memory of a GPU rank), a dp=2,weights=owner rank's KV store is
+// larger than a plain dp=2 rank's by the FFN bytes it does not hold, less its cache slots. The
+// expectation is computed from the model's own tensors (not from sidp::memory); what is compared
+// is each rank's actual KV store. Exact up to one KV page (the budget is whole pages) and the
+// 64-byte alignment of the owner layout's pieces.
+TEST(SidpMemory, KvStoreGrowsByTheFfnBytesARankDoesNotHold) {
+  SynthOptions so;
+  so.shape = synth_shape("gqa-24x6");
+  so.shape.config.n_layers = 6;
+  so.dtype = DType::F32;
+  so.seed = 9;
+  so.threads = 1;
+  const std::string path = test::temp_dir() + "/sidp-gqa-24x6-6l-mem.gguf";
+  write_synth_model(so, path);
+  std::shared_ptr<Model> model = load_model(path);
+  const ModelConfig& c = model->config;
+  int64_t layers = 0, max_ffn = 0;
+  std::vector<int64_t> ffn(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = model->layers[size_t(l)];
+    for (const WeightView* w : L.matrices()) layers += w->bytes();
+    ffn[size_t(l)] = L.w_gate.bytes() + L.w_up.bytes() + L.w_down.bytes();
+    max_ffn = std::max(max_ffn, ffn[size_t(l)]);
+  }
+  const int64_t memory = layers + model->output.bytes() + (int64_t(6) << 20);
+  auto kv_bytes = [&](const std::string& plan) {
+    std::vector<int64_t> got(2, -1);
+    std::mutex mu;
+    DistOptions o;
+    o.comm = "local";
+    o.plans = {plan};
+    o.ranks = 2;
+    o.engine.max_num_seqs = 256;
+    o.engine.rank_memory_bytes = memory;
+    o.comm_options.timeout_s = 30;
+    o.load_model = [model](int) { return model; };
+    o.after_step = [&](int r, RankEngine& e, const StepBatch&, const std::vector<RequestId>&) {
+      std::lock_guard<std::mutex> lock(mu);
+      got[size_t(r)] = e.kv().bytes();
+    };
+    run_distributed(o, [&](DistEngine& e) { e.run(greedy_requests(random_prompts(2, 8, c.vocab_size, 4), 2)); });
+    return got;
+  };
+  const std::vector<int64_t> plain = kv_bytes("dp=2"), owner = kv_bytes("dp=2,weights=owner");
+  const Plan p = Plan::parse("dp=2,weights=owner");
+  const int64_t page = 2 * int64_t(EngineConfig{}.block_size) * c.head_dim * int64_t(sizeof(float));
+  for (int r = 0; r < 2; ++r) {
+    int64_t not_held = 0;
+    for (int l = 0; l < c.n_layers; ++l)
+      if (l % 2 != r) not_held += ffn[size_t(l)];
+    const int64_t want = not_held - int64_t(p.sidp_slots()) * max_ffn;
+    ASSERT_GT(plain[size_t(r)], 0) << "rank " << r << " ran no step";
+    EXPECT_NEAR(double(owner[size_t(r)] - plain[size_t(r)]), double(want), double(page + 3 * 64 * c.n_layers))
+        << "rank " << r << ": plain DP KV " << plain[size_t(r)] << " bytes, SiDP " << owner[size_t(r)];
+  }
+}
+
+// --rank-memory-bytes that the weights fill, or given with --kv-cache-bytes: one line, before
+// anything is built.
+TEST(SidpMemory, RankMemoryErrorsNameTheSizes) {
+  SynthOptions so;
+  so.shape = synth_shape("tiny");
+  so.dtype = DType::F32;
+  const std::string path = test::temp_dir() + "/sidp-tiny-mem.gguf";
+  write_synth_model(so, path);
+  DistOptions o;
+  o.comm = "local";
+  o.plans = {"dp=2,weights=owner"};
+  o.ranks = 2;
+  o.model_path = path;
+  o.comm_options.timeout_s = 30;
+  o.engine.rank_memory_bytes = 1024;
+  const std::string small = test::error_of([&] { run_distributed(o, [](DistEngine&) {}); });
+  EXPECT_NE(small.find("--rank-memory-bytes 1024 leaves no room for KV"), std::string::npos) << small;
+  o.engine.kv_cache_bytes = int64_t(1) << 20;
+  const std::string both = test::error_of([&] { run_distributed(o, [](DistEngine&) {}); });
+  EXPECT_NE(both.find("not both"), std::string::npos) << both;
+}
+
 }  // namespace
 }  // namespace loom

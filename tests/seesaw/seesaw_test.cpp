@@ -565,3 +565,104 @@ TEST(SeesawWeights, LazyReshardBuildsOnlyTheMissingShardsAndHoldsOneCopy) {
 
 }  // namespace
 }  // namespace loom
+
+// ---- the scheduler's side of asynchronous swaps, step by step (no model: completions are given
+// as the ranks' gather would report them) ----
+
+namespace loom {
+namespace {
+
+StepResult tokens_for(const StepBatch& b) {
+  StepResult r;
+  for (const ScheduledSeq& s : b.seqs)
+    if (s.sample) r.sampled.push_back({s.seq_id, 7});
+  return r;
+}
+
+std::vector<int64_t> ids_of(const std::vector<SeqExtent>& v) {
+  std::vector<int64_t> out;
+  for (const SeqExtent& e : v) out.push_back(e.id);
+  return out;
+}
+
+std::vector<int64_t> seq_ids(const StepBatch& b) {
+  std::vector<int64_t> out;
+  for (const ScheduledSeq& s : b.seqs) out.push_back(s.seq_id);
+  return out;
+}
+
+TEST(SeesawScheduler, AsyncSwapsRunOnlyWhatEveryRankReportedComplete) {
+  SchedulerConfig c;
+  c.phases = PhaseMode::Seesaw;
+  c.async_swaps = true;
+  c.tier_tokens = 100;
+  c.num_blocks = 64;
+  c.max_model_len = 64;
+  c.max_tokens_per_step = 64;
+  Scheduler s(c);
+  for (int64_t id : {1, 2}) {
+    Request r;
+    r.id = id;
+    r.prompt.assign(20, 5);
+    r.max_tokens = 3;
+    r.stop.ignore_eos = true;
+    s.add_request(r);
+  }
+  StepBatch b = s.schedule();  // both prefill
+  ASSERT_EQ(b.num_prefill_tokens, 40);
+  s.on_step_done(b, tokens_for(b));
+  EXPECT_EQ(s.num_swapped(), 2);
+
+  b = s.schedule();  // decode phase: their swap-outs start; nothing is ready to onboard
+  EXPECT_EQ(s.phase(), Phase::Decode);
+  EXPECT_EQ(ids_of(b.swap_out), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(b.seqs.empty());
+  EXPECT_TRUE(b.swap_in.empty());
+  EXPECT_FALSE(b.empty());
+  s.on_step_done(b, {});  // not complete on every rank yet
+
+  b = s.schedule();  // nothing to run: a step that waits for the copies
+  EXPECT_TRUE(b.await_swaps);
+  EXPECT_TRUE(b.seqs.empty() && b.swap_out.empty() && b.swap_in.empty());
+  StepResult done;
+  done.swapped_out = {1};  // only the first is complete everywhere
+  s.on_step_done(b, done);
+
+  b = s.schedule();  // the first onboards (prefetch starts), the second is not ready
+  EXPECT_EQ(ids_of(b.swap_in), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(b.seqs.empty()) << "a sequence decodes only after its swap-in completed";
+  done = {};
+  done.swapped_out = {2};
+  s.on_step_done(b, done);
+
+  b = s.schedule();
+  EXPECT_EQ(ids_of(b.swap_in), (std::vector<int64_t>{2}));
+  EXPECT_TRUE(b.seqs.empty());
+  EXPECT_EQ(s.num_prefetching(), 2);
+  done = {};
+  done.swapped_in = {1};
+  s.on_step_done(b, done);
+
+  b = s.schedule();  // 1 decodes while 2's prefetch is in flight
+  EXPECT_EQ(seq_ids(b), (std::vector<int64_t>{1}));
+  // Cancelled while its prefetch runs: the tier stays accounted full until the copy completes.
+  EXPECT_TRUE(s.cancel(2));
+  EXPECT_GT(s.tier_reserved_tokens(), 0);
+  s.on_step_done(b, tokens_for(b));
+  b = s.schedule();
+  EXPECT_EQ(seq_ids(b), (std::vector<int64_t>{1}));
+  s.on_step_done(b, tokens_for(b));  // 1 finishes (3 tokens)
+  EXPECT_FALSE(s.has_unfinished());
+  b = s.schedule();
+  EXPECT_TRUE(b.await_swaps) << "the cancelled sequence's copy is still in flight on the ranks";
+  EXPECT_GT(s.tier_reserved_tokens(), 0);
+  done = {};
+  done.swapped_in = {2};
+  s.on_step_done(b, done);
+  b = s.schedule();
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(s.tier_reserved_tokens(), 0) << "the tier is empty and no copy is in flight";
+}
+
+}  // namespace
+}  // namespace loom

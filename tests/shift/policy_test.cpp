@@ -63,6 +63,39 @@ TEST(ShiftPolicy, AlgorithmTwoAndHooks) {
   EXPECT_EQ(make_layout_policy("fixed", three, 0)->choose(batch_of(5)), 0);
 }
 
+// A policy's parameters are resolved behind the policy factory (resolve_policy_params), not by
+// name in the engine's set-up: the user's threshold wins, else the default for the plan the policy
+// thresholds (Shift's base, SiDP's WaS plan), else one line naming the flag.
+TEST(PolicyParams, ThresholdsResolvedByThePolicy) {
+  const ModelShape shape = ModelShape::from(synth_shape("gqa-24x6").config);
+  const PlanSet shift = PlanSet::make(policy_plans("shift", {Plan::make_sp_tp(3, 2)}), shape);
+  PolicyInputs in;
+  EXPECT_NE(test::error_of([&] { resolve_policy_params("shift", shift, in); }).find("--shift-threshold"),
+            std::string::npos);
+  std::string asked;
+  in.default_shift_threshold = [&](const Plan& p) {
+    asked = p.to_string();
+    return int64_t(123);
+  };
+  PolicyParams got = resolve_policy_params("shift", shift, in);
+  EXPECT_EQ(got.threshold, 123);
+  EXPECT_EQ(got.threshold_unit, "tokens");
+  EXPECT_EQ(asked, "sp=3,tp=2");  // the base, not its shift config
+  in.shift_threshold = 7;
+  EXPECT_EQ(resolve_policy_params("shift", shift, in).threshold, 7);
+  EXPECT_EQ(make_layout_policy("shift", shift, resolve_policy_params("shift", shift, in))->describe(), "shift(threshold=7)");
+
+  const PlanSet sidp = PlanSet::make(policy_plans("sidp", {Plan::parse("dp=2,weights=owner")}), shape);
+  EXPECT_NE(test::error_of([&] { resolve_policy_params("sidp", sidp, in); }).find("--sidp-threshold"), std::string::npos);
+  in.default_sidp_threshold = [](const Plan& p) { return int64_t(p.sidp_cas ? -5 : 9); };
+  got = resolve_policy_params("sidp", sidp, in);
+  EXPECT_EQ(got.threshold, 9);
+  EXPECT_EQ(got.threshold_unit, "sequences per replica");
+  // Policies without a threshold take none, whatever is given.
+  EXPECT_EQ(resolve_policy_params("cycle:3", shift, in).threshold, -1);
+  EXPECT_EQ(resolve_policy_params("fixed", sidp, in).threshold, -1);
+}
+
 // The simulator runs the same rule: every simulated step above the threshold ran the base, every
 // other the shift config.
 TEST(ShiftPolicy, SimulatorUsesTheEnginePolicy) {
