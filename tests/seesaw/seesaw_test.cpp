@@ -666,3 +666,27 @@ TEST(SeesawScheduler, AsyncSwapsRunOnlyWhatEveryRankReportedComplete) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// The KV budget counts what a rank holds: with the lazy re-shard one resident plan's copy (the
+// larger), not the sum of the set's (each plan alone gives its own copy's bytes).
+TEST(SeesawWeights, KvBudgetCountsOneCopyUnderLazyReshard) {
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const ModelShape shape = ModelShape::from(model->config, weight_block_elems(*model));
+  const PlanSet both = PlanSet::make(PlanSet::parse({"pp=2,layers=1+3", "tp=2"}), shape);
+  for (int rank = 0; rank < 2; ++rank) {
+    const int64_t cp = rank_weight_bytes(*model, PlanSet::make(PlanSet::parse({"pp=2,layers=1+3"}), shape), rank).copied;
+    const int64_t cd = rank_weight_bytes(*model, PlanSet::make(PlanSet::parse({"tp=2"}), shape), rank).copied;
+    ASSERT_GT(cp, 0);
+    ASSERT_NE(cp, cd) << "uneven stages: the two plans' copies differ on rank " << rank;
+    EXPECT_EQ(rank_weight_bytes(*model, both, rank).copied, cp + cd) << rank;
+    EXPECT_EQ(rank_weight_bytes(*model, both, rank, true).copied, std::max(cp, cd)) << rank;
+  }
+  EXPECT_TRUE(policy_lazy_weights("seesaw") && policy_lazy_weights("prefill-first") && policy_lazy_weights("decode-first"));
+  EXPECT_FALSE(policy_lazy_weights("shift") || policy_lazy_weights("fixed") || policy_lazy_weights("cycle:4"));
+}
+
+}  // namespace
+}  // namespace loom
