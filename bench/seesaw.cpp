@@ -3,8 +3,13 @@
 // transitions only when the tier is full or empty, 4.2) against fixed tp=2, fixed pp=2 and dp=2
 // on the same two ranks (threads), and Seesaw's own prefill-first / decode-first orders. Printed as
 // ratios to fixed tp=2 from one run each (the machine is shared: see the load line), with the
-// phase transitions, the plan switches and the milliseconds spent switching (KV migration of the
-// resident sequences) and swapping (tier traffic, rank 0).
+// phase transitions, the plan switches, the milliseconds spent switching (KV migration of the
+// resident sequences) and re-sharding weights (lazy: `weights=resident` builds the new plan's
+// shards at each transition; `weights=full` computes on the mapped model and builds nothing), and
+// the tier copies of rank 0: their total time, the part hidden behind compute (§5.2's asynchronous
+// swap-out and prefetcher) and the part the main thread was exposed to (deciding copies, waiting for
+// one a step needed). "seesaw, swaps not overlapped" waits for every copy right after starting it:
+// the same schedule with the copies exposed.
 //
 // Usage: bench_seesaw [requests] [prompt tokens] [output tokens] [tier sequences]
 //        (defaults 32 256 32 8: an arXiv-summarization-like long-prompt, short-output load)
@@ -24,12 +29,13 @@ namespace {
 
 struct Figures {
   double tok_s = 0;
-  int64_t transitions = 0, switches = 0, swapped = 0;
-  double switch_ms = 0, swap_ms = 0;
+  int64_t transitions = 0, switches = 0, swapped = 0, built = 0;
+  double switch_ms = 0, reshard_ms = 0;
+  TierStats tier;
 };
 
 Figures measure(const std::string& model, const std::vector<std::string>& plans, const std::string& policy, int n_req,
-                int prompt, int out, int64_t tier_bytes) {
+                int prompt, int out, int64_t tier_bytes, bool overlap) {
   DistOptions o;
   o.comm = "local";
   o.plans = plans;
@@ -42,6 +48,7 @@ Figures measure(const std::string& model, const std::vector<std::string>& plans,
   o.engine.max_model_len = prompt + out;
   o.engine.kv_cache_bytes = int64_t(256) << 20;
   o.engine.cpu_kv_bytes = tier_bytes;
+  o.rank_options = [overlap](int, RankEngineOptions& ro) { ro.overlap_swaps = overlap; };
   Figures f;
   run_distributed(o, [&](DistEngine& e) {
     std::vector<Request> rs;
@@ -58,10 +65,15 @@ Figures measure(const std::string& model, const std::vector<std::string>& plans,
     e.run(rs);
     const double s = e.clock().now() - t0;
     f.tok_s = double(n_req) * (prompt + out) / s;
-    for (const PlanStats& p : e.plan_stats()) f.switches += p.switches, f.switch_ms += p.switch_s * 1e3;
+    for (const PlanStats& p : e.plan_stats()) {
+      f.switches += p.switches;
+      f.switch_ms += p.switch_s * 1e3;
+      f.reshard_ms += p.reshard_s * 1e3;
+      f.built += p.weight_bytes_built;
+    }
     f.transitions = e.scheduler().phase_switches();
     f.swapped = e.scheduler().num_swapped_out();
-    f.swap_ms = e.tier_stats().seconds * 1e3;
+    f.tier = e.tier_stats();
   });
   return f;
 }
@@ -84,26 +96,35 @@ int main(int argc, char** argv) {
     const char* label;
     std::vector<std::string> plans;
     const char* policy;
+    bool overlap = true;
   };
+  const std::vector<std::string> resident = {"pp=2", "tp=2"}, full = {"pp=2,weights=full", "tp=2,weights=full"};
   const std::vector<Run> runs = {
       {"fixed tp=2", {"tp=2"}, "fixed"},
       {"fixed pp=2", {"pp=2"}, "fixed"},
       {"fixed dp=2", {"dp=2"}, "fixed"},
-      {"seesaw pp=2 -> tp=2", {"pp=2,weights=full", "tp=2,weights=full"}, "seesaw"},
-      {"prefill-first pp=2 -> tp=2", {"pp=2,weights=full", "tp=2,weights=full"}, "prefill-first"},
-      {"decode-first pp=2 -> tp=2", {"pp=2,weights=full", "tp=2,weights=full"}, "decode-first"},
+      {"seesaw (resident, lazy)", resident, "seesaw"},
+      {"seesaw (full)", full, "seesaw"},
+      {"seesaw, swaps not overlapped", full, "seesaw", false},
+      {"prefill-first (full)", full, "prefill-first"},
+      {"decode-first (full)", full, "decode-first"},
   };
   double base = 0;
-  std::printf("%-28s %12s %9s %12s %9s %11s %9s %9s\n", "config", "tokens/s", "vs tp=2", "transitions", "switches",
-              "switch ms", "swapped", "swap ms");
+  std::printf("%-30s %10s %8s %6s %6s %9s %10s %9s %8s %9s %9s %9s\n", "config", "tokens/s", "vs tp=2", "trans",
+              "switch", "KV ms", "reshard ms", "built MB", "swapped", "copy ms", "hidden", "exposed");
   for (const Run& r : runs) {
-    const Figures f = measure(path, r.plans, r.policy, n_req, prompt, out, tier);
+    const Figures f = measure(path, r.plans, r.policy, n_req, prompt, out, tier, r.overlap);
     if (base == 0) base = f.tok_s;
-    std::printf("%-28s %12.1f %8.2fx %12lld %9lld %11.2f %9lld %9.2f\n", r.label, f.tok_s, f.tok_s / base,
-                (long long)f.transitions, (long long)f.switches, f.switch_ms, (long long)f.swapped, f.swap_ms);
+    std::printf("%-30s %10.1f %7.2fx %6lld %6lld %9.2f %10.2f %9.2f %8lld %9.2f %9.2f %9.2f\n", r.label, f.tok_s,
+                f.tok_s / base, (long long)f.transitions, (long long)f.switches, f.switch_ms, f.reshard_ms,
+                double(f.built) / 1e6, (long long)f.swapped, f.tier.copy_s * 1e3, f.tier.hidden_s() * 1e3,
+                f.tier.exposed_s() * 1e3);
     std::fflush(stdout);
   }
-  std::printf("(the fixed plans copy their shards; the Seesaw pair computes on views of the mapped model, "
-              "weights=full, so a transition builds no weights)\n");
+  bench::print_load("after");
+  std::printf("(rank 0's figures. KV ms: migration of resident sequences at switches; reshard ms / built MB: lazy "
+              "weight re-shard at transitions (weights=full builds nothing); copy ms: tier copies on rank 0's "
+              "swap-out and prefetcher threads, hidden = copy time beside the main thread's work, exposed = main "
+              "thread deciding copies and waiting for one a step needed)\n");
   return 0;
 }

@@ -139,18 +139,24 @@ void print_plan_stats(const DistEngine& e) {
   for (const PlanStats& p : st) switches += p.switches;
   if (st.size() == 1 && switches == 0) return;
   std::fprintf(stderr, "[policy %s: %lld switches]\n", e.policy().c_str(), (long long)switches);
-  for (const PlanStats& p : st)
-    std::fprintf(stderr, "[plan %s: %lld steps, %lld tokens, %lld switches in, %lld KV bytes moved in %.3f ms]\n",
+  for (const PlanStats& p : st) {
+    char reshard[128] = "";
+    if (p.reshard_s > 0)
+      std::snprintf(reshard, sizeof reshard, "; rank 0 built %lld weight bytes in %.3f ms", (long long)p.weight_bytes_built,
+                    p.reshard_s * 1e3);
+    std::fprintf(stderr, "[plan %s: %lld steps, %lld tokens, %lld switches in, %lld KV bytes moved in %.3f ms%s]\n",
                  p.name.c_str(), (long long)p.steps, (long long)p.tokens, (long long)p.switches,
-                 (long long)p.kv_bytes_moved, p.switch_s * 1e3);
+                 (long long)p.kv_bytes_moved, p.switch_s * 1e3, reshard);
+  }
   const Scheduler& sched = const_cast<DistEngine&>(e).scheduler();
   if (sched.config().phases != PhaseMode::None) {
     const TierStats t = e.tier_stats();
     std::fprintf(stderr,
                  "[seesaw %s: %lld phase transitions, %lld sequences swapped out, %lld in; rank 0 tier traffic %lld "
-                 "bytes out, %lld in, %.3f ms]\n",
+                 "bytes out, %lld in, copies %.3f ms (%.3f ms hidden behind compute), exposed %.3f ms]\n",
                  e.policy().c_str(), (long long)sched.phase_switches(), (long long)sched.num_swapped_out(),
-                 (long long)sched.num_swapped_in(), (long long)t.bytes_out, (long long)t.bytes_in, t.seconds * 1e3);
+                 (long long)sched.num_swapped_in(), (long long)t.bytes_out, (long long)t.bytes_in, t.copy_s * 1e3,
+                 t.hidden_s() * 1e3, t.exposed_s() * 1e3);
   }
 }
 
@@ -162,7 +168,9 @@ nlohmann::json plan_stats_json(const DistEngine& e) {
                      {"tokens", p.tokens},
                      {"switches", p.switches},
                      {"kv_bytes_moved", p.kv_bytes_moved},
-                     {"switch_ms", p.switch_s * 1e3}});
+                     {"switch_ms", p.switch_s * 1e3},
+                     {"weight_bytes_built", p.weight_bytes_built},
+                     {"reshard_ms", p.reshard_s * 1e3}});
   return {{"policy", e.policy()}, {"plans", plans}};
 }
 

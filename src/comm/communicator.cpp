@@ -137,7 +137,7 @@ std::size_t chunk_begin(std::size_t count, int n, int r) {
   return base * ur + (ur < extra ? ur : extra);
 }
 
-std::shared_ptr<void> Communicator::allocate_host_shared(std::size_t, void**) {
+std::shared_ptr<void> Communicator::allocate_host_shared(std::size_t, void**, std::function<void()>*) {
   fail("the ", backend(), " backend has no host shared memory: its ranks share the process (allocate it there)");
 }
 

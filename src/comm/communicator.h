@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -161,7 +162,13 @@ class Communicator {
   // loom::Error). Sets *data; the returned handle keeps the memory alive (freeing it is collective
   // under MPI). The default (thread backends, whose ranks share the process) is a loom::Error: the
   // caller allocates process memory once for all of them instead.
-  virtual std::shared_ptr<void> allocate_host_shared(std::size_t bytes, void** data);
+  // *sync (when given) is set to the memory fence of that memory: MPI_Win_sync on the window. The
+  // MPI-3 rules for load/store in a shared window (unified model): a store another process reads is
+  // ordered by "sync; a synchronising communication between the two processes; sync" (the writer's
+  // MPI_Win_sync after its stores and before the communication, the reader's after it and before
+  // its loads); the window stays in one MPI_Win_lock_all epoch from allocation to free.
+  virtual std::shared_ptr<void> allocate_host_shared(std::size_t bytes, void** data,
+                                                     std::function<void()>* sync = nullptr);
 
   // ---- groups ----
 

@@ -142,8 +142,9 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
 
   // 3. this rank's KV store and the RankEngine of every plan
   const bool local = st.backend == "local";  // the local backend's ranks share this process's memory
+  const bool lazy = policy_lazy_weights(o.policy);
   const int64_t budget = kv_budget_bytes(st.config, *st.model, st.plans, world.rank(), local ? 0 : world.rank(),
-                                         local ? world.size() : 1);
+                                         local ? world.size() : 1, lazy);
   RankEngineOptions ro;
   ro.block_size = st.config.block_size;
   ro.numerics = st.config.resolved_numerics();
@@ -152,6 +153,8 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   if (o.migration_buffer_bytes > 0) ro.transfer.buffer_bytes = o.migration_buffer_bytes;
   if (st.config.cpu_kv_bytes > 0)
     ro.tier = st.backend == "mpi" ? KvTierArena::host_shared(world, st.config.cpu_kv_bytes) : tier;
+  ro.lazy_weights = lazy;  // Seesaw: one plan's weight copy at a time
+  if (o.rank_options) o.rank_options(world.rank(), ro);
   st.pool = std::make_unique<ThreadPool>(st.threads);
   st.rank = std::make_unique<RankEngine>(st.model, st.plans, world, st.pool.get(), ro);
   if (o.after_step)
@@ -180,8 +183,10 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
       for (int id = 0; id < n_plans; ++id) {
         const int64_t shard = all[size_t(r) * mine.size() + size_t(2 * id)];
         const int64_t owned = all[size_t(r) * mine.size() + size_t(2 * id + 1)];
+        // Lazy re-shard (Seesaw): the same on every rank; one plan's copy is held at a time.
+        const std::string lazy = st.rank->memory(id).lazy ? "; built at a switch into it, freed at a switch out" : "";
         line += cat(id ? ";" : "", " ", st.plans.name(id), " shard ", shard, " bytes (",
-                    owned > 0 ? cat("copied ", owned) : std::string("no copy"), ")");
+                    owned > 0 ? cat("copied ", owned) : std::string("no copy"), lazy, ")");
       }
       line += cat("; KV store ", all[size_t(r) * mine.size() + mine.size() - 1], " bytes");
       st.info.push_back(line);
@@ -192,7 +197,7 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
     if (st.config.rank_memory_bytes) {
       std::string line = cat("rank memory ", *st.config.rank_memory_bytes, " bytes = weights held + KV budget:");
       for (int r = 0; r < world.size(); ++r) {
-        const int64_t held = rank_weight_bytes(*st.model, st.plans, r).held;
+        const int64_t held = rank_weight_bytes(*st.model, st.plans, r, lazy).held;
         line += cat(" rank ", r, " ", held, " + ", *st.config.rank_memory_bytes - held, ";");
       }
       st.info.push_back(line);

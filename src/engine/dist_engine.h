@@ -70,6 +70,9 @@ struct DistOptions {
   // Called on every rank after each step it ran (RankEngine::after_step; tests check each rank's
   // KV store against the placement here). Runs on the rank's thread.
   std::function<void(int world_rank, RankEngine&, const StepBatch&, const std::vector<RequestId>& released)> after_step;
+  // Called on every rank with its RankEngine options before the RankEngine is built (tests and
+  // benches: tier copy hooks, overlap_swaps).
+  std::function<void(int world_rank, RankEngineOptions&)> rank_options;
 
   // Layout policy (policy.h): fixed | shift | cycle:N | alternate | random:SEED.
   std::string policy = "fixed";

@@ -55,6 +55,9 @@ EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig
   sc.pool_shapes = pools;
   sc.num_blocks = int(pools[0].total_blocks());
   policy->configure(sc, policy_env(rank.model().config, config));
+  // The RankEngine's tier copies run on threads and report completion (kv_tier.h TierSwaps): the
+  // scheduler waits for it (SchedulerConfig::async_swaps; the simulator's swaps are priced, not run).
+  if (sc.phases != PhaseMode::None) sc.async_swaps = true;
   if (sc.phases != PhaseMode::None)
     LOOM_CHECK(rank.tier() != nullptr, "--policy ", policy->describe(), ": world rank 0 has no CPU KV tier");
   sched_ = std::make_unique<Scheduler>(sc);
@@ -108,7 +111,7 @@ int64_t kv_pages_for(const EngineConfig& config, const PlanSet& plans, int rank,
   return std::min({pages, useful, int64_t(INT32_MAX)});
 }
 
-RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int rank) {
+RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int rank, bool lazy_weights) {
   int64_t layer_bytes = 0;
   for (const LayerWeights& L : model.layers)
     for (const WeightView* w : L.matrices()) layer_bytes += w->bytes();
@@ -116,6 +119,7 @@ RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int 
   RankWeightBytes b;
   bool views_of_full = false;
   std::vector<WeightShards> copied;  // RankWeights copies a distinct resident shard once
+  int64_t resident_max = 0;          // lazy_weights: one resident plan's copy at a time
   std::vector<int> owner_dps;
   for (const Plan& p : plans.plans()) {
     switch (p.weights) {
@@ -135,13 +139,19 @@ RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int 
       }
       case WeightSource::Resident: {
         const WeightShards ws = weight_shards(p, plans.shape(), rank);
+        const int64_t bytes = int64_t(double(layer_bytes) * double(ws.elems()) / double(std::max<int64_t>(full_elems, 1)));
+        if (lazy_weights) {
+          resident_max = std::max(resident_max, bytes);
+          break;
+        }
         if (std::find(copied.begin(), copied.end(), ws) != copied.end()) break;
         copied.push_back(ws);
-        b.copied += int64_t(double(layer_bytes) * double(ws.elems()) / double(std::max<int64_t>(full_elems, 1)));
+        b.copied += bytes;
         break;
       }
     }
   }
+  b.copied += resident_max;
   // Embedding and classifier: replicated on every rank (one decode copy of the classifier per
   // process, model/weights.h, counted by kv_budget_bytes).
   b.held = b.copied + (views_of_full ? layer_bytes : 0) + model.output.bytes();
@@ -149,17 +159,17 @@ RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int 
 }
 
 int64_t kv_budget_bytes(const EngineConfig& config, const Model& model, const PlanSet& plans, int rank, int first_rank,
-                        int ranks_here) {
+                        int ranks_here, bool lazy_weights) {
   if (config.kv_cache_bytes) return *config.kv_cache_bytes;
   if (config.rank_memory_bytes) {
-    const int64_t held = rank_weight_bytes(model, plans, rank).held;
+    const int64_t held = rank_weight_bytes(model, plans, rank, lazy_weights).held;
     if (held >= *config.rank_memory_bytes)
       fail("--rank-memory-bytes ", *config.rank_memory_bytes, " leaves no room for KV on rank ", rank, ": its weights under ",
            plans.to_string(), " take ", held, " bytes");
     return *config.rank_memory_bytes - held;
   }
   int64_t copies = model.output.bytes();
-  for (int r = first_rank; r < first_rank + ranks_here; ++r) copies += rank_weight_bytes(model, plans, r).copied;
+  for (int r = first_rank; r < first_rank + ranks_here; ++r) copies += rank_weight_bytes(model, plans, r, lazy_weights).copied;
   int64_t avail = mem_available_bytes();
   if (decode_copy_affordable(copies)) avail -= copies;
   return int64_t(double(std::max<int64_t>(avail, 0)) * config.kv_cache_fraction / double(std::max(ranks_here, 1)));

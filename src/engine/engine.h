@@ -107,13 +107,15 @@ int64_t kv_pages_for(const EngineConfig& config, const PlanSet& plans, int rank,
 // Weight bytes of rank `rank` under its plan set, for the KV budget (before anything is built):
 //   copied: the copies of layer matrices RankWeights makes (weights=resident: one per distinct
 //           shard; weights=owner: SiDP's attention + owned FFN + slots, sidp::memory;
-//           weights=full: none, views of the mapped model);
+//           weights=full: none, views of the mapped model); with lazy_weights
+//           (RankEngineOptions: Seesaw's lazy re-shard) one resident plan's copy at a time, the
+//           largest;
 //   held:   what the rank computes with, as a device would hold it: copied, plus the whole layer
 //           matrices when a plan computes on views of the full model, plus the classifier.
 struct RankWeightBytes {
   int64_t copied = 0, held = 0;
 };
-RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int rank);
+RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int rank, bool lazy_weights = false);
 
 // The KV budget in bytes of rank `rank` (one formula for the single-rank and the distributed
 // engine): kv_cache_bytes when given; rank_memory_bytes less the weights it holds when given;
@@ -121,7 +123,7 @@ RankWeightBytes rank_weight_bytes(const Model& model, const PlanSet& plans, int 
 // hosts from `first_rank` on, divided among them. Throws loom::Error naming the sizes when the
 // weights leave no room.
 int64_t kv_budget_bytes(const EngineConfig& config, const Model& model, const PlanSet& plans, int rank, int first_rank,
-                        int ranks_here);
+                        int ranks_here, bool lazy_weights = false);
 
 // The single-rank engine: plan tp=1 on one rank, through the same RankEngine and step path as
 // every distributed plan.

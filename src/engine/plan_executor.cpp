@@ -65,6 +65,8 @@ StepResult PlanExecutor::execute(const StepBatch& batch) {
     ++st.switches;
     st.kv_bytes_moved += sw.total_bytes;
     st.switch_s += sw.transfer.seconds;
+    st.weight_bytes_built += sw.weight_bytes_built;
+    st.reshard_s += sw.reshard_s;
   }
   if (!batch.seqs.empty()) {
     ++st.steps;

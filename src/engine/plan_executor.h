@@ -69,7 +69,11 @@ struct PlanStats {
   int64_t steps = 0, tokens = 0;
   int64_t switches = 0;        // switches into this plan
   int64_t kv_bytes_moved = 0;  // by those switches (all ranks)
-  double switch_s = 0;         // time rank 0 spent in them
+  double switch_s = 0;         // time rank 0 spent in them (the KV migration)
+  // Lazy re-shard at those switches (RankEngineOptions::lazy_weights): rank 0's weight bytes built
+  // for this plan and the time it took.
+  int64_t weight_bytes_built = 0;
+  double reshard_s = 0;
 };
 
 class PlanExecutor : public StepExecutor {

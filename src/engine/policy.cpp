@@ -226,4 +226,6 @@ std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const 
   return std::make_unique<RandomPolicy>(set.size(), v);
 }
 
+bool policy_lazy_weights(const std::string& name) { return is_seesaw_policy(name); }
+
 }  // namespace loom

@@ -105,6 +105,11 @@ void check_policy_setup(const std::string& name, const PlanSet& set, const Polic
 // when the policy needs a threshold and neither is given.
 PolicyParams resolve_policy_params(const std::string& name, const PlanSet& set, const PolicyInputs& in);
 
+// Whether the ranks of policy `name` hold one plan's weight copy at a time and re-shard lazily at a
+// switch (RankEngineOptions::lazy_weights): Seesaw's policies, whose switches are the rare phase
+// transitions (the others switch per step and keep every plan's copy warm).
+bool policy_lazy_weights(const std::string& name);
+
 // For `shift`: the ids of the base and shift configs in `set` (throws loom::Error when absent).
 std::pair<int, int> shift_pair(const PlanSet& set);
 

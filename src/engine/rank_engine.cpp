@@ -1,6 +1,7 @@
 #include "engine/rank_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstring>
 
@@ -72,7 +73,11 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
   } else {
     kv_ = std::make_shared<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages);
   }
-  if (options.tier) tier_ = std::make_unique<KvTier>(c.n_layers, c.n_kv_heads, c.head_dim, options.tier);
+  if (options.tier) {
+    swaps_ = std::make_unique<TierSwaps>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, plans_.n_ranks(),
+                                         options.tier);
+    if (options.tier_copy_hook) swaps_->set_before_task(options.tier_copy_hook);
+  }
   // Every rank's page budget, for the pool shapes (equal on every rank).
   std::vector<int64_t> pages(size_t(world.size()));
   const int64_t mine = options.kv_pages;
@@ -87,10 +92,24 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
     in->layout = rank_layout(plan, shape, world.rank());
     in->groups = PlanGroups(plan, groups_);  // collective: same plans in the same order everywhere
     const WeightShards shards = weight_shards(plan, shape, world.rank());
-    const int64_t owned_before = weights_.owned_bytes();
-    const ShardWeightSet& set = weights_.get(shards, plan.weights);
-    in->weights = set.layers;
-    memory_.push_back(PlanMemory{shard_matrix_bytes(set.layers), weights_.owned_bytes() - owned_before});
+    in->shards = shards;
+    in->lazy = options.lazy_weights && plan.weights == WeightSource::Resident;
+    if (in->lazy) {
+      // Only the initial plan's copy now; the others at a switch into them (reshard_to).
+      const std::vector<ShardLayerWeights> views = shard_views(*model_, shards);
+      if (id == current_) {
+        held_ = reshard(*model_, shards, nullptr, nullptr, pool_);
+        in->weights = held_.layers;
+      } else {
+        in->weights.assign(views.size(), ShardLayerWeights{});
+      }
+      memory_.push_back(PlanMemory{shard_matrix_bytes(views), id == current_ ? held_.owned_bytes : 0, true});
+    } else {
+      const int64_t owned_before = weights_.owned_bytes();
+      const ShardWeightSet& set = weights_.get(shards, plan.weights);
+      in->weights = set.layers;
+      memory_.push_back(PlanMemory{shard_matrix_bytes(set.layers), weights_.owned_bytes() - owned_before});
+    }
     StageContext ctx;
     ctx.model = model_;
     ctx.plan = plan;
@@ -120,9 +139,25 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
 
 void RankEngine::release(const std::vector<RequestId>& seqs) {
   for (RequestId id : seqs) {
+    if (swaps_) swaps_->release(id, *kv_);  // after its copies here, if any are in flight
     kv_->release(id);
-    if (tier_) tier_->release(id);
   }
+}
+
+TierStats RankEngine::tier_stats() const {
+  TierStats t;
+  if (!swaps_) return t;
+  const TierSwapCounters c = swaps_->counters();
+  t.swapped_out = c.swapped_out;
+  t.swapped_in = c.swapped_in;
+  t.bytes_out = c.bytes_out;
+  t.bytes_in = c.bytes_in;
+  t.copy_s = c.copy_s;
+  t.issue_s = c.issue_s;
+  t.wait_s = c.wait_s;
+  t.waits = c.waits;
+  t.unready_decodes = unready_decodes_;
+  return t;
 }
 
 SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs) {
@@ -135,45 +170,92 @@ SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs)
                                          options_.block_size, kv_bytes_per_token(c.head_dim, DType::F32));
     r.moved = true;
     r.total_bytes = mig.total_bytes;
+    // Sequences still being copied to the CPU tier keep their pages (under the old placement) and
+    // take no part; the migration gets the free pages it needs (waiting for those copies if short).
+    std::vector<int64_t> parked;
+    if (swaps_) {
+      LOOM_CHECK(swaps_->in_pending() == 0, "rank ", world_.rank(), ": a plan switch while ", swaps_->in_pending(),
+                 " swap-ins are in flight");
+      swaps_->make_room(migration_new_pages(mig, world_.rank(), *kv_), *kv_);
+      parked = swaps_->parked();
+    }
     r.transfer = execute_kv_migration(mig, plans_.placement(plan), seqs, *kv_, world_, options_.transfer,
-                                      &transfer_scratch_);
+                                      &transfer_scratch_, parked);
   }
+  reshard_to(plan, &r);
   current_ = plan;
   return r;
+}
+
+void RankEngine::reshard_to(int plan, SwitchResult* r) {
+  Instance& from = *instances_[size_t(current_)];
+  Instance& to = *instances_[size_t(plan)];
+  if (!from.lazy && !to.lazy) return;
+  const double t0 = now_seconds();
+  const int64_t before = held_.owned_bytes;
+  ShardWeightSet next;
+  int64_t built = 0;
+  if (to.lazy) next = reshard(*model_, to.shards, from.lazy ? &held_ : nullptr, from.lazy ? &from.shards : nullptr,
+                              pool_, &built);
+  if (from.lazy) from.weights.assign(from.weights.size(), ShardLayerWeights{});  // no view outlives its copy
+  held_ = std::move(next);  // frees every part of the old copy the new one does not share
+  if (to.lazy) to.weights = held_.layers;
+  r->weight_bytes_built = built;
+  r->weight_bytes_freed = before + built - held_.owned_bytes;
+  r->reshard_s = now_seconds() - t0;
 }
 
 int RankEngine::forward(const ForwardBatch& batch, std::vector<float>* logits) {
   return instances_[size_t(current_)]->forward->forward(batch, logits);
 }
 
+// Swap-ins (after the switch: under the step's plan) and the waits a step needs (see the top).
+void RankEngine::prepare_swaps(const StepBatch& batch) {
+  const int me = world_.rank();
+  const std::vector<KvEntry>& holds = plans_.placement(current_).entries(me);
+  for (const SeqExtent& e : batch.swap_in) {  // W11: pages now, the prefetcher copies
+    swaps_->make_room(kv_->pages_to_reserve(e.id, e.n_tokens, holds), *kv_);
+    swaps_->swap_in(e, plans_.placement(current_), me, *kv_);
+  }
+  if (!options_.overlap_swaps) swaps_->wait_all(*kv_);
+  if (batch.seqs.empty()) {
+    // Nothing to overlap: the step exists to complete copies. One is enough for progress (the
+    // rank with the fewest done has one queued): the first ready sequences run in the next step
+    // while the later ones copy.
+    swaps_->wait_next(*kv_);
+  } else {
+    int64_t pages = 0;
+    for (const ScheduledSeq& s : batch.seqs) {
+      // A sequence decodes only after its swap-in is complete (the scheduler says so); a scheduler
+      // without asynchronous swaps lists it in the same step: then this step needs the copy.
+      if (swaps_->swapping_in(s.seq_id)) {
+        ++unready_decodes_;
+        swaps_->wait_for(s.seq_id, *kv_);
+      }
+      pages += kv_->pages_to_reserve(s.seq_id, s.start + s.num_tokens, holds);
+    }
+    swaps_->make_room(pages, *kv_);  // pages of finished swap-outs, the oldest first
+  }
+  overlap_ = SwapOverlap{swaps_->out_pending(), swaps_->in_pending()};
+}
+
 StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>& released, SwitchResult* sw) {
   LOOM_CHECK(batch.block_size == options_.block_size, "step ", batch.step_index, " uses KV blocks of ",
              batch.block_size, " tokens, this rank's store ", options_.block_size);
-  const bool tier_touched = tier_ && (!tier_->empty() || !batch.swap_out.empty());
-  const double t0 = now_seconds();
-  release(released);
   if (!batch.swap_out.empty() || !batch.swap_in.empty())
-    LOOM_CHECK(tier_ != nullptr, "step ", batch.step_index, " swaps KV, this rank has no CPU KV tier");
-  for (const SeqExtent& e : batch.swap_out) {  // Seesaw W8 swap-out, under the plan that computed it
-    tier_->reserve(e.id, e.n_tokens);
-    tier_stats_.bytes_out += tier_swap_out(e, plans_.placement(current_), world_.rank(), *kv_, *tier_).bytes;
-    ++tier_stats_.swapped_out;
+    LOOM_CHECK(swaps_ != nullptr, "step ", batch.step_index, " swaps KV, this rank has no CPU KV tier");
+  release(released);
+  if (swaps_) {
+    swaps_->reap(*kv_);
+    // The reader's half of the tier's ordering (kv_tier.h): this descriptor follows the gathers
+    // that reported the copies these depend on as complete.
+    if (!batch.swap_out.empty() || !batch.swap_in.empty()) swaps_->sync();
+    for (const SeqExtent& e : batch.swap_out)  // W8/W10: under the plan that computed it
+      swaps_->swap_out(e, plans_.placement(current_), world_.rank(), *kv_);
   }
-  double swap_s = now_seconds() - t0;
-  const SwitchResult s = switch_to(batch.plan_id, batch.kv_seqs);
-  if (sw) *sw = s;
-  const double t1 = now_seconds();
-  if (!batch.swap_in.empty()) {
-    world_.barrier();  // every swap-out of this and earlier steps is written
-    for (const SeqExtent& e : batch.swap_in) {  // W8 swap-in, under this step's plan
-      tier_stats_.bytes_in += tier_swap_in(e, plans_.placement(current_), world_.rank(), *kv_, *tier_).bytes;
-      tier_->release(e.id);
-      ++tier_stats_.swapped_in;
-    }
-  }
-  if (tier_touched && tier_->empty()) world_.barrier();  // the fill is over on every rank
-  swap_s += now_seconds() - t1;
-  if (tier_) tier_stats_.seconds += swap_s;
+  last_switch_ = switch_to(batch.plan_id, batch.kv_seqs);
+  if (sw) *sw = last_switch_;
+  if (swaps_) prepare_swaps(batch);
   to_forward_batch(batch, fb_);
   Instance& in = *instances_[size_t(current_)];
   const int n_rows = in.forward->forward(fb_, &logits_);
@@ -193,24 +275,54 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
     }
   }
   if (after_step) after_step(*this, batch, released);
-  // Tokens to world rank 0 when another rank samples (DP replicas, the last pipeline stage).
+  // Tokens to world rank 0 when another rank samples (DP replicas, the last pipeline stage), and the
+  // tier copies' completion while any is in flight (the same decision on every rank: tasks are
+  // issued by descriptors, and completion everywhere comes from these gathers).
   bool gather = false;
   for (size_t r = 1; r < in.sampler_replica.size(); ++r) gather = gather || in.sampler_replica[r] >= 0;
-  if (!gather) return res;
-  std::vector<size_t> bytes(in.sampler_replica.size(), 0);
-  for (size_t r = 0; r < bytes.size(); ++r) {
+  const bool track = swaps_ && swaps_->in_flight();
+  if (!gather && !track) return res;
+  constexpr size_t kCounters = 2 * sizeof(int64_t);
+  std::vector<size_t> bytes(in.sampler_replica.size(), track ? kCounters : 0);
+  for (size_t r = 0; r < bytes.size() && gather; ++r) {
     const int rep = in.sampler_replica[r];
     if (rep < 0) continue;
     for (const ScheduledSeq& s : batch.seqs)
       if (s.sample && int(((s.seq_id % dp) + dp) % dp) == rep) bytes[r] += sizeof(SampledToken);
   }
-  LOOM_CHECK(bytes[size_t(me)] == res.sampled.size() * sizeof(SampledToken), "sampled tokens of rank ", me);
+  const size_t my_tokens = gather ? res.sampled.size() * sizeof(SampledToken) : 0;  // else rank 0 keeps them
+  LOOM_CHECK(bytes[size_t(me)] == (track ? kCounters : 0) + my_tokens, "sampled tokens of rank ", me);
+  static_assert(std::is_trivially_copyable_v<SampledToken>);
+  std::vector<uint8_t> mine(bytes[size_t(me)]);
+  if (track) {
+    const std::array<int64_t, 2> done = swaps_->local_done();  // after the writer's fence
+    std::memcpy(mine.data(), done.data(), kCounters);
+  }
+  if (my_tokens) std::memcpy(mine.data() + (track ? kCounters : 0), res.sampled.data(), my_tokens);
   size_t total = 0;
   for (size_t b : bytes) total += b;
+  std::vector<uint8_t> all_bytes(total);
+  world_.all_gather_v_bytes(mine.data(), all_bytes.data(), bytes);
   StepResult all;
-  all.sampled.resize(total / sizeof(SampledToken));
-  static_assert(std::is_trivially_copyable_v<SampledToken>);
-  world_.all_gather_v_bytes(res.sampled.data(), all.sampled.data(), bytes);
+  int64_t out_all = INT64_MAX, in_all = INT64_MAX;
+  size_t at = 0;
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    size_t n = bytes[r];
+    if (track) {
+      int64_t done[2];
+      std::memcpy(done, all_bytes.data() + at, kCounters);
+      out_all = std::min(out_all, done[0]);
+      in_all = std::min(in_all, done[1]);
+      at += kCounters;
+      n -= kCounters;
+    }
+    const size_t first = all.sampled.size();
+    all.sampled.resize(first + n / sizeof(SampledToken));
+    if (n) std::memcpy(all.sampled.data() + first, all_bytes.data() + at, n);
+    at += n;
+  }
+  if (!gather) all.sampled = std::move(res.sampled);
+  if (track) swaps_->advance(out_all, in_all, &all.swapped_out, &all.swapped_in);
   return all;
 }
 

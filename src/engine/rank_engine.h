@@ -5,18 +5,26 @@
 // flips the id (Shift 3.3.1), otherwise it runs the KV migration first (kv/kv_transfer.h).
 //
 // The step on every rank (SPMD; every rank of the world calls step() with the same descriptor):
-//   1. drop the KV of the released sequences (store and CPU tier);
-//   1b. swap-out (Seesaw): the KV of batch.swap_out leaves the store for the CPU tier, each rank
-//      writing its cells under the plan that computed them (the current one);
-//   2. switch plans if the step's differs (migration over the world when placements differ);
-//   2b. swap-in: after a barrier over the world (the writers are done), batch.swap_in's KV comes
-//      back from the tier under the step's plan; once the tier is empty, a second barrier (no
-//      rank writes a new fill while another still reads the old one);
+//   1. drop the KV of the released sequences (store and CPU tier; a copy in flight for one is
+//      waited for first);
+//   1b. swap-out (Seesaw, kv/kv_tier.h TierSwaps): batch.swap_out's copies to the CPU tier start
+//      on the rank's swap-out thread, each rank writing its cells under the plan that computed them
+//      (the current one); their pages stay held until the copy is done, and the step goes on (the KV
+//      is not needed until decode: the copy overlaps this step's and later steps' compute, §5.2);
+//   2. switch plans if the step's differs (migration over the world when placements differ; the
+//      sequences still being copied out stay where they are);
+//   2b. swap-in: batch.swap_in's pages are allocated under the step's plan and the prefetcher thread
+//      copies them from the tier (W11); those sequences decode in a later step;
+//   2c. a step waits for a copy only when it needs it: free pages for what it allocates (the oldest
+//      swap-outs first), and, when it has no sequence to run, the oldest copy in flight (a swap-in
+//      first), so the first sequences are ready while the later ones still copy;
 //   3. RankForward of the plan over the rank's rows;
 //   4. each replica's sampler rank samples its sequences (sampling is reproducible per request:
 //      the draw for the token at position p of a request with seed s comes from Rng(hash(s, p)));
 //   5. the sampled tokens reach world rank 0 (an all-gather over the world when a sampler is not
-//      rank 0: DP replicas, pipeline stages).
+//      rank 0: DP replicas, pipeline stages); while tier copies are in flight the same all-gather
+//      carries every rank's completed-copy counters, so every rank learns, identically, which swaps
+//      are complete everywhere (StepResult::swapped_out / swapped_in on rank 0, for the scheduler).
 //
 // KV accounting: pools(plan) is the scheduler's pool shape for the plan (block_allocator.h): every
 // rank's page budget divided by the pages one logical block costs it under the plan (its layers x
@@ -54,13 +62,40 @@ struct RankEngineOptions {
   // engine per candidate group of the rank, cluster/pool.h; only one steps at a time, and KV
   // moves between them by migration); its page count is then kv_pages. Null: a store of its own.
   std::shared_ptr<KvStore> kv;
+  // false: the main thread waits for every swap right after starting it (swaps fully exposed: the
+  // baseline the Seesaw bench compares the overlap with).
+  bool overlap_swaps = true;
+  // Test hook: runs on the rank's tier copy threads before each copy task (a delay keeps copies in
+  // flight across steps).
+  std::function<void()> tier_copy_hook;
+  // Lazy re-shard (Seesaw, issue 13): the rank holds the weight copies of the current plan only. A
+  // `weights=resident` plan's copy is built when the engine switches into it, sharing every
+  // (layer, matrix) shard the plan it leaves holds identically (shard_weights.h reshard), and what
+  // the new plan does not use is freed: one plan's copy at a time, never two. `weights=full`
+  // computes on views of the mapped model: nothing is built. Groups, buffers and stages of every
+  // plan stay warm. false: every plan's copy is built at start-up (Shift's warm pair).
+  bool lazy_weights = false;
 };
 
 // This rank's traffic with the CPU KV tier (Seesaw swap-out / swap-in).
 struct TierStats {
   int64_t swapped_out = 0, swapped_in = 0;  // sequences
   int64_t bytes_out = 0, bytes_in = 0;      // written / read by this rank
-  double seconds = 0;                       // in swaps and their barriers
+  double copy_s = 0;   // the copy threads' time copying
+  double issue_s = 0;  // the main thread deciding copies and allocating pages
+  double wait_s = 0;   // the main thread blocked on a copy a step needed
+  int64_t waits = 0;
+  // Sequences a step decoded while their swap-in was still in flight here (the step waited): 0
+  // when the scheduler onboards only ready sequences (SchedulerConfig::async_swaps).
+  int64_t unready_decodes = 0;
+  double exposed_s() const { return issue_s + wait_s; }
+  // Copy time that ran beside the main thread's work.
+  double hidden_s() const { return copy_s > wait_s ? copy_s - wait_s : 0.0; }
+};
+
+// Copies of the CPU KV tier still running on this rank's threads when its last forward started.
+struct SwapOverlap {
+  int64_t out = 0, in = 0;
 };
 
 // What a switch did (the same on every rank, but bytes_sent / bytes_received).
@@ -68,12 +103,17 @@ struct SwitchResult {
   bool moved = false;          // the placements differed: a migration ran
   int64_t total_bytes = 0;     // KvMigration::total_bytes (all ranks)
   KvTransferStats transfer;    // this rank's part
+  // Lazy re-shard (RankEngineOptions::lazy_weights): bytes this rank copied out of the mapped model
+  // for the new plan, bytes it freed, and the time that took.
+  int64_t weight_bytes_built = 0, weight_bytes_freed = 0;
+  double reshard_s = 0;
 };
 
 // Weight bytes of one plan on this rank.
 struct PlanMemory {
   int64_t shard_bytes = 0;  // the seven matrices it computes with
   int64_t owned_bytes = 0;  // bytes of copies made for it (0: views of the model or of another copy)
+  bool lazy = false;        // built when the engine switches into it (owned_bytes: at start-up)
 };
 
 class RankEngine {
@@ -87,11 +127,20 @@ class RankEngine {
   int current() const { return current_; }
   const Model& model() const { return *model_; }
   KvStore& kv() { return *kv_; }
-  KvTier* tier() { return tier_.get(); }
-  const TierStats& tier_stats() const { return tier_stats_; }
+  KvTier* tier() { return swaps_ ? &swaps_->tier() : nullptr; }
+  TierStats tier_stats() const;
+  // Whether `seq`'s swap-out is complete on every rank (its KV assembled in the tier).
+  bool tier_ready(int64_t seq) const { return swaps_ && swaps_->out_ready(seq); }
+  const SwapOverlap& last_overlap() const { return overlap_; }
+  // Sequences whose pages this rank still holds, under the plan that computed them, while their
+  // copy to the tier is in flight.
+  std::vector<int64_t> parked_swap_outs() const { return swaps_ ? swaps_->parked() : std::vector<int64_t>{}; }
+  // What the last step's plan switch did on this rank (default when it did not switch).
+  const SwitchResult& last_switch() const { return last_switch_; }
   const KvPoolShape& pools(int plan) const { return pools_.at(size_t(plan)); }
   const PlanMemory& memory(int plan) const { return memory_.at(size_t(plan)); }
-  int64_t owned_weight_bytes() const { return weights_.owned_bytes(); }
+  // Bytes of weight copies this rank holds now (lazy: the current plan's only).
+  int64_t owned_weight_bytes() const { return weights_.owned_bytes() + held_.owned_bytes; }
   const RankForward& forward_of(int plan) const { return *instances_.at(size_t(plan))->forward; }
   int world_rank() const { return world_.rank(); }
   // Called at the end of every step() with the step and the sequences released before it (tests
@@ -113,6 +162,8 @@ class RankEngine {
   struct Instance {
     RankLayout layout;
     PlanGroups groups;
+    WeightShards shards;
+    bool lazy = false;  // its weights are built at a switch into it (lazy_weights, resident)
     std::vector<ShardLayerWeights> weights;
     std::unique_ptr<RankForward> forward;
     std::vector<int> sampler_replica;  // per world rank: its replica when it samples, else -1
@@ -122,11 +173,16 @@ class RankEngine {
   Communicator& world_;
   ThreadPool* pool_;
   RankEngineOptions options_;
+  void prepare_swaps(const StepBatch& batch);
+  void reshard_to(int plan, SwitchResult* r);
   std::shared_ptr<KvStore> kv_;
-  std::unique_ptr<KvTier> tier_;
-  TierStats tier_stats_;
+  std::unique_ptr<TierSwaps> swaps_;
+  SwapOverlap overlap_;
+  int64_t unready_decodes_ = 0;
+  SwitchResult last_switch_;
   GroupCache groups_;
   RankWeights weights_;
+  ShardWeightSet held_;  // lazy_weights: the copy of the current plan (when it is a lazy one)
   std::vector<std::unique_ptr<Instance>> instances_;
   std::vector<KvPoolShape> pools_;
   std::vector<PlanMemory> memory_;

@@ -63,10 +63,20 @@ std::vector<SeqExtent> Scheduler::kv_extents() const {
 }
 
 std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& batch) {
+  // Async swaps: the only prefetches at a switch are the ones this step starts (decode is not left
+  // while one is in flight, and decode steps run one plan): they take blocks again after the
+  // running sequences, and one that no longer fits goes back to the tier's front, not started.
+  for (const Sequence* s : prefetching_)
+    LOOM_CHECK(std::any_of(batch.swap_in.begin(), batch.swap_in.end(), [&](const SeqExtent& e) { return e.id == s->id(); }),
+               "a plan switch while the swap-in of sequence ", s->id(), " is in flight");
   // Release everything, then take it again from the new pools in urgency order.
-  std::vector<int> slots;
+  std::vector<int> slots, prefetch_slots;
   for (Sequence* s : running_) {
     slots.push_back(s->block_table.num_slots());
+    s->block_table.release(pools_);
+  }
+  for (Sequence* s : prefetching_) {
+    prefetch_slots.push_back(s->block_table.num_slots());
     s->block_table.release(pools_);
   }
   pools_ = KvBlockPools(shape);
@@ -75,6 +85,20 @@ std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& ba
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
     if (!s->block_table.append_slots(slots[i], pools_, s->id())) out.push_back(s);
+  }
+  std::vector<Sequence*> back;  // prefetches that no longer fit
+  for (size_t i = 0; i < prefetching_.size(); ++i) {
+    Sequence* s = prefetching_[i];
+    if (!back.empty() || !s->block_table.append_slots(prefetch_slots[i], pools_, s->id())) back.push_back(s);
+  }
+  for (auto it = back.rbegin(); it != back.rend(); ++it) {
+    Sequence* s = *it;
+    s->block_table.release(pools_);
+    prefetching_.erase(std::find(prefetching_.begin(), prefetching_.end(), s));
+    unacked_in_.erase(s->id());
+    offloaded_.push_front(s);
+    --num_swapped_in_;
+    std::erase_if(batch.swap_in, [&](const SeqExtent& e) { return e.id == s->id(); });
   }
   std::vector<RequestId> ids;
   for (Sequence* s : out) {
@@ -233,8 +257,14 @@ void Scheduler::finish(Sequence* s, FinishReason reason, std::string detail) {
   if (s->status == SeqStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
   } else if (s->status == SeqStatus::kSwapped) {
-    offloaded_.erase(std::find(offloaded_.begin(), offloaded_.end(), s));
-    std::erase_if(pending_swap_out_, [&](const SeqExtent& e) { return e.id == s->id(); });
+    if (auto it = std::find(prefetching_.begin(), prefetching_.end(), s); it != prefetching_.end()) {
+      prefetching_.erase(it);  // its copies still run: unacked_in_ keeps the id until they complete
+    } else {
+      offloaded_.erase(std::find(offloaded_.begin(), offloaded_.end(), s));
+      // Not issued yet: no copy will ever run or complete for it.
+      if (std::erase_if(pending_swap_out_, [&](const SeqExtent& e) { return e.id == s->id(); }) > 0)
+        unacked_out_.erase(s->id());
+    }
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
   }
@@ -366,9 +396,13 @@ StepBatch Scheduler::schedule() {
     }
     add(s, n);
   }
-  if (phased() && !b.seqs.empty()) {
+  if (phased() && (async() || !b.seqs.empty())) {
     b.swap_out.insert(b.swap_out.begin(), pending_swap_out_.begin(), pending_swap_out_.end());
     pending_swap_out_.clear();
+  }
+  if (async() && b.seqs.empty() && b.swap_out.empty() && b.swap_in.empty() && tier_busy()) {
+    b.await_swaps = true;  // nothing runs before copies in flight complete
+    ++num_await_steps_;
   }
   return b;
 }
@@ -377,7 +411,8 @@ StepBatch Scheduler::schedule() {
 
 void Scheduler::maybe_reset_tier() {
   // Bump accounting, like the KvTier: room comes back only when the tier is empty.
-  if (offloaded_.empty() && tier_reserved_by_.empty()) tier_reserved_ = 0;
+  // Asynchronously: also no prefetch, and no copy in flight on any rank (the KvTier resets then).
+  if (offloaded_.empty() && tier_reserved_by_.empty() && prefetching_.empty() && !tier_busy()) tier_reserved_ = 0;
 }
 
 bool Scheduler::head_admissible() const {
@@ -401,7 +436,7 @@ void Scheduler::update_phase() {
       prefilling = true;
     }
   }
-  const bool decodable = resident_decodes || !offloaded_.empty();
+  const bool decodable = resident_decodes || !offloaded_.empty() || !prefetching_.empty();
   Phase next = phase_;
   if (phase_ == Phase::Prefill) {
     if (!prefilling && decodable && !head_admissible()) next = Phase::Decode;
@@ -413,6 +448,7 @@ void Scheduler::update_phase() {
       case PhaseMode::DecodeFirst: go = go || (offloaded_.empty() && running_.empty() && head_admissible()); break;
       case PhaseMode::None: break;
     }
+    if (!prefetching_.empty()) go = false;  // async: no plan switch meets a half-copied sequence
     if (go) next = Phase::Prefill;
   }
   if (next != phase_) {
@@ -424,8 +460,11 @@ void Scheduler::update_phase() {
 void Scheduler::onboard(StepBatch& b) {
   // Continuous batching from the tier (W6): the oldest swapped sequence first, while the device
   // pools hold it (its context and the token this step decodes) above the watermark.
-  while (!offloaded_.empty() && int(running_.size()) < config_.max_num_seqs) {
+  while (!offloaded_.empty() && int(running_.size() + prefetching_.size()) < config_.max_num_seqs) {
     Sequence* s = offloaded_.front();
+    // Async: its swap-out must be complete on every rank (a prefix of offloaded_: copies complete
+    // in order).
+    if (unacked_out_.count(s->id())) break;
     const std::vector<int> need = s->block_table.pool_needs(s->num_tokens(), pools_.shape(), s->id());
     const int watermark = running_.empty() ? 0 : watermark_blocks_;
     bool fits = true;
@@ -434,12 +473,17 @@ void Scheduler::onboard(StepBatch& b) {
     const bool ok = s->block_table.append_slots(s->num_tokens(), pools_, s->id());
     LOOM_CHECK(ok);
     offloaded_.pop_front();
+    b.swap_in.push_back(SeqExtent{s->id(), s->num_computed});
+    ++num_swapped_in_;
+    if (async()) {  // W11: a prefetch task; the sequence decodes once it is complete everywhere
+      prefetching_.push_back(s);
+      unacked_in_.insert(s->id());
+      continue;
+    }
     s->status = SeqStatus::kRunning;
     auto it = std::upper_bound(running_.begin(), running_.end(), s,
                                [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
     running_.insert(it, s);
-    b.swap_in.push_back(SeqExtent{s->id(), s->num_computed});
-    ++num_swapped_in_;
   }
 }
 
@@ -451,7 +495,25 @@ void Scheduler::offload(Sequence* s) {
   s->status = SeqStatus::kSwapped;
   offloaded_.push_back(s);
   pending_swap_out_.push_back(SeqExtent{s->id(), s->num_computed});
+  if (async()) unacked_out_.insert(s->id());
   ++num_swapped_out_;
+}
+
+void Scheduler::apply_swaps_done(const StepResult& result) {
+  for (RequestId id : result.swapped_out) {
+    LOOM_CHECK(unacked_out_.erase(id) == 1, "swap-out of sequence ", id, " reported complete, none was in flight");
+  }
+  for (RequestId id : result.swapped_in) {
+    LOOM_CHECK(unacked_in_.erase(id) == 1, "swap-in of sequence ", id, " reported complete, none was in flight");
+    auto it = std::find_if(prefetching_.begin(), prefetching_.end(), [&](const Sequence* s) { return s->id() == id; });
+    if (it == prefetching_.end()) continue;  // cancelled meanwhile
+    Sequence* s = *it;
+    prefetching_.erase(it);
+    s->status = SeqStatus::kRunning;
+    auto at = std::upper_bound(running_.begin(), running_.end(), s,
+                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
+    running_.insert(at, s);
+  }
 }
 
 bool Scheduler::apply_stops(Sequence* s) {
@@ -492,6 +554,7 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
     const bool fresh = tokens.emplace(t.seq_id, t.token).second;
     LOOM_CHECK(fresh, "two tokens for seq ", t.seq_id);
   }
+  if (async()) apply_swaps_done(result);
   StepOutcome out;
   for (const ScheduledSeq& e : batch.seqs) {
     auto it = live_.find(e.seq_id);
@@ -522,6 +585,15 @@ void Scheduler::on_step_failed(const StepBatch& batch, const std::string& what) 
     if (it == live_.end()) continue;
     finish(it->second.get(), FinishReason::kError, what);
   }
+  if (!async()) return;
+  // The ranks' tier copies will never be reported complete: the sequences whose KV is in the tier
+  // or on its way fail too, and nothing waits for copies any more (else the loop would only ever
+  // schedule steps that wait for them).
+  std::vector<Sequence*> tiered(offloaded_.begin(), offloaded_.end());
+  tiered.insert(tiered.end(), prefetching_.begin(), prefetching_.end());
+  for (Sequence* s : tiered) finish(s, FinishReason::kError, what);
+  unacked_out_.clear();
+  unacked_in_.clear();
 }
 
 bool Scheduler::cancel(RequestId id) {

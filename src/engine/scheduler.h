@@ -47,6 +47,16 @@
 //     left to decode.
 // The tier is accounted as the KvTier (kv/kv_tier.h) fills it: tokens reserved at admission
 // (bump: freed only when the tier is empty) against config.tier_tokens.
+// Asynchronous swaps (config.async_swaps, the engine; ../shared/papers/004 §5.2, W10/W11): the
+// batch's swap_out / swap_in only start copies, and StepResult::swapped_out / swapped_in report
+// which completed on every rank. A swapped-out sequence is onboarded only once its swap-out is
+// complete (a prefix of the swap-out order, so onboarding stays first in first out); onboarding
+// reserves its blocks and starts the prefetch (status kSwapped, "prefetching"), and the sequence
+// decodes from the step after its swap-in completed. Decode is not left while a prefetch is in
+// flight (so a plan switch never meets a half-copied sequence), the tier is accounted empty only
+// when no copy is in flight (cancelled sequences' copies included), and a step with nothing to run
+// while copies are in flight waits for them (batch.await_swaps). Off (the simulator), a swap is
+// complete when its step runs.
 // Rejection (at add_request, the request alone, with a reason): prompt_len == 0, max_tokens < 1,
 // prompt_len + max_tokens > max_model_len, blocks for prompt_len + max_tokens > a pool,
 // or (chunking off) prompt_len > max_tokens_per_step. Such a request never blocks others.
@@ -87,6 +97,7 @@ struct SchedulerConfig {
   std::vector<KvPoolShape> pool_shapes;
   PhaseMode phases = PhaseMode::None;  // Seesaw phases (see the top); None: mixed steps
   int64_t tier_tokens = 0;             // CPU KV tier capacity in tokens of the whole model's KV
+  bool async_swaps = false;            // swaps complete when StepResult says so (see the top)
 
   // Throws loom::Error naming the field when a value is out of range.
   void validate() const;
@@ -159,7 +170,9 @@ class Scheduler {
   int num_blocks() const { return pools_.num_blocks(); }
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t num_steps() const { return next_step_; }
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !offloaded_.empty(); }
+  bool has_unfinished() const {
+    return !waiting_.empty() || !running_.empty() || !offloaded_.empty() || !prefetching_.empty();
+  }
   const KvBlockPools& pools() const { return pools_; }
   int watermark_blocks() const { return watermark_blocks_; }  // per pool
 
@@ -188,7 +201,9 @@ class Scheduler {
   // Seesaw phases (config.phases != None).
   Phase phase() const { return phase_; }
   int64_t phase_switches() const { return phase_switches_; }
-  int num_swapped() const { return int(offloaded_.size()); }  // sequences in the CPU tier
+  int num_swapped() const { return int(offloaded_.size() + prefetching_.size()); }  // in the CPU tier
+  int num_prefetching() const { return int(prefetching_.size()); }  // swap-in started, not complete
+  int64_t num_await_steps() const { return num_await_steps_; }      // steps that only waited for copies
   int64_t tier_reserved_tokens() const { return tier_reserved_; }
   int64_t num_swapped_out() const { return num_swapped_out_; }
   int64_t num_swapped_in() const { return num_swapped_in_; }
@@ -210,6 +225,9 @@ class Scheduler {
   void onboard(StepBatch& b);
   void offload(Sequence* s);
   void maybe_reset_tier();
+  bool async() const { return phased() && config_.async_swaps; }
+  bool tier_busy() const { return !unacked_out_.empty() || !unacked_in_.empty(); }
+  void apply_swaps_done(const StepResult& result);
 
   SchedulerConfig config_;
   KvBlockPools pools_;
@@ -231,6 +249,12 @@ class Scheduler {
   std::unordered_set<RequestId> tier_reserved_by_;  // admitted with tier room, not swapped out yet
   int64_t tier_reserved_ = 0;
   int64_t num_swapped_out_ = 0, num_swapped_in_ = 0;
+  // Asynchronous swaps
+  std::vector<Sequence*> prefetching_;  // onboarded: blocks reserved, swap-in not complete everywhere
+  // Copies not complete on every rank (swap-out: from offload, including not yet issued; swap-in:
+  // from onboarding); ids outlive a sequence cancelled meanwhile, whose copies still run.
+  std::unordered_set<RequestId> unacked_out_, unacked_in_;
+  int64_t num_await_steps_ = 0;
 };
 
 }  // namespace loom

@@ -54,9 +54,12 @@ void SeesawPolicy::configure(SchedulerConfig& sc, const PolicyEnv& env) const {
 }
 
 int SeesawPolicy::choose(const StepBatch& b) {
+  // Onboarding (swap_in) happens in decode steps only: a step that only starts prefetches (nothing
+  // decodes yet, asynchronous swaps) is a decode step too, so the KV comes in under c_d. A step
+  // that only waits for copies keeps the plan.
   if (b.num_prefill_tokens > 0) {
     current_ = 0;
-  } else if (b.num_decode_tokens > 0) {
+  } else if (b.num_decode_tokens > 0 || !b.swap_in.empty()) {
     current_ = 1;
   }
   return current_;

@@ -6,10 +6,16 @@
 //                  (onboarding from the tier) until the tier is empty, repeat;
 //   prefill-first  prefill-prioritizing (vLLM / Orca): back to prefill as soon as one fits;
 //   decode-first   decode-prioritizing (FasterTransformer): back to prefill once nothing runs.
-// The layout policy is the phase's plan: a step with prefill tokens runs c_p, a decode step c_d
-// (the Scheduler never mixes them under these modes). A transition is a plan switch: the resident
-// sequences' KV migrates (kv_transfer.h) and the weights of c_d are those RankEngine holds for it
-// (`weights=full`: views of the mapped model, nothing built or copied at the switch).
+// The layout policy is the phase's plan: a step with prefill tokens runs c_p, a decode step (or
+// one that starts swap-ins) c_d (the Scheduler never mixes them under these modes). A transition is
+// a plan switch: the resident sequences' KV migrates (kv_transfer.h), and the rank re-shards its
+// weights lazily (RankEngineOptions::lazy_weights, on for these policies: a `weights=resident` plan's
+// copy is built at the switch into it from the mapped model, sharing what the rank already holds
+// identically, and the old plan's is freed; `weights=full`: views of the mapped model, nothing built).
+// The tier's swaps are asynchronous (SchedulerConfig::async_swaps, kv_tier.h TierSwaps, §5.2): the
+// swap-out of a prefilled sequence overlaps the next prefill steps, a prefetcher thread per rank
+// swaps sequences in for decode, and the scheduler decodes a sequence once every rank reported its
+// swap-in complete.
 #pragma once
 
 #include <memory>

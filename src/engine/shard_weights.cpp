@@ -1,5 +1,6 @@
 #include "engine/shard_weights.h"
 
+#include <array>
 #include <cstring>
 
 #include "core/buffer.h"
@@ -32,11 +33,27 @@ struct Arena {
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
+// Bytes a copy of `w` takes: the tiled layout where it applies and `tile`, else plain rows.
+size_t matrix_copy_bytes(const WeightView& w, bool tile) {
+  return size_t(tile && can_tile(w) ? tiled_bytes(w) : w.bytes());
+}
+
+// Copies `w` to `at` (matrix_copy_bytes(w, tile) bytes) and returns the view of the copy.
+WeightView copy_matrix(const WeightView& w, bool tile, uint8_t* at, ThreadPool* pool) {
+  if (tile && can_tile(w)) return tile_weights(w, at, pool);
+  const int64_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  WeightView out = w;
+  out.data = at;
+  out.row_stride = row_bytes;
+  for (int64_t r = 0; r < w.rows; ++r) std::memcpy(at + r * row_bytes, w.row(r), size_t(row_bytes));
+  return out;
+}
+
 }  // namespace
 
 ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile, ThreadPool* pool) {
   // One arena for everything: every matrix starts on a 64-byte boundary.
-  auto size_of = [&](const WeightView& w) { return size_t(tile && can_tile(w) ? tiled_bytes(w) : w.bytes()); };
+  auto size_of = [&](const WeightView& w) { return matrix_copy_bytes(w, tile); };
   size_t total = 0;
   for (const ShardLayerWeights& L : views) {
     for (const WeightView* w : L.matrices()) total += align64(size_of(*w));
@@ -46,17 +63,8 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile
   arena->bytes.resize(total);
   uint8_t* at = arena->bytes.data();
   auto copy = [&](const WeightView& w) {
-    if (tile && can_tile(w)) {
-      const WeightView out = tile_weights(w, at, pool);
-      at += align64(size_of(w));
-      return out;
-    }
-    const int64_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
-    WeightView out = w;
-    out.data = at;
-    out.row_stride = row_bytes;
-    for (int64_t r = 0; r < w.rows; ++r) std::memcpy(at + r * row_bytes, w.row(r), size_t(row_bytes));
-    at += align64(size_t(w.bytes()));
+    const WeightView out = copy_matrix(w, tile, at, pool);
+    at += align64(size_of(w));
     return out;
   };
   auto copy_f32 = [&](const float* p, int64_t n) {
@@ -86,6 +94,64 @@ ShardWeightSet copy_shard(const std::vector<ShardLayerWeights>& views, bool tile
   set.owned_bytes = int64_t(total);
   set.storage = std::move(arena);
   set.plain_rows = !tile;
+  return set;
+}
+
+namespace {
+
+// The rows or columns of matrix m (matrices() order) of a layer under `w`.
+Range matrix_range(const WeightShards& w, int m) {
+  switch (m) {
+    case 0: return w.wq_rows;
+    case 1: return w.wk_rows;
+    case 2: return w.wv_rows;
+    case 3: return w.wo_cols;
+    case 4: return w.gate_rows;
+    case 5: return w.up_rows;
+    default: return w.down_cols;
+  }
+}
+
+std::array<WeightView*, 7> matrices_mut(ShardLayerWeights& L) {
+  return {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+}
+
+}  // namespace
+
+ShardWeightSet reshard(const Model& model, const WeightShards& want, const ShardWeightSet* held,
+                       const WeightShards* held_shards, ThreadPool* pool, int64_t* built) {
+  ShardWeightSet set;
+  set.layers = shard_views(model, want);
+  set.parts.assign(set.layers.size() * 7, nullptr);
+  if (built) *built = 0;
+  if (!decode_copy_affordable(shard_matrix_bytes(set.layers))) return set;  // views of the mapped rows
+  set.tiled = true;
+  set.plain_rows = false;
+  const bool can_share = held && held_shards && held->tiled && held->parts.size() == held->layers.size() * 7;
+  for (size_t i = 0; i < set.layers.size(); ++i) {
+    const int64_t layer = want.layers.begin + int64_t(i);
+    const std::array<WeightView*, 7> dst = matrices_mut(set.layers[i]);
+    for (int m = 0; m < 7; ++m) {
+      const WeightView w = *dst[size_t(m)];
+      if (w.rows == 0 || w.cols == 0) continue;
+      std::shared_ptr<const void>& part = set.parts[i * 7 + size_t(m)];
+      if (can_share && held_shards->layers.contains(layer) && matrix_range(*held_shards, m) == matrix_range(want, m)) {
+        const size_t h = size_t(layer - held_shards->layers.begin);
+        if (held->parts[h * 7 + size_t(m)]) {  // the identical shard, in this layout: keep it
+          part = held->parts[h * 7 + size_t(m)];
+          *dst[size_t(m)] = *held->layers[h].matrices()[size_t(m)];
+          continue;
+        }
+      }
+      auto arena = std::make_shared<Arena>();
+      arena->bytes.resize(matrix_copy_bytes(w, true));
+      *dst[size_t(m)] = copy_matrix(w, true, arena->bytes.data(), pool);
+      if (built) *built += int64_t(arena->bytes.size());
+      part = std::move(arena);
+    }
+  }
+  for (const auto& p : set.parts)
+    if (p) set.owned_bytes += int64_t(static_cast<const Arena*>(p.get())->bytes.size());
   return set;
 }
 

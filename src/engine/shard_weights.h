@@ -52,6 +52,10 @@ struct ShardWeightSet {
   std::shared_ptr<const void> storage;
   int64_t owned_bytes = 0;  // bytes this set allocated (0 for views)
   bool plain_rows = true;   // every matrix in plain rows (views can be cut from it)
+  // A re-sharded set (reshard()): one allocation per (layer, matrix), [layer * 7 + matrix] in
+  // matrices() order (null: a view of the model), so that a later set can keep any of them.
+  std::vector<std::shared_ptr<const void>> parts;
+  bool tiled = false;
 };
 
 // Views of `model`'s weights for `shards` (layers shards.layers; no copy).
@@ -71,6 +75,18 @@ bool slice_shard(const ShardWeightSet& base, const WeightShards& base_shards, co
 
 // Bytes of the seven matrices of every layer (what the shard computes with).
 int64_t shard_matrix_bytes(const std::vector<ShardLayerWeights>& layers);
+
+// Lazy re-shard (Seesaw, ../shared/papers/004 §4.1 W5 "re-sharded by reloading the required shards",
+// issue 13: only the difference materialized): the decode copy of shards `want` of `model` (tiled
+// when decode_copy_affordable, else views of the mapped rows, like decode_shard), in which every
+// (layer, matrix) shard that `held` (a reshard() set of shards `held_shards`; may be null) holds
+// identically -- same layer, same rows or columns, same layout -- is shared, not copied; the others
+// are copied from the mapped model. The granularity is the (layer, matrix) shard: a shard that only
+// lies inside a held one (a TP slice of a PP stage's full layer) is copied again, since keeping the
+// larger copy for a view would hold more than one copy. Biases stay views of the model.
+// *built (optional): bytes copied now.
+ShardWeightSet reshard(const Model& model, const WeightShards& want, const ShardWeightSet* held,
+                       const WeightShards* held_shards, ThreadPool* pool = nullptr, int64_t* built = nullptr);
 
 // The weights of every plan of a rank's set (see the top of the file).
 class RankWeights {

@@ -63,9 +63,15 @@ struct StepBatch {
   // Seesaw phases (scheduler.h PhaseMode): sequences whose KV leaves the ranks' stores for the CPU
   // tier before the step (swap-out, under the placement of the plan that computed it), and
   // sequences whose KV comes back from the tier under this step's plan (swap-in), with their lengths.
+  // With asynchronous swaps (SchedulerConfig::async_swaps) both only start copies: a swapped-in
+  // sequence decodes in a later step, once StepResult::swapped_in says every rank has it.
   std::vector<SeqExtent> swap_out, swap_in;
+  // Asynchronous swaps: nothing can run until copies in flight complete; the step only waits for
+  // them (not on the wire: every rank waits for its copies in a step without sequences).
+  bool await_swaps = false;
 
-  bool empty() const { return seqs.empty(); }
+  // Nothing to execute (no sequence, no swap to start or wait for).
+  bool empty() const { return seqs.empty() && swap_out.empty() && swap_in.empty() && !await_swaps; }
 };
 
 struct SampledToken {
@@ -77,6 +83,9 @@ struct SampledToken {
 // (any order). It is the executor's job to sample (with ScheduledSeq::sampling).
 struct StepResult {
   std::vector<SampledToken> sampled;
+  // Asynchronous swaps (Seesaw §5.2): sequences whose swap-out / swap-in completed on every rank by
+  // the end of this step (ready to be swapped in / ready to decode).
+  std::vector<RequestId> swapped_out, swapped_in;
 };
 
 class StepExecutor {

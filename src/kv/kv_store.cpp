@@ -72,6 +72,20 @@ void KvStore::reserve(int64_t seq, int64_t n_tokens, const std::vector<KvEntry>&
   }
 }
 
+int64_t KvStore::pages_to_reserve(int64_t seq, int64_t n_tokens, const std::vector<KvEntry>& holds) const {
+  const int64_t n_blocks = (n_tokens + block_size_ - 1) / block_size_;
+  int64_t pages = 0;
+  for (const KvEntry& e : holds) {
+    if (!e.tokens.has_seq(seq)) continue;
+    for (int64_t l = e.layers.begin; l < e.layers.end; ++l)
+      for (int h : e.kv_heads) {
+        const int64_t have = int64_t(table(seq, int(l), h).size());  // blocks are reserved in order
+        for (int64_t b = have; b < n_blocks; ++b) pages += e.tokens.has_pos(b * block_size_) ? 1 : 0;
+      }
+  }
+  return pages;
+}
+
 void KvStore::drop(int64_t seq, int layer, int kv_head, int64_t block) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

@@ -69,6 +69,8 @@ class KvStore {
   // a KvPlacement) a page. Blocks must be whole for the rule: a token rule's block_tokens is a
   // multiple of block_size (LOOM_CHECK).
   void reserve(int64_t seq, int64_t n_tokens, const std::vector<KvEntry>& holds);
+  // The pages reserve(seq, n_tokens, holds) would allocate now.
+  int64_t pages_to_reserve(int64_t seq, int64_t n_tokens, const std::vector<KvEntry>& holds) const;
   // The page of one cell, allocated when missing (used by the migration's unpack).
   int32_t ensure_page(int64_t seq, int layer, int kv_head, int64_t block);
   // Frees one cell's page (no-op when not held).

@@ -27,7 +27,8 @@ struct Round {
 
 KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& to,
                                      const std::vector<SeqExtent>& seqs, KvStore& store, Communicator& group,
-                                     const KvTransferOptions& options, KvTransferScratch* scratch) {
+                                     const KvTransferOptions& options, KvTransferScratch* scratch,
+                                     const std::vector<int64_t>& parked) {
   KvTransferScratch local_scratch;
   KvTransferScratch& buffers = scratch ? *scratch : local_scratch;
   const double t0 = now_seconds();
@@ -196,13 +197,22 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
   // --- 4. the store against the new placement (what the rank actually holds).
   if (options.all_sequences)
     for (int64_t seq : store.sequences()) {
-      const bool known = std::any_of(seqs.begin(), seqs.end(), [&](const SeqExtent& s) { return s.id == seq; });
+      const bool known = std::any_of(seqs.begin(), seqs.end(), [&](const SeqExtent& s) { return s.id == seq; }) ||
+                         std::find(parked.begin(), parked.end(), seq) != parked.end();
       LOOM_CHECK(known, "rank ", me, " holds KV of sequence ", seq, ", which the migration did not list");
     }
   const std::string bad = check_holdings(store, to, me, seqs);
   LOOM_CHECK(bad.empty(), "after the KV migration: ", bad);
   st.seconds = now_seconds() - t0;
   return st;
+}
+
+int64_t migration_new_pages(const KvMigration& mig, int me, const KvStore& store) {
+  std::vector<CellKey> cells;
+  for (const KvMove& m : mig.moves)
+    if (m.dst == me && store.page(m.seq_id, m.layer, m.kv_head, m.block) == kNoPage) cells.push_back(cell_of(m));
+  std::sort(cells.begin(), cells.end());
+  return int64_t(std::unique(cells.begin(), cells.end()) - cells.begin());
 }
 
 }  // namespace loom

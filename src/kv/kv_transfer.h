@@ -65,9 +65,16 @@ struct KvTransferStats {
 
 // Runs `mig` (from the placement the stores hold now to `to`) over `group`, on every rank of it.
 // `seqs` are the extents the migration was computed for: every sequence the stores hold (or, with
-// options.all_sequences = false, the ones that move).
+// options.all_sequences = false, the ones that move), but the `parked` ones of this rank (optional:
+// sequences leaving for the CPU tier, kv_tier.h, whose pages stay untouched until their copy is
+// done). The store must have a free page for every cell the migration brings this rank
+// (migration_new_pages).
 KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& to,
                                      const std::vector<SeqExtent>& seqs, KvStore& store, Communicator& group,
-                                     const KvTransferOptions& options = {}, KvTransferScratch* scratch = nullptr);
+                                     const KvTransferOptions& options = {}, KvTransferScratch* scratch = nullptr,
+                                     const std::vector<int64_t>& parked = {});
+
+// Pages rank `me` allocates in `mig`: the distinct cells it receives and holds no page for.
+int64_t migration_new_pages(const KvMigration& mig, int me, const KvStore& store);
 
 }  // namespace loom

@@ -9,7 +9,10 @@
 // tokens; a difference is explained with the single-rank top-2 logit gap (single_rank.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <map>
 #include <set>
 #include <mutex>
@@ -17,12 +20,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/weight_tiles.h"
 #include "engine/dist_engine.h"
 #include "engine/policy.h"
 #include "engine/rank_forward.h"
 #include "kv/kv_tier.h"
 #include "model/loader.h"
 #include "model/synth.h"
+#include "four_layer.h"
 #include "single_rank.h"
 #include "test_util.h"
 
@@ -40,13 +45,8 @@ using test::error_of;
 // it evenly. Written once per test process.
 const std::string& four_layer_path() {
   static const std::string path = [] {
-    SynthOptions o;
-    o.shape = parse_synth_dims("d=64,layers=4,heads=8,kv_heads=2,head_dim=8,ffn=128,vocab=512,ctx=1024");
-    o.dtype = DType::F32;
-    o.seed = 13;
-    o.threads = 1;
     const std::string p = test::temp_dir() + "/seesaw-4layer.gguf";
-    write_synth_model(o, p);
+    test::write_four_layer_model(p);
     return p;
   }();
   return path;
@@ -88,8 +88,9 @@ Run run_plans(const std::vector<std::string>& plans, const std::string& policy, 
     const Range layers = e.forward_of(e.current()).layout().layers;
     const KvStore& kv = e.kv();
     std::string bad;
+    const std::vector<int64_t> parked = e.parked_swap_outs();  // copied to the tier: the old stage's pages
     for (int64_t seq : kv.sequences())
-      for (int l = 0; l < kv.n_layers() && bad.empty(); ++l) {
+      for (int l = 0; l < kv.n_layers() && bad.empty() && std::count(parked.begin(), parked.end(), seq) == 0; ++l) {
         bool any = false;
         for (int h = 0; h < kv.n_kv_heads(); ++h) any = any || !kv.table(seq, l, h).empty();
         if (any != layers.contains(l))
@@ -333,47 +334,50 @@ TEST(SeesawTier, KvAssembledAfterPipelinePrefillIsTheSingleRankKv) {
     want_k.push_back(k);
     want_v.push_back(v);
   }
-  for (const std::string cp : {"pp=2", "pp=4", "pp=2,layers=1+3"}) {
-    SCOPED_TRACE(cp);
-    // Rank 0 compares a sequence once it has been in the tier for a whole step (then every
-    // rank has finished the step that swapped it out: rank 0 waits for the last stage's tokens).
-    std::set<int64_t> before, compared;
-    std::string bad;
-    auto hook = [&](DistOptions& o) {
-      auto check = o.after_step;
-      o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
-        check(rank, e, b, rel);
-        if (rank != 0) return;
-        KvTier* tier = e.tier();
-        ASSERT_NE(tier, nullptr);
-        std::set<int64_t> now;
-        for (size_t i = 0; i < prompts.size(); ++i) {
-          const int64_t id = int64_t(i) + 1;
-          if (!tier->holds(id)) continue;
-          now.insert(id);
-          if (!before.count(id) || compared.count(id)) continue;
-          compared.insert(id);
-          const int64_t T = int64_t(prompts[i].size());
-          EXPECT_EQ(tier->tokens(id), T);
-          for (int l = 0; l < c.n_layers; ++l)
-            for (int h = 0; h < c.n_kv_heads; ++h) {
-              const size_t at = size_t((int64_t(l) * c.n_kv_heads + h) * T * c.head_dim);
-              const size_t bytes = size_t(T * c.head_dim) * sizeof(float);
-              if (std::memcmp(tier->k(id, l, h), want_k[i].data() + at, bytes) != 0 ||
-                  std::memcmp(tier->v(id, l, h), want_v[i].data() + at, bytes) != 0)
-                if (bad.empty()) bad = cat("sequence ", id, " layer ", l, " kv head ", h, " differs");
-            }
-        }
-        before = now;
+  // With slow copies too (a delay before each copy task): the swap-outs then run while later
+  // prefill steps compute, and the bits must not change.
+  for (const int delay_ms : {0, 3})
+    for (const std::string cp : {"pp=2", "pp=4", "pp=2,layers=1+3"}) {
+      const std::string label = cat(cp, " copy delay ", delay_ms, " ms");
+      SCOPED_TRACE(label);
+      // Rank 0 compares a sequence once its swap-out is complete on every rank (RankEngine::tier_ready:
+      // the completion came back in a step's gather); it stays in the tier at least until its
+      // swap-in is complete everywhere, a later step, so every sequence is seen.
+      std::set<int64_t> compared;
+      std::string bad;
+      auto hook = [&](DistOptions& o) {
+        if (delay_ms > 0)
+          o.rank_options = [delay_ms](int, RankEngineOptions& ro) {
+            ro.tier_copy_hook = [delay_ms] { std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms)); };
+          };
+        auto check = o.after_step;
+        o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+          check(rank, e, b, rel);
+          if (rank != 0) return;
+          KvTier* tier = e.tier();
+          ASSERT_NE(tier, nullptr);
+          for (size_t i = 0; i < prompts.size(); ++i) {
+            const int64_t id = int64_t(i) + 1;
+            if (!e.tier_ready(id) || compared.count(id)) continue;
+            compared.insert(id);
+            const int64_t T = int64_t(prompts[i].size());
+            EXPECT_EQ(tier->tokens(id), T);
+            for (int l = 0; l < c.n_layers; ++l)
+              for (int h = 0; h < c.n_kv_heads; ++h) {
+                const size_t at = size_t((int64_t(l) * c.n_kv_heads + h) * T * c.head_dim);
+                const size_t bytes = size_t(T * c.head_dim) * sizeof(float);
+                if (std::memcmp(tier->k(id, l, h), want_k[i].data() + at, bytes) != 0 ||
+                    std::memcmp(tier->v(id, l, h), want_v[i].data() + at, bytes) != 0)
+                  if (bad.empty()) bad = cat("sequence ", id, " layer ", l, " kv head ", h, " differs");
+              }
+          }
+        };
       };
-    };
-    const PhaseRun r = run_phases({cp, "tp=2" + std::string(cp.rfind("pp=4", 0) == 0 ? ",pp=2" : "")}, "seesaw", model,
-                                  greedy_requests(prompts, 4), 150, 64, 1, hook);
-    EXPECT_EQ(bad, "");
-    // A sequence swapped out and in within one step is not seen (see above); with 3 or more
-    // sequences per fill of the tier (150 tokens, prompts of 26 to 45) most are.
-    EXPECT_GE(compared.size(), prompts.size() - 2) << "sequences compared in the tier";
-  }
+      const PhaseRun r = run_phases({cp, "tp=2" + std::string(cp.rfind("pp=4", 0) == 0 ? ",pp=2" : "")}, "seesaw",
+                                    model, greedy_requests(prompts, 4), 150, 64, 1, hook);
+      EXPECT_EQ(bad, "");
+      EXPECT_EQ(compared.size(), prompts.size()) << "sequences compared in the tier";
+    }
 }
 
 // ---- bad input ----
@@ -421,6 +425,267 @@ TEST(SeesawErrors, PlansOfDifferentDpOrCount) {
   o.comm_options.timeout_s = 20;
   e = error_of([&] { run_distributed(o, [&](DistEngine&) {}); });
   EXPECT_NE(e.find("Seesaw changes only TP and PP, the DP degree must be equal"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace loom
+
+// ---- asynchronous swaps (§5.2, W10/W11) and the lazy re-shard of weights ----
+
+namespace loom {
+namespace {
+
+// Copies slowed by a delay before each copy task (on the ranks' swap-out and prefetcher threads),
+// so that they stay in flight across steps: a swap-out runs while the next prefill step computes,
+// a prefetch while other sequences decode. The tier holds 3 to 5 of these sequences and a step 2,
+// so decode onboards them as slots free up. Same greedy tokens as the single rank (pp=2 / pp=4 move
+// activations; tp=2 changes the all-reduce's summation order), every swapped-out sequence swapped
+// back in, and no sequence decoded before its swap-in completed on the rank (the scheduler onboards
+// only sequences every rank reported ready).
+TEST(SeesawAsync, CopiesInFlightOverlapComputeAndStayExact) {
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const auto prompts = random_prompts(9, 40, model->config.vocab_size, 37);
+  // Different output lengths, so that the two sequences of a decode batch finish at different steps
+  // and the freed slot's prefetch runs beside the other's decode.
+  std::vector<int> n;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    n.push_back(5 + 3 * int(i % 4));
+    want.push_back(alone(model, prompts[i], n.back()));
+  }
+  for (const std::vector<std::string>& plans :
+       std::vector<std::vector<std::string>>{{"pp=2", "tp=2"}, {"pp=4", "tp=2,pp=2"}}) {
+    const std::string label = cat(plans[0], " -> ", plans[1]);
+    SCOPED_TRACE(label);
+    std::mutex mu;
+    int64_t out_during_prefill = 0, in_during_decode = 0, unready = 0, await_steps = 0;
+    const PhaseRun r = run_phases(
+        plans, "seesaw", model, greedy_requests(prompts, n), 150, 16, 2,
+        [&](DistOptions& o) {
+          o.rank_options = [](int, RankEngineOptions& ro) {
+            ro.tier_copy_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(4)); };
+          };
+          auto check = o.after_step;
+          o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+            check(rank, e, b, rel);
+            const SwapOverlap& ov = e.last_overlap();  // copies still running when the forward started
+            std::lock_guard<std::mutex> lock(mu);
+            if (ov.out > 0 && b.num_prefill_tokens > 0) ++out_during_prefill;
+            if (ov.in > 0 && b.num_decode_tokens > 0) ++in_during_decode;
+            if (rank == 0 && b.seqs.empty()) ++await_steps;
+            unready = std::max(unready, e.tier_stats().unready_decodes);
+          };
+        },
+        64);
+    expect_tokens(label, model, prompts, want, r.run.out);
+    EXPECT_EQ(r.swapped_out, r.swapped_in);
+    EXPECT_GE(r.swapped_out, int64_t(prompts.size()));
+    EXPECT_GE(r.phase_switches, 3);
+    EXPECT_GT(out_during_prefill, 0) << "no prefill step ran while a swap-out was in flight";
+    EXPECT_GT(in_during_decode, 0) << "no decode step ran while a prefetch was in flight";
+    EXPECT_EQ(unready, 0) << "a step decoded a sequence whose swap-in was not complete";
+    EXPECT_GT(await_steps, 0) << "with 4 ms copies some step has nothing to run but copies to wait for";
+  }
+}
+
+// Lazy re-shard: a rank holds the weight copy of the current plan only; a switch builds the
+// (layer, matrix) shards the rank does not hold identically and frees the ones the new plan does not
+// use. Checked on every rank after every step against the plans' layouts (what the rank holds), and
+// the tokens against the single rank.
+TEST(SeesawWeights, LazyReshardBuildsOnlyTheMissingShardsAndHoldsOneCopy) {
+  if (!weight_tiles_enabled()) GTEST_SKIP() << "LOOM_WEIGHT_TILES=0: resident plans compute on the mapped rows";
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const auto prompts = random_prompts(9, 40, model->config.vocab_size, 43);
+  const int n = 8;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(alone(model, p, n));
+  struct Case {
+    std::vector<std::string> plans;
+    bool share_common_layers;  // the plans split a layer the same way (equal TP): its shards are kept
+    bool full;                 // weights=full: nothing is ever built
+  };
+  for (const Case& k : std::vector<Case>{{{"pp=2", "tp=2"}, false, false},
+                                        {{"tp=2,pp=2", "tp=2,pp=2,layers=1+3"}, true, false},
+                                        {{"pp=2,weights=full", "tp=2,weights=full"}, false, true}}) {
+    const std::string label = cat(k.plans[0], " -> ", k.plans[1]);
+    SCOPED_TRACE(label);
+    std::mutex mu;
+    std::string bad;
+    int64_t switches = 0, built_total = 0;
+    std::map<int, int> plan_of;  // rank -> plan of its previous step
+    auto note = [&](const std::string& what) {
+      if (bad.empty()) bad = what;
+    };
+    const PhaseRun r = run_phases(
+        k.plans, "seesaw", model, greedy_requests(prompts, n), 52, 16, 64,
+        [&](DistOptions& o) {
+          auto check = o.after_step;
+          o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+            check(rank, e, b, rel);
+            const int now = e.current();
+            const int64_t shard_now = e.memory(now).shard_bytes;
+            std::lock_guard<std::mutex> lock(mu);
+            // One copy: the current plan's shards (f32, whole tiles: the copy is the shard's bytes).
+            const int64_t owned = e.owned_weight_bytes();
+            if (owned != (k.full ? 0 : shard_now))
+              note(cat("rank ", rank, " step ", b.step_index, ": holds ", owned, " weight bytes, plan ", now,
+                       "'s shards are ", shard_now));
+            const auto prev = plan_of.find(rank);
+            if (prev != plan_of.end() && prev->second != now) {
+              ++switches;
+              const SwitchResult& sw = e.last_switch();
+              const Range was = e.forward_of(prev->second).layout().layers, is = e.forward_of(now).layout().layers;
+              const int64_t per_was = e.memory(prev->second).shard_bytes / was.size();
+              const int64_t per_is = shard_now / is.size();
+              const int64_t common = std::max<int64_t>(0, std::min(was.end, is.end) - std::max(was.begin, is.begin));
+              const int64_t kept = k.share_common_layers ? common : 0;
+              const int64_t want_built = k.full ? 0 : (is.size() - kept) * per_is;
+              const int64_t want_freed = k.full ? 0 : (was.size() - kept) * per_was;
+              if (sw.weight_bytes_built != want_built || sw.weight_bytes_freed != want_freed)
+                note(cat("rank ", rank, " switch ", prev->second, " -> ", now, " (layers ", to_string(was), " -> ",
+                         to_string(is), "): built ", sw.weight_bytes_built, " freed ", sw.weight_bytes_freed,
+                         " bytes, want ", want_built, " and ", want_freed));
+              built_total += sw.weight_bytes_built;
+            }
+            plan_of[rank] = now;
+          };
+        },
+        52);
+    expect_tokens(label, model, prompts, want, r.run.out);
+    EXPECT_EQ(bad, "");
+    EXPECT_GE(switches, 5 * int64_t(Plan::parse(k.plans[0]).size())) << "plan switches seen on all ranks";
+    if (k.full) EXPECT_EQ(built_total, 0);
+    else EXPECT_GT(built_total, 0);
+    // Rank 0's figures reach the plan statistics (what loom generate prints).
+    int64_t reported = 0;
+    for (const PlanStats& p : r.run.stats) reported += p.weight_bytes_built;
+    EXPECT_EQ(reported > 0, !k.full);
+  }
+}
+
+}  // namespace
+}  // namespace loom
+
+// ---- the scheduler's side of asynchronous swaps, step by step (no model: completions are given
+// as the ranks' gather would report them) ----
+
+namespace loom {
+namespace {
+
+StepResult tokens_for(const StepBatch& b) {
+  StepResult r;
+  for (const ScheduledSeq& s : b.seqs)
+    if (s.sample) r.sampled.push_back({s.seq_id, 7});
+  return r;
+}
+
+std::vector<int64_t> ids_of(const std::vector<SeqExtent>& v) {
+  std::vector<int64_t> out;
+  for (const SeqExtent& e : v) out.push_back(e.id);
+  return out;
+}
+
+std::vector<int64_t> seq_ids(const StepBatch& b) {
+  std::vector<int64_t> out;
+  for (const ScheduledSeq& s : b.seqs) out.push_back(s.seq_id);
+  return out;
+}
+
+TEST(SeesawScheduler, AsyncSwapsRunOnlyWhatEveryRankReportedComplete) {
+  SchedulerConfig c;
+  c.phases = PhaseMode::Seesaw;
+  c.async_swaps = true;
+  c.tier_tokens = 100;
+  c.num_blocks = 64;
+  c.max_model_len = 64;
+  c.max_tokens_per_step = 64;
+  Scheduler s(c);
+  for (int64_t id : {1, 2}) {
+    Request r;
+    r.id = id;
+    r.prompt.assign(20, 5);
+    r.max_tokens = 3;
+    r.stop.ignore_eos = true;
+    s.add_request(r);
+  }
+  StepBatch b = s.schedule();  // both prefill
+  ASSERT_EQ(b.num_prefill_tokens, 40);
+  s.on_step_done(b, tokens_for(b));
+  EXPECT_EQ(s.num_swapped(), 2);
+
+  b = s.schedule();  // decode phase: their swap-outs start; nothing is ready to onboard
+  EXPECT_EQ(s.phase(), Phase::Decode);
+  EXPECT_EQ(ids_of(b.swap_out), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(b.seqs.empty());
+  EXPECT_TRUE(b.swap_in.empty());
+  EXPECT_FALSE(b.empty());
+  s.on_step_done(b, {});  // not complete on every rank yet
+
+  b = s.schedule();  // nothing to run: a step that waits for the copies
+  EXPECT_TRUE(b.await_swaps);
+  EXPECT_TRUE(b.seqs.empty() && b.swap_out.empty() && b.swap_in.empty());
+  StepResult done;
+  done.swapped_out = {1};  // only the first is complete everywhere
+  s.on_step_done(b, done);
+
+  b = s.schedule();  // the first onboards (prefetch starts), the second is not ready
+  EXPECT_EQ(ids_of(b.swap_in), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(b.seqs.empty()) << "a sequence decodes only after its swap-in completed";
+  done = {};
+  done.swapped_out = {2};
+  s.on_step_done(b, done);
+
+  b = s.schedule();
+  EXPECT_EQ(ids_of(b.swap_in), (std::vector<int64_t>{2}));
+  EXPECT_TRUE(b.seqs.empty());
+  EXPECT_EQ(s.num_prefetching(), 2);
+  done = {};
+  done.swapped_in = {1};
+  s.on_step_done(b, done);
+
+  b = s.schedule();  // 1 decodes while 2's prefetch is in flight
+  EXPECT_EQ(seq_ids(b), (std::vector<int64_t>{1}));
+  // Cancelled while its prefetch runs: the tier stays accounted full until the copy completes.
+  EXPECT_TRUE(s.cancel(2));
+  EXPECT_GT(s.tier_reserved_tokens(), 0);
+  s.on_step_done(b, tokens_for(b));
+  b = s.schedule();
+  EXPECT_EQ(seq_ids(b), (std::vector<int64_t>{1}));
+  s.on_step_done(b, tokens_for(b));  // 1 finishes (3 tokens)
+  EXPECT_FALSE(s.has_unfinished());
+  b = s.schedule();
+  EXPECT_TRUE(b.await_swaps) << "the cancelled sequence's copy is still in flight on the ranks";
+  EXPECT_GT(s.tier_reserved_tokens(), 0);
+  done = {};
+  done.swapped_in = {2};
+  s.on_step_done(b, done);
+  b = s.schedule();
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(s.tier_reserved_tokens(), 0) << "the tier is empty and no copy is in flight";
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The KV budget counts what a rank holds: with the lazy re-shard one resident plan's copy (the
+// larger), not the sum of the set's (each plan alone gives its own copy's bytes).
+TEST(SeesawWeights, KvBudgetCountsOneCopyUnderLazyReshard) {
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const ModelShape shape = ModelShape::from(model->config, weight_block_elems(*model));
+  const PlanSet both = PlanSet::make(PlanSet::parse({"pp=2,layers=1+3", "tp=2"}), shape);
+  for (int rank = 0; rank < 2; ++rank) {
+    const int64_t cp = rank_weight_bytes(*model, PlanSet::make(PlanSet::parse({"pp=2,layers=1+3"}), shape), rank).copied;
+    const int64_t cd = rank_weight_bytes(*model, PlanSet::make(PlanSet::parse({"tp=2"}), shape), rank).copied;
+    ASSERT_GT(cp, 0);
+    ASSERT_NE(cp, cd) << "uneven stages: the two plans' copies differ on rank " << rank;
+    EXPECT_EQ(rank_weight_bytes(*model, both, rank).copied, cp + cd) << rank;
+    EXPECT_EQ(rank_weight_bytes(*model, both, rank, true).copied, std::max(cp, cd)) << rank;
+  }
+  EXPECT_TRUE(policy_lazy_weights("seesaw") && policy_lazy_weights("prefill-first") && policy_lazy_weights("decode-first"));
+  EXPECT_FALSE(policy_lazy_weights("shift") || policy_lazy_weights("fixed") || policy_lazy_weights("cycle:4"));
 }
 
 }  // namespace

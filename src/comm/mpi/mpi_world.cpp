@@ -222,7 +222,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string_view backend() const override { return "mpi"; }
 
-  std::shared_ptr<void> allocate_host_shared(std::size_t bytes, void** data) override {
+  std::shared_ptr<void> allocate_host_shared(std::size_t bytes, void** data, std::function<void()>* sync) override {
     // One MPI shared-memory window per host (Seesaw 4.2 / W8: "the CPU KV cache storage is shared
     // among all GPUs"), the host's rank 0 allocating all of it, every rank mapping it.
     MPI_Comm node = MPI_COMM_NULL;
@@ -265,6 +265,9 @@ class MpiCommunicator final : public Communicator {
     mpi_check(MPI_Barrier(node), "Barrier");
     MPI_Win_sync(sh->win);
     *data = ptr;
+    // The fence of the tier's protocol (kv_tier.h "Ordering"): MPI_Win_sync inside the lock_all
+    // epoch opened above. Raw pointer: the caller keeps `sh` alive while it may call this.
+    if (sync) *sync = [s = sh.get()] { mpi_check(MPI_Win_sync(s->win), "Win_sync"); };
     return sh;
   }
 
