@@ -1,6 +1,10 @@
 #include "sim/calibration.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -65,26 +69,42 @@ double to_num(const std::string& s, const std::string& path, const std::string& 
   }
 }
 
+Collective collective_of(const std::string& op);
+
 const char* kMlpOps[] = {"emb",        "input_layernorm", "attn_pre_proj", "attn_rope",     "attn_post_proj",
                          "post_attention_layernorm",      "mlp_up_proj",   "mlp_act",       "mlp_down_proj",
                          "add"};
 
-bool is_gemm(const std::string& op) {
-  return op == "attn_pre_proj" || op == "attn_post_proj" || op == "mlp_up_proj" || op == "mlp_down_proj";
+SampleOp mlp_op(const std::string& op) {
+  if (op == "attn_pre_proj") return SampleOp::QkvProj;
+  if (op == "attn_post_proj") return SampleOp::PostProj;
+  if (op == "mlp_up_proj") return SampleOp::UpProj;
+  if (op == "mlp_down_proj") return SampleOp::DownProj;
+  if (op == "input_layernorm" || op == "post_attention_layernorm") return SampleOp::Norm;
+  if (op == "add") return SampleOp::Add;
+  if (op == "mlp_act") return SampleOp::Act;
+  if (op == "attn_rope") return SampleOp::Rope;
+  return SampleOp::Emb;
 }
 
-Elementwise elementwise_kind(const std::string& op) {
-  if (op == "input_layernorm" || op == "post_attention_layernorm") return Elementwise::Norm;
-  if (op == "add") return Elementwise::Add;
-  if (op == "mlp_act") return Elementwise::Act;
-  if (op == "attn_rope") return Elementwise::Rope;
-  return Elementwise::Emb;
+bool is_gemm(SampleOp op) {
+  return op == SampleOp::QkvProj || op == SampleOp::PostProj || op == SampleOp::UpProj || op == SampleOp::DownProj;
+}
+
+Elementwise elementwise_kind(SampleOp op) {
+  switch (op) {
+    case SampleOp::Norm: return Elementwise::Norm;
+    case SampleOp::Add: return Elementwise::Add;
+    case SampleOp::Act: return Elementwise::Act;
+    case SampleOp::Rope: return Elementwise::Rope;
+    default: return Elementwise::Emb;
+  }
 }
 
 // Output columns of a GEMM sample in all (QKV: query + 2 KV; gated gate+up: twice).
 double gemm_columns(const OpSample& s) {
-  if (s.op == "attn_pre_proj") return s.n + 2 * s.n2;
-  if (s.op == "mlp_up_proj") return s.n2 != 0 ? 2 * s.n : s.n;
+  if (s.kind == SampleOp::QkvProj) return s.n + 2 * s.n2;
+  if (s.kind == SampleOp::UpProj) return s.n2 != 0 ? 2 * s.n : s.n;
   return s.n;
 }
 
@@ -158,6 +178,7 @@ MeasurementFile read_mlp(const std::string& path) {
       if (!(ms > 0)) continue;
       OpSample s;
       s.op = op;
+      s.kind = mlp_op(s.op);
       s.measured_s = ms * 1e-3;
       s.row = r;
       if (c_ws >= 0 && !row[c_ws].empty()) s.working_set = num(c_ws);
@@ -202,6 +223,7 @@ MeasurementFile read_attention(const std::string& path) {
     const double tp = num(c_tp);
     OpSample s;
     s.op = prefill ? "attn_prefill" : "attn_decode";
+    s.kind = SampleOp::Attention;
     s.measured_s = ms * 1e-3;
     s.row = r;
     s.batch = int(num(c_b));
@@ -235,6 +257,8 @@ MeasurementFile read_collective(const std::string& path) {
     if (!(ms > 0)) continue;
     OpSample s;
     s.op = coll;
+    s.kind = SampleOp::Collective;
+    s.collective = collective_of(coll);
     s.measured_s = ms * 1e-3;
     s.k = to_num(row[c_size], path, "size");
     s.m = to_num(row[c_n], path, "num_workers");
@@ -258,6 +282,7 @@ MeasurementFile read_overhead(const std::string& path) {
     if (!(ms > 0)) continue;
     OpSample s;
     s.op = "step_overhead";
+    s.kind = SampleOp::Overhead;
     s.measured_s = ms * 1e-3;
     s.m = to_num(row[c_s], path, "num_seqs");
     s.k = to_num(row[c_t], path, "num_tokens");
@@ -458,7 +483,7 @@ CostModel measurement_model(const GpuSpec& gpu, const Calibration& cal, const Me
 
 double predict_sample(const CostModel& model, const MeasurementFile& file, const OpSample& s) {
   switch (file.kind) {
-    case MeasurementFile::Collective: return model.collective_s(collective_of(s.op), s.k, int(s.m), int(s.n));
+    case MeasurementFile::Collective: return model.collective_s(s.collective, s.k, int(s.m), int(s.n));
     case MeasurementFile::Attention: {
       const std::vector<SeqWork> seqs(size_t(s.batch), SeqWork{s.new_tokens, s.context, false});
       return model.attention_s(seqs, s.q_heads, s.kv_heads, s.head_dim);
@@ -470,13 +495,13 @@ double predict_sample(const CostModel& model, const MeasurementFile& file, const
     case MeasurementFile::Mlp: break;
   }
   const double ws = s.working_set;
-  if (s.op == "attn_pre_proj") return model.qkv_proj_s(s.m, s.k, s.n, s.n2, ws);
-  if (s.op == "mlp_up_proj")
+  if (s.kind == SampleOp::QkvProj) return model.qkv_proj_s(s.m, s.k, s.n, s.n2, ws);
+  if (s.kind == SampleOp::UpProj)
     return s.n2 != 0 ? model.gate_up_s(s.m, s.k, s.n, ws)
                      : model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes, ws);
-  if (is_gemm(s.op))
+  if (is_gemm(s.kind))
     return model.gemm_s(s.m, s.k, s.n, SimDType::BF16, model.weight_bytes(), model.options().act_bytes, ws);
-  return model.elementwise_s(elementwise_kind(s.op), s.k);
+  return model.elementwise_s(elementwise_kind(s.kind), s.k);
 }
 
 Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, const GpuSpec& gpu,
@@ -489,11 +514,11 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
     for (const auto& s : f->samples) {
       const Sample x{f, &s};
       switch (f->kind) {
-        case MeasurementFile::Mlp: (is_gemm(s.op) ? gemm : elem[elementwise_kind(s.op)]).push_back(x); break;
+        case MeasurementFile::Mlp: (is_gemm(s.kind) ? gemm : elem[elementwise_kind(s.kind)]).push_back(x); break;
         case MeasurementFile::Attention: attention.push_back(x); break;
         case MeasurementFile::Overhead: overhead.push_back(x); break;
         case MeasurementFile::Collective:
-          if (s.n >= s.m) intra[collective_of(s.op)].push_back(x);
+          if (s.n >= s.m) intra[s.collective].push_back(x);
           else if (s.n == 1) inter.push_back(x);  // one GPU per node: the network alone
           break;
       }
@@ -651,7 +676,7 @@ std::map<CollectiveKey, CollectiveCurve> fit_collective_curves(const std::vector
   for (const auto* f : files) {
     if (f->kind != MeasurementFile::Collective) continue;
     for (const auto& s : f->samples)
-      if (keep(s.row)) pts[{collective_of(s.op), int(s.m), int(s.n)}].push_back({s.k, s.measured_s});
+      if (keep(s.row)) pts[{s.collective, int(s.m), int(s.n)}].push_back({s.k, s.measured_s});
   }
   std::map<CollectiveKey, CollectiveCurve> out;
   for (auto& [key, v] : pts) {
@@ -708,8 +733,9 @@ std::vector<FileValidation> validate_measurements(const std::string& hardware, c
   // Analytical collective parameters from every collective file (used for the analytic column
   // and as the fallback when no curve matches).
   const Calibration base = fit_calibration(coll, gpu, default_calibration());
-  std::vector<FileValidation> out;
-  for (const auto& f : files) {
+  // Each file's validation is independent of the others' (its own leave-one-out fit): they run on
+  // the machine's cores, each writing its own row, so the table is the same as one after another.
+  auto validate = [&](const MeasurementFile& f) -> FileValidation {
     std::vector<double> errs;
     std::map<std::string, std::vector<double>> op_errs;
     if (f.kind != MeasurementFile::Collective) {
@@ -730,8 +756,7 @@ std::vector<FileValidation> validate_measurements(const std::string& hardware, c
       } else {
         errs = errors(measurement_model(gpu, fit_calibration(train, gpu, base), f), f, f.samples, &op_errs);
       }
-      out.push_back(summarize_errors(f.name, std::move(errs), std::move(op_errs)));
-      continue;
+      return summarize_errors(f.name, std::move(errs), std::move(op_errs));
     }
     std::vector<double> analytic;
     const CostModel plain = measurement_model(gpu, base, f);
@@ -746,8 +771,28 @@ std::vector<FileValidation> validate_measurements(const std::string& hardware, c
     }
     FileValidation v = summarize_errors(f.name, std::move(errs));
     v.analytic_median = median_of(analytic);
-    out.push_back(v);
-  }
+    return v;
+  };
+  std::vector<FileValidation> out(files.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (size_t i; (i = next++) < files.size();) {
+      try {
+        out[i] = validate(files[i]);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min<size_t>(files.size(), std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
   return out;
 }
 

@@ -39,6 +39,7 @@
 // on the other half of its file's rows (2-fold by row parity).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -50,8 +51,14 @@
 namespace loom::sim {
 
 // One measured time and what the cost model needs to predict it.
+// What a sample measured, parsed once from its `op` name when the file is read (a fit predicts
+// every sample thousands of times; comparing names there was a quarter of `loom sim validate`).
+enum class SampleOp : uint8_t { QkvProj, PostProj, UpProj, DownProj, Norm, Add, Act, Rope, Emb, Attention, Collective, Overhead };
+
 struct OpSample {
   std::string op;   // "attn_pre_proj", ..., "attn_decode", "step_overhead", or the collective
+  SampleOp kind = SampleOp::Emb;             // from `op`
+  Collective collective = Collective::AllReduce;  // kind == Collective: from `op`
   double measured_s = 0;
   // GEMM: m, k, n (QKV: n = query columns, n2 = KV columns; gate+up: n = FFN columns of one of
   // the two, n2 = 1 when gated). Element-wise: bytes in k. Collective: bytes in k, group in m,
