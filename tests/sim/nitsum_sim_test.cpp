@@ -3,14 +3,19 @@
 // mechanism implies (not the paper's numbers).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "cluster/tiers.h"
 #include "core/error.h"
 #include "sim/exp_nitsum.h"
+#include "sim/experiments.h"
 #include "sim/hardware.h"
 #include "sim/model_catalog.h"
 #include "sim/profile.h"
 #include "model/synth.h"
 #include "test_util.h"
+#include "nitsum_bands.h"
 
 namespace loom::sim {
 namespace {
@@ -142,6 +147,118 @@ TEST(NitsumSim, ProfileTableFromALoomProfileFolder) {
   EXPECT_EQ(r.unfinished, 0);
   EXPECT_EQ(r.met[0], 20) << r.first_plan;
 }
+
+}  // namespace
+}  // namespace loom::sim
+
+// ---------------------------------------------------------------- the paper's figures
+// Bands: tests/sim/nitsum_bands.h (fixed before any modelling change of this branch).
+
+namespace loom::sim {
+namespace {
+
+using namespace nitsum_bands;
+
+// Table 1 is a measurement (Nitsum 4, "SLO setups", the SplitWise methodology): the strict TPOT is
+// the TPOT of the minimal TP at batch 1, the loose one at batch 128, at the workload's average
+// token sizes. The cost model priced at those points (Azure conversation: 1155-token prompt, 211
+// outputs, so a mean context of 1260) within the band rule of each printed TPOT. The TTFT column
+// is not checked: it is the same for both tiers (batch 1 and 128 cannot both measure 200 ms), so
+// it is a chosen target, not a measurement.
+TEST(NitsumPaper, CostModelAgreesWithTable1) {
+  struct Row {
+    const char* model;
+    const char* node;
+    int tp;
+    double strict_ms, loose_ms;
+  };
+  const Row rows[] = {{"llama-3-8b", "a100x8", 1, 15, 30}, {"llama-3-8b", "h100x8", 1, 10, 20}, {"qwen14b", "h100x8", 2, 10, 15}};
+  for (const Row& x : rows) {
+    CostModelOptions o;
+    o.weight_dtype = SimDType::BF16;
+    const ModelConfig m = std::string(x.model) == "qwen14b" ? nitsum_qwen14b() : find_model(x.model);
+    const CostModel cm(m, parse_node(x.node), o);
+    const PricedPlan p = cm.prepare(Plan::parse(cat("tp=", x.tp)));
+    const double b1 = cm.price(p, {SeqWork{1, 1260, true}}).total_s * 1e3;
+    const double b128 = cm.price(p, std::vector<SeqWork>(128, SeqWork{1, 1260, true})).total_s * 1e3;
+    EXPECT_TRUE(in_band(b1, x.strict_ms)) << x.model << " " << x.node << " batch 1: " << b1 << " ms vs " << x.strict_ms;
+    EXPECT_TRUE(in_band(b128, x.loose_ms)) << x.model << " " << x.node << " batch 128: " << b128 << " ms vs " << x.loose_ms;
+  }
+}
+
+// Fig. 14's step 1 by hand: Qwen-14B at TP1 on H100 reads 27.98 GB of weights per decode step,
+// 8.35 ms at the datasheet's 3.35 TB/s. No pricing may beat that, and the strict tier's 10 ms is
+// out of reach at TP1 while TP4 reaches it (the TP the strict tier needs in nitsum-fig14).
+TEST(NitsumPaper, Qwen14bTp1CannotMeetTheStrictTpot) {
+  CostModelOptions o;
+  o.weight_dtype = SimDType::BF16;
+  const CostModel cm(nitsum_qwen14b(), parse_node("h100x8"), o);
+  const double hbm = 3.35e12;
+  double prev = 1e9;
+  for (int tp : {1, 2, 4}) {
+    const PricedPlan p = cm.prepare(Plan::parse(cat("tp=", tp)));
+    EXPECT_NEAR(p.weight_bytes * tp / 1e9, 27.98, 0.05) << tp;  // 14.8 B params less the input embedding, bf16
+    const double t = cm.price(p, {SeqWork{1, 1260, true}}).total_s;
+    EXPECT_GT(t, p.weight_bytes / hbm) << tp;
+    EXPECT_LT(t, prev) << tp;
+    prev = t;
+    if (tp == 1) EXPECT_GT(t, 10e-3);
+    if (tp == 4) EXPECT_LT(t, 10e-3);
+  }
+}
+
+const ExperimentRow& find_row(const ExperimentResult& r, const std::string& metric, const std::string& config_prefix) {
+  for (const auto& x : r.rows)
+    if (x.metric == metric && x.config.rfind(config_prefix, 0) == 0) return x;
+  throw Error(cat("no row ", metric, " / ", config_prefix, "* in ", r.name));
+}
+
+const ExperimentResult& cached(const std::string& name) {
+  static std::map<std::string, ExperimentResult> done;
+  auto it = done.find(name);
+  if (it == done.end()) it = done.emplace(name, find_experiment(name).run()).first;
+  return it->second;
+}
+
+double step(int n) { return find_row(cached("nitsum-fig14"), "goodput_rps", cat(n, "-")).simulated; }
+
+void expect_ratio(double simulated, double paper, const char* what) {
+  EXPECT_TRUE(in_band(simulated, paper)) << what << ": simulated " << simulated << ", paper " << paper << ", band ["
+                                         << kLow * paper << ", " << kHigh * paper << "]";
+}
+
+// Fig. 14: both collapses and the top of the ladder.
+TEST(NitsumPaper, Fig14CollapsesAndOrdering) {
+  const double s7 = step(7);
+  EXPECT_GT(s7, 0);
+  EXPECT_LT(step(2), kCollapseFrac * s7) << "static P/D";
+  EXPECT_LT(step(6), kCollapseFrac * s7) << "dynamic TP with a naive switch";
+  for (int n : {1, 2, 3, 4, 5, 6}) EXPECT_GT(s7, step(n)) << n;
+  for (int n : {1, 3, 4}) EXPECT_GT(step(5), step(n)) << n;
+  // The rows carry the paper's numbers the bands are made of.
+  EXPECT_DOUBLE_EQ(*find_row(cached("nitsum-fig14"), "goodput_rps", "7-").paper, kStep7);
+  EXPECT_DOUBLE_EQ(*find_row(cached("nitsum-fig14"), "goodput_rps", "1-").paper, kStep1);
+}
+
+TEST(NitsumPaper, Fig14FullOverStaticScheduler) { expect_ratio(step(7) / step(5), kFullOverSched, "step 7 / step 5"); }
+TEST(NitsumPaper, Fig14PerTierOverSloRule) { expect_ratio(step(4) / step(3), kPerTierOverSloRule, "step 4 / step 3"); }
+
+// Missed after honest modelling; disabled (not widened) while issue 15 is open:
+// `test_sim --gtest_also_run_disabled_tests --gtest_filter='NitsumPaper*'` runs them. Measured
+// with `loom sim experiment nitsum-fig14` (0.02, 0.00, 3.25, 3.56, 14.69, 0.08, 16.73 req/s):
+//  - step 3 / step 1 (1.27) and step 7 / step 1 (2.52): step 1 is 0.02 req/s. Qwen-14B at TP1
+//    decodes a token in 14.8 ms (>= 8.35 ms by the HBM bound; Table 1's measured 10 ms is TP2),
+//    so only the loose 15 ms tier is reachable and not with batching; on top, the Azure lengths
+//    we run in place of the stripped ServeGen workload keep each TP1 GPU prefilling 65% of the
+//    time at 70 req/s (row tp1_prefill_busy), tripling every TPOT. The paper's 13.2 needs a
+//    lighter workload than ours, not a faster GPU (the cost model agrees with Table 1).
+TEST(NitsumPaper, DISABLED_Fig14SloRuleOverVanilla) { expect_ratio(step(3) / step(1), kSloRuleOverVanilla, "step 3 / step 1"); }
+TEST(NitsumPaper, DISABLED_Fig14FullOverVanilla) { expect_ratio(step(7) / step(1), kFullOverVanilla, "step 7 / step 1"); }
+//  - step 5 / step 4 (1.63; measured 4.13): steps 3 and 4 (SLO-agnostic batching with the defer
+//    rule, static TP) keep 3.2-3.6 req/s because at 70 req/s of Azure-length prompts every
+//    colocated instance is prefill-bound (as step 1); Nitsum's P/D units take the prefill stalls
+//    out of the decode instances, which is worth more here than at the paper's lighter load.
+TEST(NitsumPaper, DISABLED_Fig14SchedOverPerTier) { expect_ratio(step(5) / step(4), kSchedOverPerTier, "step 5 / step 4"); }
 
 }  // namespace
 }  // namespace loom::sim
