@@ -260,5 +260,67 @@ TEST(NitsumPaper, DISABLED_Fig14FullOverVanilla) { expect_ratio(step(7) / step(1
 //    out of the decode instances, which is worth more here than at the paper's lighter load.
 TEST(NitsumPaper, DISABLED_Fig14SchedOverPerTier) { expect_ratio(step(5) / step(4), kSchedOverPerTier, "step 5 / step 4"); }
 
+// ---- Fig. 10 (4.1.1): goodput vs rate, Llama-3.1-8B on 4 A100, Azure conv + code, Table 1 tiers.
+const std::vector<int> kRates = {10, 20, 30, 40, 60, 80};  // nitsum-goodput's rates
+
+// The goodput of `system` ("nitsum", "static-tp" = SGLang, "static-pd" = SGLang (PD), "split")
+// at `rate` req/s.
+double fig10(const std::string& system, int rate) {
+  const std::string suffix = cat("@", rate, "rps");
+  for (const auto& x : cached("nitsum-goodput").rows) {
+    if (x.metric != "goodput_rps" || x.config.rfind(system, 0) != 0) continue;
+    if (x.config.size() >= suffix.size() && x.config.compare(x.config.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return x.simulated;
+  }
+  throw Error(cat("no nitsum-goodput row ", system, suffix));
+}
+
+// "all the baselines except for Split drops to 0 goodput beyond 40 incoming RPS": vanilla SGLang.
+TEST(NitsumPaper, Fig10SglangCollapsesBeyond40) {
+  for (int rate : kRates)
+    if (rate > kCollapseBeyondRps) EXPECT_LT(fig10("static-tp", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+}
+
+// ... "except for Split".
+TEST(NitsumPaper, Fig10SplitDoesNotCollapse) {
+  for (int rate : kRates) EXPECT_GT(fig10("split", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+}
+
+// Missed (measured with `loom sim experiment nitsum-goodput`, nitsum / static-tp / static-pd /
+// split at 10 20 30 40 60 80 req/s: 5.23 8.15 9.74 9.96 11.43 9.01 / 3.89 6.34 5.56 1.03 0.35
+// 0.33 / 3.92 2.08 1.08 0.73 0.68 0.70 / 4.25 7.04 7.74 7.43 9.28 10.98):
+//  - SGLang (PD) beyond 40 req/s keeps 0.68 and 0.70 req/s (6% and 8% of Nitsum): its 2 TP1
+//    prefill GPUs (about 12 conversation prompts/s each) are overrun from the first second, and
+//    what is met is the start-up transient of our 40 s of arrivals (about 28 requests); over the
+//    paper's 10-minute traces the same transient is 0.05 req/s.
+TEST(NitsumPaper, DISABLED_Fig10SglangPdCollapsesBeyond40) {
+  for (int rate : kRates)
+    if (rate > kCollapseBeyondRps) EXPECT_LT(fig10("static-pd", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+}
+//  - Monotone and highest: Nitsum falls from 11.43 (60) to 9.01 (80) and Split passes it at 80.
+//    At 80 req/s the planner gives all 4 GPUs to the conversation tier as 2 TP1 prefill + 1 TP2
+//    decode (its profile capacity per GPU is the highest), the code tier only spills; Split's
+//    colocated TP4 serves more of the conversation tier (439 vs 354 of 1600) because P_max is a
+//    throughput without queueing, so past saturation the P/D unit's prefill queue misses TTFT.
+TEST(NitsumPaper, DISABLED_Fig10NitsumGoodputGrowsWithRate) {
+  for (size_t i = 1; i < kRates.size(); ++i)
+    EXPECT_GE(fig10("nitsum", kRates[i]), kMonotoneSlack * fig10("nitsum", kRates[i - 1])) << kRates[i];
+}
+TEST(NitsumPaper, DISABLED_Fig10NitsumHighest) {
+  for (int rate : kRates)
+    for (const char* b : {"static-tp", "static-pd", "split"}) EXPECT_GE(fig10("nitsum", rate), fig10(b, rate)) << b << " " << rate;
+}
+//  - "At low system load, all the systems perform similarly": at 10 req/s SGLang keeps 0.74 and
+//    SGLang (PD) 0.75 of Nitsum. Our 10 req/s is not a light load: the first 200 Azure code
+//    requests hold a burst of 88 prompts (2048 tokens on average) in their last 4 s (0.8 s once
+//    rescaled to 5 req/s), which no system prefills within 500 ms, and the colocated baselines
+//    also stall conversation decodes behind it (15 ms TPOT).
+TEST(NitsumPaper, DISABLED_Fig10LowLoadSimilar) {
+  for (const char* b : {"static-tp", "static-pd", "split"}) {
+    const double r = fig10(b, kRates.front()) / fig10("nitsum", kRates.front());
+    EXPECT_TRUE(r >= kLow && r <= kHigh) << b << ": " << r;
+  }
+}
+
 }  // namespace
 }  // namespace loom::sim
