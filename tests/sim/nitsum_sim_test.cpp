@@ -312,7 +312,7 @@ TEST(NitsumPaper, DISABLED_Fig10NitsumHighest) {
 }
 //  - "At low system load, all the systems perform similarly": at 10 req/s SGLang keeps 0.74 and
 //    SGLang (PD) 0.75 of Nitsum. Our 10 req/s is not a light load: the first 200 Azure code
-//    requests hold a burst of 88 prompts (2048 tokens on average) in their last 4 s (0.8 s once
+//    requests hold a burst of 88 code prompts in their last 4 s (0.8 s once
 //    rescaled to 5 req/s), which no system prefills within 500 ms, and the colocated baselines
 //    also stall conversation decodes behind it (15 ms TPOT).
 TEST(NitsumPaper, DISABLED_Fig10LowLoadSimilar) {
