@@ -49,4 +49,11 @@ constexpr double kCollapseBeyondRps = 40;
 //  - "At low system load, all the systems perform similarly": at the lowest rate every system's
 //    goodput / Nitsum's in [kLow, kHigh] (the band rule).
 
+// ---- Fig. 7 (3.2.2; Llama-3.1-8B fp16 KV, 0.5 and 5 GB = 4096 and 40960 tokens). ADDED AFTER
+// nitsum-fig7's values had been seen (they predate this branch); the same band rule, nothing in
+// the migration pricing is changed after (a miss is DISABLED with its cause).
+constexpr double kPagedLoS = 0.88, kPagedHiS = 9.25;    // cudaMemcpyAsync, seconds
+constexpr double kAggLoMs = 3.6, kAggHiMs = 24.8;       // Nitsum, ms (unit stripped; PAPERS-NOTES)
+constexpr double kSpeedupLo = 245, kSpeedupHi = 376;    // x
+
 }  // namespace loom::sim::nitsum_bands

@@ -322,5 +322,26 @@ TEST(NitsumPaper, DISABLED_Fig10LowLoadSimilar) {
   }
 }
 
+// ---- Fig. 7 (3.2.2): page-by-page against aggregated KV migration, 0.5 and 5 GB.
+double fig7(const std::string& metric, const std::string& tokens) {
+  return find_row(cached("nitsum-fig7"), metric, tokens + "tok").simulated;
+}
+TEST(NitsumPaper, Fig7PagedCopy) {
+  expect_ratio(fig7("paged_s", "4096"), kPagedLoS, "paged 0.5 GB");
+  expect_ratio(fig7("paged_s", "40960"), kPagedHiS, "paged 5 GB");
+}
+TEST(NitsumPaper, Fig7AggregatedAt5GB) {
+  expect_ratio(fig7("aggregated_ms", "40960"), kAggHiMs, "aggregated 5 GB");
+  expect_ratio(fig7("speedup_x", "40960"), kSpeedupHi, "speedup 5 GB");
+}
+// Missed (measured: 2.34 ms and 337x at 0.5 GB): our aggregated move is the bytes at the
+// calibrated NVLink send/recv speed and nothing else; the paper's two ends fit t = 1.2 ms +
+// bytes / 228 GB/s, i.e. a fixed ~1.2 ms per migration (the handshake of 3.2.2 step 2, launches,
+// a sync) that the simulator does not price. Fitting that constant to Fig. 7 would be tuning.
+TEST(NitsumPaper, DISABLED_Fig7AggregatedAtHalfGB) {
+  expect_ratio(fig7("aggregated_ms", "4096"), kAggLoMs, "aggregated 0.5 GB");
+  expect_ratio(fig7("speedup_x", "4096"), kSpeedupLo, "speedup 0.5 GB");
+}
+
 }  // namespace
 }  // namespace loom::sim
