@@ -46,10 +46,20 @@ struct TieredRequest {
 // the largest batch whose step fits the TPOT at the mean context; colocated: prefill stalls
 // stretch decode steps (TPOT_eff = step / (1 - rate * prefill_time)). Degrees the model cannot
 // run (heads, memory) are left out of the table.
+// P_max is read as a LOAD (3.3.1: "the maximum prefill ... throughput" that still meets the TTFT
+// SLO): the Poisson arrival rate at which a fraction `ttft_quantile` of the prompts still meet the
+// TTFT (4.1.2: Nitsum's "p90 TTFT and TPOT are still below the SLOs"), with the waiting time of an
+// M/D/1 queue of the batch's per-request service time approximated by its exponential tail
+// (Kingman: P(W > w) ~ rho exp(-2 (1 - rho) w / s)). 0: the raw batch throughput (no queueing).
+// nitsum_profile_table's default is 0, the literal reading of 3.3.1 (P_max looked up in
+// microbenchmark profiles "like those in Figure 2", TTFT per batch, no load); 0.9 is the
+// alternative the experiments also print (rows p90plan-*).
+double prefill_rate_at_quantile(double batch_s, int batch, double ttft_s, double quantile);
+
 cluster::ProfileTable nitsum_profile_table(const std::function<CostModel(int tp)>& cost_model,
                                            const cluster::SloTiers& tiers,
                                            const std::vector<std::pair<double, double>>& lengths,
-                                           const std::vector<int>& tp_degrees);
+                                           const std::vector<int>& tp_degrees, double ttft_quantile = 0);
 
 enum class SwitchMechanism {
   Nitsum,  // weights as views of a full copy (nothing loads), aggregated double-buffered KV

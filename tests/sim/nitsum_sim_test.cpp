@@ -97,6 +97,19 @@ TEST(NitsumSim, NaiveSwitchPausesLonger) {
   EXPECT_GE(nitsum.goodput_total_rps, naive.goodput_total_rps);
 }
 
+// P_max as a load (exp_nitsum.h prefill_rate_at_quantile), against values solved by hand (bisection
+// of rho exp(-2 (1 - rho) w / s) = 1 - q outside this code): Llama-8B's 2048-token prefill on one
+// A100 (151 ms) under a 500 ms TTFT at p90: rho 0.609, 4.03 prompts/s (6.62 without queueing); a
+// batch of 4 in 200 ms: rho 0.824, 16.48/s.
+TEST(NitsumSim, PrefillRateAtQuantile) {
+  EXPECT_NEAR(prefill_rate_at_quantile(0.151, 1, 0.5, 0.9), 4.0339, 1e-3);
+  EXPECT_NEAR(prefill_rate_at_quantile(0.2, 4, 0.5, 0.9), 16.4845, 1e-3);
+  EXPECT_DOUBLE_EQ(prefill_rate_at_quantile(0.151, 1, 0.5, 0), 1 / 0.151);  // no queueing: the batch throughput
+  EXPECT_EQ(prefill_rate_at_quantile(0.6, 1, 0.5, 0.9), 0);                 // the batch alone misses the TTFT
+  // A stricter quantile admits less load.
+  EXPECT_LT(prefill_rate_at_quantile(0.151, 1, 0.5, 0.99), prefill_rate_at_quantile(0.151, 1, 0.5, 0.9));
+}
+
 TEST(NitsumSim, ProfileTableRejectsWhatTheModelCannotRun) {
   const cluster::SloTiers tiers = cluster::parse_tiers("a=500/15");
   // Qwen-14B has 8 KV heads and 40 query heads: TP16 is not a candidate (and exceeds the node).
