@@ -870,14 +870,14 @@ ExperimentResult run_nitsum_fig14() {
   return r;
 }
 
-ExperimentResult run_nitsum_goodput() {
-  ExperimentResult r;
-  r.name = "nitsum-goodput";
-  r.title = "Nitsum 4.1 / Fig. 10: goodput vs request rate, Llama-3.1-8B on 4 A100, Azure conv + code, Table 1 tiers";
-  for (double rate : {10.0, 20.0, 30.0, 40.0, 60.0, 80.0}) {
+namespace {
+
+// One Fig. 10 setting swept over `rates`: rows goodput_rps / PREFIX SYSTEM@RATErps.
+void goodput_sweep(ExperimentResult* r, const std::string& prefix, const ModelConfig& model, const std::string& node,
+                   int ranks, const std::string& tiers, const std::vector<double>& rates, const std::vector<int>& tps) {
+  for (double rate : rates) {
     std::vector<std::string> notes;
-    const Setting s = make_setting(find_model("llama-3-8b"), "a100x4", 4, "strict=500/15,loose=500/30", rate, 40,
-                                   {1, 2, 4}, &notes);
+    const Setting s = make_setting(model, node, ranks, tiers, rate, 40, tps, &notes);
     const std::string c = cat(int(rate), "rps");
     const ClusterSimResult n = run_nitsum(s, s.tps, SwitchMechanism::Nitsum, true, false);
     Setting s90 = s;
@@ -886,35 +886,64 @@ ExperimentResult run_nitsum_goodput() {
     const auto [st, tp] = best_static_tp(s, false);
     const auto [sp, name] = best_per_tier_split(s);
     const ClusterSimResult np = run_nitsum(s, s.tps, SwitchMechanism::Nitsum, false, true);
-    // SGLang (PD) (Nitsum 4.1 baseline 4): static P/D, SLO-agnostic, half the GPUs each at TP1
-    // (as Fig. 14's step 2).
-    std::vector<InstanceSpec> pd = uniform(2, 1, Role::Prefill);
-    for (auto x : uniform(2, 1, Role::Decode)) pd.push_back(x);
+    // SGLang (PD) (Nitsum 4.1 baseline 4): static P/D, SLO-agnostic, half the GPUs each at the
+    // smallest TP (as Fig. 14's step 2).
+    const int t0 = s.tps.front();
+    std::vector<InstanceSpec> pd = uniform(ranks / 2, t0, Role::Prefill);
+    for (auto x : uniform(ranks / 2, t0, Role::Decode)) pd.push_back(x);
     const ClusterSimResult spd = run_static_agnostic(s, pd, 256, false);
     if (std::getenv("LOOM_NITSUM_DEBUG")) {
-      std::fprintf(stderr, "rate %g table %s\n", rate, s.table.to_json().dump().c_str());
+      std::fprintf(stderr, "%s rate %g table %s\n", prefix.c_str(), rate, s.table.to_json().dump().c_str());
       for (const ClusterSimResult* x : std::vector<const ClusterSimResult*>{&n, &st, &sp, &np})
         std::fprintf(stderr, "met %lld/%lld %lld/%lld ttft %lld %lld tpot %lld %lld unfinished %lld dur %g plan %s\n",
                      (long long)x->met[0], (long long)x->requests[0], (long long)x->met[1], (long long)x->requests[1],
                      (long long)x->ttft_met[0], (long long)x->ttft_met[1], (long long)x->tpot_met[0],
                      (long long)x->tpot_met[1], (long long)x->unfinished, x->duration_s, x->first_plan.c_str());
     }
-    r.rows.push_back({"goodput_rps", "nitsum@" + c, n.goodput_total_rps, std::nullopt, "plotted only"});
-    r.rows.push_back({"goodput_rps", "p90plan-nitsum@" + c, n90.goodput_total_rps, std::nullopt,
-                      "Nitsum with P_max at the p90 TTFT under Poisson load"});
-    r.rows.push_back({"goodput_rps", cat("static-tp", tp, "@", c), st.goodput_total_rps, std::nullopt,
-                      "plotted only; text: drops to 0 beyond 40 rps"});
-    r.rows.push_back({"goodput_rps", "static-pd@" + c, spd.goodput_total_rps, std::nullopt,
-                      "plotted only; text: drops to 0 beyond 40 rps"});
-    r.rows.push_back({"goodput_rps", "split@" + c, sp.goodput_total_rps, std::nullopt, "plotted only (" + name + ")"});
-    r.rows.push_back({"goodput_rps", "no-pd@" + c, np.goodput_total_rps, std::nullopt,
-                      "plotted only; text: drops to 0 beyond 40 rps"});
-    if (r.notes.empty() && !notes.empty()) r.notes = notes;
+    r->rows.push_back({"goodput_rps", prefix + "nitsum@" + c, n.goodput_total_rps, std::nullopt, "plotted only"});
+    r->rows.push_back({"goodput_rps", prefix + "p90plan-nitsum@" + c, n90.goodput_total_rps, std::nullopt,
+                       "Nitsum with P_max at the p90 TTFT under Poisson load"});
+    r->rows.push_back({"goodput_rps", cat(prefix, "static-tp", tp, "@", c), st.goodput_total_rps, std::nullopt,
+                       "plotted only; text: drops to 0 beyond 40 rps (8B, 4 A100)"});
+    r->rows.push_back({"goodput_rps", prefix + "static-pd@" + c, spd.goodput_total_rps, std::nullopt,
+                       "plotted only; text: drops to 0 beyond 40 rps (8B, 4 A100)"});
+    r->rows.push_back({"goodput_rps", prefix + "split@" + c, sp.goodput_total_rps, std::nullopt, "plotted only (" + name + ")"});
+    r->rows.push_back({"goodput_rps", prefix + "no-pd@" + c, np.goodput_total_rps, std::nullopt,
+                       "Nitsum's planner, colocated instances only (ablation)"});
+    if (r->notes.empty() && !notes.empty()) r->notes = notes;
   }
-  r.notes.push_back("static-tp (SGLang): SLO-agnostic colocated instances at the best single TP; static-pd (SGLang PD): "
-                    "SLO-agnostic 2 prefill + 2 decode TP1 instances; split: per-tier partition with the best static TP per "
-                    "tier; no-pd: Nitsum's planner restricted to colocated instances (an ablation, not a paper baseline).");
-  r.notes.push_back("Tier 0 = Azure conversation, tier 1 = Azure code, half the rate each, 40 s of arrivals (ASSUMPTION).");
+}
+
+const char* kGoodputNotes[] = {
+    "static-tp (SGLang): SLO-agnostic colocated instances at the best single TP; static-pd (SGLang PD): SLO-agnostic "
+    "prefill and decode instances, half the GPUs each, at the smallest TP; split: per-tier partition with the best "
+    "static TP per tier; no-pd: Nitsum's planner restricted to colocated instances (an ablation, not a paper baseline); "
+    "p90plan-nitsum: Nitsum planned with P_max at the p90 TTFT under Poisson load.",
+    "Tier 0 = Azure conversation, tier 1 = Azure code, half the rate each, 40 s of arrivals (ASSUMPTION)."};
+
+}  // namespace
+
+ExperimentResult run_nitsum_goodput() {
+  ExperimentResult r;
+  r.name = "nitsum-goodput";
+  r.title = "Nitsum 4.1 / Fig. 10: goodput vs request rate, Llama-3.1-8B on 4 A100, Azure conv + code, Table 1 tiers";
+  goodput_sweep(&r, "", find_model("llama-3-8b"), "a100x4", 4, "strict=500/15,loose=500/30", {10, 20, 30, 40, 60, 80},
+                {1, 2, 4});
+  for (const char* n : kGoodputNotes) r.notes.push_back(n);
+  return r;
+}
+
+ExperimentResult run_nitsum_goodput_h100() {
+  ExperimentResult r;
+  r.name = "nitsum-goodput-h100";
+  r.title = "Nitsum 4.1 / Fig. 10: goodput vs request rate on H100, Table 1's other setups (Llama-3.1-8B on 4 H100, "
+            "Qwen-14B on 8 H100), Azure conv + code";
+  goodput_sweep(&r, "llama8b-h100x4/", find_model("llama-3-8b"), "h100x4", 4, "strict=300/10,loose=300/20",
+                {10, 20, 30, 40, 60, 80}, {1, 2, 4});
+  // Qwen-14B: "requires at least two GPUs" (4; Table 1's minimal TP is 2), so TP 2 to 8.
+  goodput_sweep(&r, "qwen14b-h100x8/", nitsum_qwen14b(), "h100x8", 8, "strict=200/10,loose=200/15",
+                {10, 20, 30, 40, 60, 80}, {2, 4, 8});
+  for (const char* n : kGoodputNotes) r.notes.push_back(n);
   return r;
 }
 

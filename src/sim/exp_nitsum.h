@@ -1,7 +1,7 @@
 // Nitsum (paper file 002) in the simulator: a pool of GPUs serving one model as several
 // instances, driven by the SAME cluster scheduler code the engine uses (src/cluster: planner,
 // global routing, local queues), with step times from the cost model. Experiments nitsum-fig7,
-// nitsum-fig14, nitsum-goodput and nitsum-planner (experiments.cpp registers them).
+// nitsum-fig14, nitsum-goodput(-h100) and nitsum-planner (experiments.cpp registers them).
 // LOOM_NITSUM_DEBUG=1 prints the profile table and per-configuration SLO counts to stderr.
 #pragma once
 
@@ -107,6 +107,7 @@ ClusterSimResult simulate_cluster(const std::function<CostModel(int tp)>& cost_m
 ExperimentResult run_nitsum_fig7();
 ExperimentResult run_nitsum_fig14();
 ExperimentResult run_nitsum_goodput();
+ExperimentResult run_nitsum_goodput_h100();
 ExperimentResult run_nitsum_planner();
 
 }  // namespace loom::sim
