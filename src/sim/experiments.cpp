@@ -105,6 +105,8 @@ const std::vector<Experiment>& experiment_registry() {
         {"nitsum-fig7", "Nitsum 3.2.2 / Fig. 7: KV migration 0.5-5 GB (Llama-3.1-8B), page by page vs aggregated", run_nitsum_fig7},
         {"nitsum-fig14", "Nitsum 4.2.1 / Fig. 14: ablation ladder (Qwen-14B, 8 H100, 70 req/s)", run_nitsum_fig14},
         {"nitsum-goodput", "Nitsum 4.1 / Fig. 10: goodput vs rate, Nitsum / static TP / per-tier split / no P/D", run_nitsum_goodput},
+        {"nitsum-goodput-h100", "Nitsum 4.1 / Fig. 10: goodput vs rate on H100 (Table 1's 8B and 14B setups)",
+         run_nitsum_goodput_h100},
         {"nitsum-planner", "Nitsum 4.2.3: planning time, 128 GPUs, 4 tiers", run_nitsum_planner},
     };
     for (auto&& part : {helix_experiments()}) v.insert(v.end(), part.begin(), part.end());

@@ -43,3 +43,16 @@ add_test(NAME cluster_cli_pool_no_prefill
          COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2 --pool-layout decode:tp1,decode:tp1)
 set_tests_properties(cluster_cli_pool_no_prefill PROPERTIES PASS_REGULAR_EXPRESSION
                      "pool layout t0:decode:tp1 t0:decode:tp1 has no prefill or both instance")
+# `loom serve --policy nitsum --profile DIR` on a folder `loom profile --quick` has just written:
+# planned from it, greedy text equal to one rank (curl).
+find_program(LOOM_CURL curl)
+if(LOOM_CURL AND EXISTS ${loom_stories})
+  add_test(NAME cluster_cli_pool_on_loom_profile
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/serve_nitsum_profile.sh $<TARGET_FILE:loom> ${loom_stories})
+  set_tests_properties(cluster_cli_pool_on_loom_profile PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                       PASS_REGULAR_EXPRESSION "OK: the pool planned from a loom profile folder")
+endif()
+add_test(NAME cluster_cli_pool_profile_not_a_folder
+         COMMAND loom serve --model /nonexistent --policy nitsum --ranks 2 --profile ${CMAKE_CURRENT_LIST_DIR})
+set_tests_properties(cluster_cli_pool_profile_not_a_folder PROPERTIES PASS_REGULAR_EXPRESSION
+                     "is not a loom profile folder \\(no hardware.json")

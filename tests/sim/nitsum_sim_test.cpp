@@ -3,14 +3,19 @@
 // mechanism implies (not the paper's numbers).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "cluster/tiers.h"
 #include "core/error.h"
 #include "sim/exp_nitsum.h"
+#include "sim/experiments.h"
 #include "sim/hardware.h"
 #include "sim/model_catalog.h"
 #include "sim/profile.h"
 #include "model/synth.h"
 #include "test_util.h"
+#include "nitsum_bands.h"
 
 namespace loom::sim {
 namespace {
@@ -92,6 +97,19 @@ TEST(NitsumSim, NaiveSwitchPausesLonger) {
   EXPECT_GE(nitsum.goodput_total_rps, naive.goodput_total_rps);
 }
 
+// P_max as a load (exp_nitsum.h prefill_rate_at_quantile), against values solved by hand (bisection
+// of rho exp(-2 (1 - rho) w / s) = 1 - q outside this code): Llama-8B's 2048-token prefill on one
+// A100 (151 ms) under a 500 ms TTFT at p90: rho 0.609, 4.03 prompts/s (6.62 without queueing); a
+// batch of 4 in 200 ms: rho 0.824, 16.48/s.
+TEST(NitsumSim, PrefillRateAtQuantile) {
+  EXPECT_NEAR(prefill_rate_at_quantile(0.151, 1, 0.5, 0.9), 4.0339, 1e-3);
+  EXPECT_NEAR(prefill_rate_at_quantile(0.2, 4, 0.5, 0.9), 16.4845, 1e-3);
+  EXPECT_DOUBLE_EQ(prefill_rate_at_quantile(0.151, 1, 0.5, 0), 1 / 0.151);  // no queueing: the batch throughput
+  EXPECT_EQ(prefill_rate_at_quantile(0.6, 1, 0.5, 0.9), 0);                 // the batch alone misses the TTFT
+  // A stricter quantile admits less load.
+  EXPECT_LT(prefill_rate_at_quantile(0.151, 1, 0.5, 0.99), prefill_rate_at_quantile(0.151, 1, 0.5, 0.9));
+}
+
 TEST(NitsumSim, ProfileTableRejectsWhatTheModelCannotRun) {
   const cluster::SloTiers tiers = cluster::parse_tiers("a=500/15");
   // Qwen-14B has 8 KV heads and 40 query heads: TP16 is not a candidate (and exceeds the node).
@@ -141,6 +159,242 @@ TEST(NitsumSim, ProfileTableFromALoomProfileFolder) {
   const ClusterSimResult r = simulate_cluster(cmf, tiers, table, trace, c);
   EXPECT_EQ(r.unfinished, 0);
   EXPECT_EQ(r.met[0], 20) << r.first_plan;
+}
+
+}  // namespace
+}  // namespace loom::sim
+
+// ---------------------------------------------------------------- the paper's figures
+// Bands: tests/sim/nitsum_bands.h (fixed before any modelling change of this branch).
+
+namespace loom::sim {
+namespace {
+
+using namespace nitsum_bands;
+
+// Table 1 is a measurement (Nitsum 4, "SLO setups", the SplitWise methodology): the strict TPOT is
+// the TPOT of the minimal TP at batch 1, the loose one at batch 128, at the workload's average
+// token sizes. The cost model priced at those points (Azure conversation: 1155-token prompt, 211
+// outputs, so a mean context of 1260) within the band rule of each printed TPOT. The TTFT column
+// is not checked: it is the same for both tiers (batch 1 and 128 cannot both measure 200 ms), so
+// it is a chosen target, not a measurement.
+TEST(NitsumPaper, CostModelAgreesWithTable1) {
+  struct Row {
+    const char* model;
+    const char* node;
+    int tp;
+    double strict_ms, loose_ms;
+  };
+  const Row rows[] = {{"llama-3-8b", "a100x8", 1, 15, 30}, {"llama-3-8b", "h100x8", 1, 10, 20}, {"qwen14b", "h100x8", 2, 10, 15}};
+  for (const Row& x : rows) {
+    CostModelOptions o;
+    o.weight_dtype = SimDType::BF16;
+    const ModelConfig m = std::string(x.model) == "qwen14b" ? nitsum_qwen14b() : find_model(x.model);
+    const CostModel cm(m, parse_node(x.node), o);
+    const PricedPlan p = cm.prepare(Plan::parse(cat("tp=", x.tp)));
+    const double b1 = cm.price(p, {SeqWork{1, 1260, true}}).total_s * 1e3;
+    const double b128 = cm.price(p, std::vector<SeqWork>(128, SeqWork{1, 1260, true})).total_s * 1e3;
+    EXPECT_TRUE(in_band(b1, x.strict_ms)) << x.model << " " << x.node << " batch 1: " << b1 << " ms vs " << x.strict_ms;
+    EXPECT_TRUE(in_band(b128, x.loose_ms)) << x.model << " " << x.node << " batch 128: " << b128 << " ms vs " << x.loose_ms;
+  }
+}
+
+// Fig. 14's step 1 by hand: Qwen-14B at TP1 on H100 reads 27.98 GB of weights per decode step,
+// 8.35 ms at the datasheet's 3.35 TB/s. No pricing may beat that, and the strict tier's 10 ms is
+// out of reach at TP1 while TP4 reaches it (the TP the strict tier needs in nitsum-fig14).
+TEST(NitsumPaper, Qwen14bTp1CannotMeetTheStrictTpot) {
+  CostModelOptions o;
+  o.weight_dtype = SimDType::BF16;
+  const CostModel cm(nitsum_qwen14b(), parse_node("h100x8"), o);
+  const double hbm = 3.35e12;
+  double prev = 1e9;
+  for (int tp : {1, 2, 4}) {
+    const PricedPlan p = cm.prepare(Plan::parse(cat("tp=", tp)));
+    EXPECT_NEAR(p.weight_bytes * tp / 1e9, 27.98, 0.05) << tp;  // 14.8 B params less the input embedding, bf16
+    const double t = cm.price(p, {SeqWork{1, 1260, true}}).total_s;
+    EXPECT_GT(t, p.weight_bytes / hbm) << tp;
+    EXPECT_LT(t, prev) << tp;
+    prev = t;
+    if (tp == 1) EXPECT_GT(t, 10e-3);
+    if (tp == 4) EXPECT_LT(t, 10e-3);
+  }
+}
+
+const ExperimentRow& find_row(const ExperimentResult& r, const std::string& metric, const std::string& config_prefix) {
+  for (const auto& x : r.rows)
+    if (x.metric == metric && x.config.rfind(config_prefix, 0) == 0) return x;
+  throw Error(cat("no row ", metric, " / ", config_prefix, "* in ", r.name));
+}
+
+const ExperimentResult& cached(const std::string& name) {
+  static std::map<std::string, ExperimentResult> done;
+  auto it = done.find(name);
+  if (it == done.end()) it = done.emplace(name, find_experiment(name).run()).first;
+  return it->second;
+}
+
+double step(int n) { return find_row(cached("nitsum-fig14"), "goodput_rps", cat(n, "-")).simulated; }
+
+void expect_ratio(double simulated, double paper, const char* what) {
+  EXPECT_TRUE(in_band(simulated, paper)) << what << ": simulated " << simulated << ", paper " << paper << ", band ["
+                                         << kLow * paper << ", " << kHigh * paper << "]";
+}
+
+// Fig. 14: both collapses and the top of the ladder.
+TEST(NitsumPaper, Fig14CollapsesAndOrdering) {
+  const double s7 = step(7);
+  EXPECT_GT(s7, 0);
+  EXPECT_LT(step(2), kCollapseFrac * s7) << "static P/D";
+  EXPECT_LT(step(6), kCollapseFrac * s7) << "dynamic TP with a naive switch";
+  for (int n : {1, 2, 3, 4, 5, 6}) EXPECT_GT(s7, step(n)) << n;
+  for (int n : {1, 3, 4}) EXPECT_GT(step(5), step(n)) << n;
+  // The rows carry the paper's numbers the bands are made of.
+  EXPECT_DOUBLE_EQ(*find_row(cached("nitsum-fig14"), "goodput_rps", "7-").paper, kStep7);
+  EXPECT_DOUBLE_EQ(*find_row(cached("nitsum-fig14"), "goodput_rps", "1-").paper, kStep1);
+}
+
+TEST(NitsumPaper, Fig14FullOverStaticScheduler) { expect_ratio(step(7) / step(5), kFullOverSched, "step 7 / step 5"); }
+TEST(NitsumPaper, Fig14PerTierOverSloRule) { expect_ratio(step(4) / step(3), kPerTierOverSloRule, "step 4 / step 3"); }
+
+// Missed after honest modelling; disabled (not widened) while issue 15 is open:
+// `test_sim --gtest_also_run_disabled_tests --gtest_filter='NitsumPaper*'` runs them. Measured
+// with `loom sim experiment nitsum-fig14` (0.02, 0.00, 3.25, 3.56, 14.69, 0.08, 16.73 req/s):
+//  - step 3 / step 1 (1.27) and step 7 / step 1 (2.52): step 1 is 0.02 req/s. Qwen-14B at TP1
+//    decodes a token in 14.8 ms (>= 8.35 ms by the HBM bound; Table 1's measured 10 ms is TP2),
+//    so only the loose 15 ms tier is reachable and not with batching; on top, the Azure lengths
+//    we run in place of the stripped ServeGen workload keep each TP1 GPU prefilling 65% of the
+//    time at 70 req/s (row prefill_busy/tp1), tripling every TPOT. The paper's 13.2 needs a
+//    lighter workload than ours, not a faster GPU (the cost model agrees with Table 1). Step 1
+//    at TP2 (the paper also says the 14B "requires at least two GPUs") gives 0.38 req/s (row
+//    alt-1-vanilla-tp2): TP2 prefills 91% of the time. At 10 req/s TP1 still meets only 111 of
+//    the 300 loose-tier requests (alt-1-vanilla-tp1@10rps): one 14.8 ms step has no room for a
+//    second sequence under 15 ms. With Table 1 reproduced within 15%, the paper's 13.2 is not
+//    consistent with its Table 1 under a per-request mean TPOT (PAPERS-NOTES 2.4.12).
+TEST(NitsumPaper, DISABLED_Fig14SloRuleOverVanilla) { expect_ratio(step(3) / step(1), kSloRuleOverVanilla, "step 3 / step 1"); }
+TEST(NitsumPaper, DISABLED_Fig14FullOverVanilla) { expect_ratio(step(7) / step(1), kFullOverVanilla, "step 7 / step 1"); }
+//  - step 5 / step 4 (1.63; measured 4.13): steps 3 and 4 (SLO-agnostic batching with the defer
+//    rule, static TP) keep 3.2-3.6 req/s because at 70 req/s of Azure-length prompts every
+//    colocated TP is prefill-bound: the prompts alone take 0.65, 0.91, 1.33 and 2.18 of each
+//    GPU's time at TP1, 2, 4 and 8 (rows prefill_busy), and TP1-2 cannot meet the strict TPOT;
+//    Nitsum's P/D units take the prefill stalls out of the decode instances, which is worth
+//    more here than at the paper's lighter load.
+TEST(NitsumPaper, DISABLED_Fig14SchedOverPerTier) { expect_ratio(step(5) / step(4), kSchedOverPerTier, "step 5 / step 4"); }
+
+// ---- Fig. 10 (4.1.1): goodput vs rate, Llama-3.1-8B on 4 A100, Azure conv + code, Table 1 tiers.
+const std::vector<int> kRates = {10, 20, 30, 40, 60, 80};  // nitsum-goodput's rates
+
+// The goodput of `system` ("nitsum", "static-tp" = SGLang, "static-pd" = SGLang (PD), "split")
+// at `rate` req/s.
+double fig10(const std::string& system, int rate) {
+  const std::string suffix = cat("@", rate, "rps");
+  for (const auto& x : cached("nitsum-goodput").rows) {
+    if (x.metric != "goodput_rps" || x.config.rfind(system, 0) != 0) continue;
+    if (x.config.size() >= suffix.size() && x.config.compare(x.config.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return x.simulated;
+  }
+  throw Error(cat("no nitsum-goodput row ", system, suffix));
+}
+
+// "all the baselines except for Split drops to 0 goodput beyond 40 incoming RPS": vanilla SGLang.
+TEST(NitsumPaper, Fig10SglangCollapsesBeyond40) {
+  for (int rate : kRates)
+    if (rate > kCollapseBeyondRps) EXPECT_LT(fig10("static-tp", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+}
+
+// ... "except for Split".
+TEST(NitsumPaper, Fig10SplitDoesNotCollapse) {
+  for (int rate : kRates) EXPECT_GT(fig10("split", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+}
+
+// Missed (measured with `loom sim experiment nitsum-goodput`, nitsum / static-tp / static-pd /
+// split at 10 20 30 40 60 80 req/s: 5.23 8.15 9.74 9.96 11.43 9.01 / 3.89 6.34 5.56 1.03 0.35
+// 0.33 / 3.92 2.08 1.08 0.73 0.68 0.70 / 4.25 7.04 7.74 7.43 9.28 10.98):
+//  - SGLang (PD) beyond 40 req/s keeps 0.68 and 0.70 req/s (6% and 8% of Nitsum): its 2 TP1
+//    prefill GPUs (about 12 conversation prompts/s each) are overrun from the first second, and
+//    what is met is the start-up transient of our 40 s of arrivals (about 28 requests); over the
+//    paper's 10-minute traces the same transient is 0.05 req/s.
+TEST(NitsumPaper, DISABLED_Fig10SglangPdCollapsesBeyond40) {
+  for (int rate : kRates)
+    if (rate > kCollapseBeyondRps) EXPECT_LT(fig10("static-pd", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+}
+//  - Monotone and highest: Nitsum falls from 11.43 (60) to 9.01 (80) and Split passes it at 80.
+//    At 80 req/s the planner gives all 4 GPUs to the conversation tier as 2 TP1 prefill + 1 TP2
+//    decode (its profile capacity per GPU is the highest), the code tier only spills; Split's
+//    colocated TP4 serves more of the conversation tier (439 vs 354 of 1600) because P_max is a
+//    throughput without queueing, so past saturation the P/D unit's prefill queue misses TTFT.
+TEST(NitsumPaper, DISABLED_Fig10NitsumGoodputGrowsWithRate) {
+  for (size_t i = 1; i < kRates.size(); ++i)
+    EXPECT_GE(fig10("nitsum", kRates[i]), kMonotoneSlack * fig10("nitsum", kRates[i - 1])) << kRates[i];
+}
+TEST(NitsumPaper, DISABLED_Fig10NitsumHighest) {
+  for (int rate : kRates)
+    for (const char* b : {"static-tp", "static-pd", "split"}) EXPECT_GE(fig10("nitsum", rate), fig10(b, rate)) << b << " " << rate;
+}
+//  - "At low system load, all the systems perform similarly": at 10 req/s SGLang keeps 0.74 and
+//    SGLang (PD) 0.75 of Nitsum. Our 10 req/s is not a light load: the first 200 Azure code
+//    requests hold a burst of 88 code prompts in their last 4 s (0.8 s once
+//    rescaled to 5 req/s), which no system prefills within 500 ms, and the colocated baselines
+//    also stall conversation decodes behind it (15 ms TPOT).
+TEST(NitsumPaper, DISABLED_Fig10LowLoadSimilar) {
+  for (const char* b : {"static-tp", "static-pd", "split"}) {
+    const double r = fig10(b, kRates.front()) / fig10("nitsum", kRates.front());
+    EXPECT_TRUE(r >= kLow && r <= kHigh) << b << ": " << r;
+  }
+}
+
+// The same claims on Table 1's two H100 setups (nitsum-goodput-h100: Llama-3.1-8B on 4 H100,
+// Qwen-14B on 8 H100): "Nitsum achieves the highest goodput among all the systems".
+double fig10_h100(const std::string& setting, const std::string& system, int rate) {
+  const std::string head = setting + "/" + system, suffix = cat("@", rate, "rps");
+  for (const auto& x : cached("nitsum-goodput-h100").rows) {
+    if (x.metric != "goodput_rps" || x.config.rfind(head, 0) != 0) continue;
+    if (x.config.size() >= suffix.size() && x.config.compare(x.config.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return x.simulated;
+  }
+  throw Error(cat("no nitsum-goodput-h100 row ", head, suffix));
+}
+const char* const kH100Settings[] = {"llama8b-h100x4", "qwen14b-h100x8"};
+
+TEST(NitsumPaper, Fig10H100NitsumHighest) {
+  for (const char* st : kH100Settings)
+    for (int rate : kRates)
+      for (const char* b : {"static-tp", "static-pd", "split"})
+        EXPECT_GE(fig10_h100(st, "nitsum", rate), fig10_h100(st, b, rate)) << st << " " << b << " " << rate;
+}
+// Missed (`loom sim experiment nitsum-goodput-h100`, Nitsum at 10 20 30 40 60 80 req/s): 8B on 4
+// H100 6.86 12.46 15.20 16.10 14.04 11.58; 14B on 8 H100 5.78 10.08 12.02 10.04 7.03 5.90. Past
+// the knee (LOOM_NITSUM_DEBUG=1) the plans give all their units to one tier (14B at 40 and 60:
+// only the code tier; 8B at 60: only the conversation tier) and the other tier's requests spill
+// round-robin into every prefill instance (N12) as best-effort; the served tier's TTFT and TPOT
+// counts fall with the spill (14B code tier: 167 / 287 of 600 met at 30 req/s, 129 / 125 of
+// 1200 at 60). Planned with P_max at the p90 TTFT (rows p90plan-nitsum) the 8B curve still
+// falls at 80 (17.55 18.92 11.88) and the 14B one from 30 (11.02 10.69 8.31 8.53).
+TEST(NitsumPaper, DISABLED_Fig10H100NitsumGoodputGrowsWithRate) {
+  for (const char* st : kH100Settings)
+    for (size_t i = 1; i < kRates.size(); ++i)
+      EXPECT_GE(fig10_h100(st, "nitsum", kRates[i]), kMonotoneSlack * fig10_h100(st, "nitsum", kRates[i - 1]))
+          << st << " " << kRates[i];
+}
+
+// ---- Fig. 7 (3.2.2): page-by-page against aggregated KV migration, 0.5 and 5 GB.
+double fig7(const std::string& metric, const std::string& tokens) {
+  return find_row(cached("nitsum-fig7"), metric, tokens + "tok").simulated;
+}
+TEST(NitsumPaper, Fig7PagedCopy) {
+  expect_ratio(fig7("paged_s", "4096"), kPagedLoS, "paged 0.5 GB");
+  expect_ratio(fig7("paged_s", "40960"), kPagedHiS, "paged 5 GB");
+}
+TEST(NitsumPaper, Fig7AggregatedAt5GB) {
+  expect_ratio(fig7("aggregated_ms", "40960"), kAggHiMs, "aggregated 5 GB");
+  expect_ratio(fig7("speedup_x", "40960"), kSpeedupHi, "speedup 5 GB");
+}
+// Missed (measured: 2.34 ms and 337x at 0.5 GB): our aggregated move is the bytes at the
+// calibrated NVLink send/recv speed and nothing else; the paper's two ends fit t = 1.2 ms +
+// bytes / 228 GB/s, i.e. a fixed ~1.2 ms per migration (the handshake of 3.2.2 step 2, launches,
+// a sync) that the simulator does not price. Fitting that constant to Fig. 7 would be tuning.
+TEST(NitsumPaper, DISABLED_Fig7AggregatedAtHalfGB) {
+  expect_ratio(fig7("aggregated_ms", "4096"), kAggLoMs, "aggregated 0.5 GB");
+  expect_ratio(fig7("speedup_x", "4096"), kSpeedupLo, "speedup 0.5 GB");
 }
 
 }  // namespace
