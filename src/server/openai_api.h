@@ -95,7 +95,8 @@ nlohmann::json finish_reason_json(FinishReason r);
 // character); "bytes" has the exact bytes. text_offset: the code points of the completion text
 // before the token (bytes of a character still incomplete are not counted). Completions'
 // top_logprobs objects are keyed by token string: two alternatives with the same string keep the
-// more likely one. The eos token that ends a request has no entry (it is not text).
+// more likely one. The eos token that ends a request has no entry (it is not text); a stop string
+// cuts the text but not the entries (they run through the token that completed it).
 class LogprobsJson {
  public:
   LogprobsJson(Endpoint endpoint, const Tokenizer& tok) : endpoint_(endpoint), tok_(&tok) {}

@@ -429,6 +429,42 @@ TEST(Logprobs, DistributedPlansMatchTheSingleRankModel) {
   }
 }
 
+// The eos token that ends a request is not text: it has no logprobs entry (an eos forced first by
+// logit_bias: one completion token, no entry, the empty forms).
+TEST(Logprobs, TheEndingEosHasNoEntry) {
+  Stack s;
+  auto c = s.client();
+  const int eos = s.tok().eos_id();
+  ASSERT_GE(eos, 0);
+  const json bias = {{std::to_string(eos), 100}};
+  int st = 0;
+  json r = post_json(c, "/v1/completions",
+                     {{"prompt", kPrompt}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", 2}, {"logit_bias", bias}},
+                     &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 1) << r.dump();
+  EXPECT_EQ(r["choices"][0]["logprobs"], (json{{"tokens", json::array()},
+                                               {"token_logprobs", json::array()},
+                                               {"top_logprobs", json::array()},
+                                               {"text_offset", json::array()}}))
+      << r.dump();
+  json body = chat_body(5, false);
+  body.erase("ignore_eos");
+  body["logprobs"] = true;
+  body["logit_bias"] = bias;
+  r = post_json(c, "/v1/chat/completions", body, &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 1) << r.dump();
+  EXPECT_EQ(r["choices"][0]["logprobs"], (json{{"content", json::array()}})) << r.dump();
+  // With ignore_eos the eos is an ordinary token: it has its entry.
+  body["ignore_eos"] = true;
+  body["max_tokens"] = 2;
+  r = post_json(c, "/v1/chat/completions", body, &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["logprobs"]["content"].size(), 2u) << r.dump();
+}
+
 TEST(Logprobs, BadValuesAre400NamingTheField) {
   Stack s;
   auto c = s.client();
