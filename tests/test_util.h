@@ -18,15 +18,20 @@ std::string temp_dir();
 // Runs a shell command, returns its exit status and captures stdout+stderr into *output.
 int run_command(const std::string& cmd, std::string* output);
 
-// The message of the exception f throws, "(no error)" when it throws none.
-template <typename F>
+// What error_of returns when f throws nothing.
+inline constexpr const char* kNoError = "(no error)";
+
+// The message of the exception of type E (by default any std::exception) f throws, kNoError when it
+// throws none; an exception of another type propagates (test::error_of<Error>(f): only loom::Error
+// counts as the clean failure).
+template <typename E = std::exception, typename F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const std::exception& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  return "(no error)";
+  return kNoError;
 }
 
 }  // namespace loom::test

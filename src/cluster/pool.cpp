@@ -174,19 +174,9 @@ std::vector<uint8_t> recv_message(Communicator& c, int src, int tag) {
   return b;
 }
 
-std::vector<uint8_t> encode_tokens(const StepResult& r) {
-  static_assert(std::is_trivially_copyable_v<SampledToken>);
-  std::vector<uint8_t> b(r.sampled.size() * sizeof(SampledToken));
-  if (!b.empty()) std::memcpy(b.data(), r.sampled.data(), b.size());
-  return b;
-}
-StepResult decode_tokens(const std::vector<uint8_t>& b) {
-  if (b.size() % sizeof(SampledToken)) fail("step tokens: ", b.size(), " bytes");
-  StepResult r;
-  r.sampled.resize(b.size() / sizeof(SampledToken));
-  if (!b.empty()) std::memcpy(r.sampled.data(), b.data(), b.size());
-  return r;
-}
+// Tokens and logprobs (step_codec.h).
+std::vector<uint8_t> encode_tokens(const StepResult& r) { return encode_sampled(r); }
+StepResult decode_tokens(const std::vector<uint8_t>& b) { return decode_sampled(b.data(), b.size()); }
 
 std::vector<uint8_t> encode_reply(const CommandReply& c) {
   std::vector<uint8_t> out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cmath>
 #include <cstring>
 
 #include "comm/single.h"
@@ -33,6 +34,39 @@ int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, in
   Rng rng(p.seed * 0x9e3779b97f4a7c15ull + uint64_t(position));
   return kernels::sample(logits, vocab, kp, rng.uniform());
 }
+
+void token_logprobs(const float* logits, int vocab, TokenId chosen, int top_n, TokenLogprobs* out) {
+  LOOM_CHECK(vocab > 0 && chosen >= 0 && chosen < vocab, "token_logprobs: token ", chosen, " of ", vocab);
+  float m = logits[0];
+  for (int i = 1; i < vocab; ++i) m = std::max(m, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - double(m));
+  const double lse = double(m) + std::log(sum);
+  out->token = chosen;
+  out->logprob = float(double(logits[chosen]) - lse);
+  out->top.clear();
+  const int n = std::min(std::max(top_n, 0), vocab);
+  if (n == 0) return;
+  thread_local std::vector<int32_t> ids;
+  ids.resize(size_t(vocab));
+  for (int i = 0; i < vocab; ++i) ids[size_t(i)] = i;
+  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), before);
+  out->top.reserve(size_t(n));
+  for (int i = 0; i < n; ++i) out->top.emplace_back(ids[size_t(i)], float(double(logits[ids[size_t(i)]]) - lse));
+}
+
+namespace {
+
+// Bytes of one sampler rank's part of the step's token gather: its SampledTokens in batch order,
+// then, for those whose request asked for logprobs, f32 logprob and k x (i32 id, f32 logprob)
+// (k = min(logprobs, vocab)). Every rank computes every part's size from the batch alone.
+size_t logprob_bytes(const ScheduledSeq& s, int vocab) {
+  if (s.sampling.logprobs < 0) return 0;
+  return sizeof(float) + size_t(std::min(s.sampling.logprobs, vocab)) * (sizeof(int32_t) + sizeof(float));
+}
+
+}  // namespace
 
 void to_forward_batch(const StepBatch& batch, ForwardBatch& fb) {
   fb.tokens.clear();
@@ -269,8 +303,14 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
     for (const ScheduledSeq& s : batch.seqs) {
       if (!s.sample || int(((s.seq_id % dp) + dp) % dp) != my_replica) continue;
       LOOM_CHECK(row < n_rows, "step ", batch.step_index, ": ", n_rows, " logit rows for more samples");
-      res.sampled.push_back({s.seq_id, sample_token(logits_.data() + int64_t(row) * vocab, vocab, s.sampling,
-                                                    s.start + s.num_tokens, s.output_counts)});
+      const float* row_logits = logits_.data() + int64_t(row) * vocab;
+      res.sampled.push_back(
+          {s.seq_id, sample_token(row_logits, vocab, s.sampling, s.start + s.num_tokens, s.output_counts)});
+      if (s.sampling.logprobs >= 0) {  // only for the requests that ask: no cost otherwise
+        TokenLogprobs& l = res.logprobs.emplace_back();
+        l.seq_id = s.seq_id;
+        token_logprobs(row_logits, vocab, res.sampled.back().token, s.sampling.logprobs, &l);
+      }
       ++row;
     }
   }
@@ -288,9 +328,15 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
     const int rep = in.sampler_replica[r];
     if (rep < 0) continue;
     for (const ScheduledSeq& s : batch.seqs)
-      if (s.sample && int(((s.seq_id % dp) + dp) % dp) == rep) bytes[r] += sizeof(SampledToken);
+      if (s.sample && int(((s.seq_id % dp) + dp) % dp) == rep)
+        bytes[r] += sizeof(SampledToken) + logprob_bytes(s, vocab);
   }
-  const size_t my_tokens = gather ? res.sampled.size() * sizeof(SampledToken) : 0;  // else rank 0 keeps them
+  size_t my_tokens = 0;  // without a gather rank 0 keeps its tokens
+  if (gather) {
+    my_tokens = res.sampled.size() * sizeof(SampledToken);
+    for (const TokenLogprobs& l : res.logprobs)
+      my_tokens += sizeof(float) + l.top.size() * (sizeof(int32_t) + sizeof(float));
+  }
   LOOM_CHECK(bytes[size_t(me)] == (track ? kCounters : 0) + my_tokens, "sampled tokens of rank ", me);
   static_assert(std::is_trivially_copyable_v<SampledToken>);
   std::vector<uint8_t> mine(bytes[size_t(me)]);
@@ -298,7 +344,20 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
     const std::array<int64_t, 2> done = swaps_->local_done();  // after the writer's fence
     std::memcpy(mine.data(), done.data(), kCounters);
   }
-  if (my_tokens) std::memcpy(mine.data() + (track ? kCounters : 0), res.sampled.data(), my_tokens);
+  if (my_tokens) {
+    uint8_t* p = mine.data() + (track ? kCounters : 0);
+    std::memcpy(p, res.sampled.data(), res.sampled.size() * sizeof(SampledToken));
+    p += res.sampled.size() * sizeof(SampledToken);
+    for (const TokenLogprobs& l : res.logprobs) {  // in batch order, as the sizes above
+      std::memcpy(p, &l.logprob, sizeof(float));
+      p += sizeof(float);
+      for (const auto& [id, lp] : l.top) {
+        std::memcpy(p, &id, sizeof(int32_t));
+        std::memcpy(p + sizeof(int32_t), &lp, sizeof(float));
+        p += sizeof(int32_t) + sizeof(float);
+      }
+    }
+  }
   size_t total = 0;
   for (size_t b : bytes) total += b;
   std::vector<uint8_t> all_bytes(total);
@@ -316,12 +375,42 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
       at += kCounters;
       n -= kCounters;
     }
+    if (n == 0) continue;
+    // Rank r's part: its sequences in batch order (their logprob sizes follow from the batch).
+    const int rep = in.sampler_replica[r];
+    size_t n_tok = 0;
+    for (const ScheduledSeq& s : batch.seqs)
+      if (s.sample && int(((s.seq_id % dp) + dp) % dp) == rep) ++n_tok;
     const size_t first = all.sampled.size();
-    all.sampled.resize(first + n / sizeof(SampledToken));
-    if (n) std::memcpy(all.sampled.data() + first, all_bytes.data() + at, n);
+    all.sampled.resize(first + n_tok);
+    std::memcpy(all.sampled.data() + first, all_bytes.data() + at, n_tok * sizeof(SampledToken));
+    const uint8_t* p = all_bytes.data() + at + n_tok * sizeof(SampledToken);
+    size_t j = first;
+    for (const ScheduledSeq& s : batch.seqs) {
+      if (!s.sample || int(((s.seq_id % dp) + dp) % dp) != rep) continue;
+      const SampledToken& t = all.sampled[j++];
+      LOOM_CHECK(t.seq_id == s.seq_id, "step ", batch.step_index, ": rank ", r, " sent the token of ", t.seq_id,
+                 " for ", s.seq_id);
+      if (s.sampling.logprobs < 0) continue;
+      TokenLogprobs& l = all.logprobs.emplace_back();
+      l.seq_id = s.seq_id;
+      l.token = t.token;
+      std::memcpy(&l.logprob, p, sizeof(float));
+      p += sizeof(float);
+      l.top.resize(size_t(std::min(s.sampling.logprobs, vocab)));
+      for (auto& [id, lp] : l.top) {
+        std::memcpy(&id, p, sizeof(int32_t));
+        std::memcpy(&lp, p + sizeof(int32_t), sizeof(float));
+        p += sizeof(int32_t) + sizeof(float);
+      }
+    }
+    LOOM_CHECK(p == all_bytes.data() + at + n, "step ", batch.step_index, ": the token gather's part of rank ", r);
     at += n;
   }
-  if (!gather) all.sampled = std::move(res.sampled);
+  if (!gather) {
+    all.sampled = std::move(res.sampled);
+    all.logprobs = std::move(res.logprobs);
+  }
   if (track) swaps_->advance(out_all, in_all, &all.swapped_out, &all.swapped_in);
   return all;
 }

@@ -202,6 +202,15 @@ void check_block_sizes(const std::vector<Plan>& plans, int block_size);
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, int64_t position,
                      const std::vector<std::pair<TokenId, int32_t>>& output_counts = {});
 
+// OpenAI's logprobs of the token `chosen` sampled from `logits[vocab]`: out->logprob and the
+// min(top_n, vocab) most likely tokens (descending; equal values: lower id first), as the
+// log-softmax of the model's logits in double precision, rounded to float. Which distribution:
+// the raw one, before logit_bias, the penalties, temperature and top-k / top-p (vLLM's default,
+// logprobs_mode = raw_logprobs; OpenAI documents logprobs as the model's). So a token forced by
+// logit_bias reports its unbiased probability, and greedy's choice is top-1 when nothing adjusts
+// the logits. Sets out->token = chosen; out->seq_id is left as it is.
+void token_logprobs(const float* logits, int vocab, TokenId chosen, int top_n, TokenLogprobs* out);
+
 // The forward batch of a step; want_logits follows ScheduledSeq::sample.
 void to_forward_batch(const StepBatch& batch, ForwardBatch& fb);
 

@@ -30,6 +30,11 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::vector<std::pair<TokenId, float>> logit_bias;  // (token id, bias); ids unique
+  // OpenAI's logprobs (completions `logprobs: N`, chat `logprobs: true` + `top_logprobs: N`):
+  // -1 = off; N >= 0 = with each sampled token, its log-probability and the N most likely tokens'
+  // (rank_engine.h token_logprobs). Computed only for the requests that ask.
+  int logprobs = -1;
+  static constexpr int kMaxLogprobs = 20;  // N at most (vLLM's default max_logprobs)
   bool adjusts_logits() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty(); }
   bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f; }
 };

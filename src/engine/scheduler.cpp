@@ -554,6 +554,8 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
     const bool fresh = tokens.emplace(t.seq_id, t.token).second;
     LOOM_CHECK(fresh, "two tokens for seq ", t.seq_id);
   }
+  std::unordered_map<RequestId, const TokenLogprobs*> logprobs;
+  for (const TokenLogprobs& l : result.logprobs) logprobs.emplace(l.seq_id, &l);
   if (async()) apply_swaps_done(result);
   StepOutcome out;
   for (const ScheduledSeq& e : batch.seqs) {
@@ -566,7 +568,8 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
     auto t = tokens.find(e.seq_id);
     LOOM_CHECK(t != tokens.end(), "no sampled token for seq ", e.seq_id);
     s->output.push_back(t->second);
-    TokenEvent ev{e.seq_id, t->second, false, FinishReason::kNone};
+    TokenEvent ev{e.seq_id, t->second, false, FinishReason::kNone, std::nullopt};
+    if (auto l = logprobs.find(e.seq_id); l != logprobs.end()) ev.logprobs = *l->second;
     if (apply_stops(s)) {
       ev.finished = true;
       ev.reason = finished_.back().finish_reason;

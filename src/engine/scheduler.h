@@ -114,6 +114,9 @@ struct TokenEvent {
   TokenId token = 0;
   bool finished = false;  // this token ended the sequence
   FinishReason reason = FinishReason::kNone;
+  // Its log-probabilities when the request asked (sampling.logprobs >= 0) and the executor gave
+  // them (StepResult::logprobs).
+  std::optional<TokenLogprobs> logprobs;
 };
 
 struct StepOutcome {

@@ -79,10 +79,24 @@ struct SampledToken {
   TokenId token = 0;
 };
 
+// The log-probabilities of a sampled token, for a sequence with sampling.logprobs >= 0
+// (rank_engine.h token_logprobs).
+struct TokenLogprobs {
+  RequestId seq_id = 0;
+  TokenId token = 0;  // the sampled token
+  float logprob = 0;  // its log-probability
+  // The min(sampling.logprobs, vocab) most likely tokens and their log-probabilities, most likely
+  // first (equal values: lower id first).
+  std::vector<std::pair<TokenId, float>> top;
+};
+
 // Result of one step: exactly one token for every sequence of the batch with sample == true
 // (any order). It is the executor's job to sample (with ScheduledSeq::sampling).
 struct StepResult {
   std::vector<SampledToken> sampled;
+  // One per sampled sequence whose sampling.logprobs >= 0 (any order); executors that do not
+  // compute logits (the simulator) leave it empty.
+  std::vector<TokenLogprobs> logprobs;
   // Asynchronous swaps (Seesaw §5.2): sequences whose swap-out / swap-in completed on every rank by
   // the end of this step (ready to be swapped in / ready to decode).
   std::vector<RequestId> swapped_out, swapped_in;

@@ -1,6 +1,7 @@
 #include "engine/step_codec.h"
 
 #include <cstring>
+#include <type_traits>
 #include <string>
 
 #include "core/byte_io.h"
@@ -44,7 +45,8 @@ void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std
     w.put<int32_t>(s.start);
     w.put<int32_t>(s.num_tokens);
     const bool adjust = s.sampling.adjusts_logits();
-    w.put<uint8_t>(uint8_t((s.is_prefill ? 1 : 0) | (s.sample ? 2 : 0) | (adjust ? 4 : 0)));
+    const bool logprobs = s.sampling.logprobs >= 0;
+    w.put<uint8_t>(uint8_t((s.is_prefill ? 1 : 0) | (s.sample ? 2 : 0) | (adjust ? 4 : 0) | (logprobs ? 8 : 0)));
     w.put<float>(s.sampling.temperature);
     w.put<float>(s.sampling.top_p);
     w.put<int32_t>(s.sampling.top_k);
@@ -64,6 +66,7 @@ void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std
         w.put<int32_t>(count);
       }
     }
+    if (logprobs) w.put<int32_t>(s.sampling.logprobs);  // flag 8
     w.put_bytes(s.token_ids.data(), s.token_ids.size() * sizeof(TokenId));
   }
 }
@@ -117,6 +120,7 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
     s.start = r.get<int32_t>("start");
     s.num_tokens = r.get<int32_t>("num_tokens");
     const uint8_t flags = r.get<uint8_t>("flags");
+    if (flags & ~0xf) fail("step descriptor: sequence ", s.seq_id, " has unknown flags ", int(flags));
     s.is_prefill = flags & 1;
     s.sample = flags & 2;
     s.sampling.temperature = r.get<float>("temperature");
@@ -144,6 +148,12 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
         count = r.get<int32_t>("output count");
       }
     }
+    if (flags & 8) {
+      s.sampling.logprobs = r.get<int32_t>("logprobs");
+      if (s.sampling.logprobs < 0 || s.sampling.logprobs > SamplingParams::kMaxLogprobs)
+        fail("step descriptor: sequence ", s.seq_id, " asks for ", s.sampling.logprobs, " logprobs (0..",
+             SamplingParams::kMaxLogprobs, ")");
+    }
     if (s.start < 0 || s.num_tokens < 1)
       fail("step descriptor: sequence ", s.seq_id, " has start ", s.start, " and ", s.num_tokens, " tokens");
     if (int64_t(s.start) + s.num_tokens > INT32_MAX)  // context_len() must not overflow
@@ -159,6 +169,52 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
   }
   if (r.left() != 0) fail("step descriptor: ", r.left(), " bytes after the last sequence");
   return d;
+}
+
+std::vector<uint8_t> encode_sampled(const StepResult& res) {
+  static_assert(std::is_trivially_copyable_v<SampledToken>);
+  std::vector<uint8_t> out;
+  ByteWriter w(out);
+  w.put<uint32_t>(uint32_t(res.sampled.size()));
+  w.put_bytes(res.sampled.data(), res.sampled.size() * sizeof(SampledToken));
+  w.put<uint32_t>(uint32_t(res.logprobs.size()));
+  for (const TokenLogprobs& l : res.logprobs) {
+    w.put<int64_t>(l.seq_id);
+    w.put<int32_t>(l.token);
+    w.put<float>(l.logprob);
+    w.put<uint32_t>(uint32_t(l.top.size()));
+    for (const auto& [id, lp] : l.top) {
+      w.put<int32_t>(id);
+      w.put<float>(lp);
+    }
+  }
+  return out;
+}
+
+StepResult decode_sampled(const uint8_t* data, size_t bytes) {
+  ByteReader r(data, bytes, "sampled tokens");
+  StepResult res;
+  const uint32_t n = r.get<uint32_t>("token count");
+  if (uint64_t(n) * sizeof(SampledToken) > r.left()) fail("sampled tokens: ", n, " tokens in ", r.left(), " bytes");
+  res.sampled.resize(n);
+  r.get_bytes(res.sampled.data(), res.sampled.size() * sizeof(SampledToken), "tokens");
+  const uint32_t m = r.get<uint32_t>("logprobs count");
+  if (uint64_t(m) * 20 > r.left()) fail("sampled tokens: ", m, " logprobs entries in ", r.left(), " bytes");
+  res.logprobs.resize(m);
+  for (TokenLogprobs& l : res.logprobs) {
+    l.seq_id = r.get<int64_t>("logprobs seq_id");
+    l.token = r.get<int32_t>("logprobs token");
+    l.logprob = r.get<float>("logprob");
+    const uint32_t k = r.get<uint32_t>("top count");
+    if (uint64_t(k) * 8 > r.left()) fail("sampled tokens: ", k, " top logprobs in ", r.left(), " bytes");
+    l.top.resize(k);
+    for (auto& [id, lp] : l.top) {
+      id = r.get<int32_t>("top id");
+      lp = r.get<float>("top logprob");
+    }
+  }
+  if (r.left() != 0) fail("sampled tokens: ", r.left(), " bytes after the last entry");
+  return res;
 }
 
 }  // namespace loom

@@ -16,8 +16,13 @@
 //   u32 n_released, i64 released[n_released], u32 n_kv, (i64 id, i64 n_tokens)[n_kv],
 //   the same for swap_out and for swap_in (Seesaw's CPU KV tier),
 //   u32 n_seqs, then per sequence:
-//     i64 seq_id, i32 start, i32 num_tokens, u8 flags (1 = prefill, 2 = sample),
-//     f32 temperature, f32 top_p, i32 top_k, u64 seed, i32 priority, i32 token_ids[num_tokens]
+//     i64 seq_id, i32 start, i32 num_tokens, u8 flags (1 = prefill, 2 = sample, 4 = logit
+//     adjustments, 8 = logprobs; other bits are an error),
+//     f32 temperature, f32 top_p, i32 top_k, u64 seed, i32 priority,
+//     flag 4: u32 n, (i32 id, f32 bias)[n], f32 presence, f32 frequency, u32 m, (i32 id, i32 count)[m],
+//     flag 8: i32 logprobs (0..SamplingParams::kMaxLogprobs),
+//     i32 token_ids[num_tokens]
+// (Flags 4 and 8 were added within version 3: every rank of a job runs the same binary.)
 // A decode of malformed bytes throws loom::Error naming the field (never reads past the end).
 #pragma once
 
@@ -43,5 +48,12 @@ struct DecodedStep {
   std::vector<RequestId> released;
 };
 DecodedStep decode_step(const uint8_t* data, std::size_t bytes);
+
+// A step's sampled tokens and logprobs as bytes (a Nitsum pool's workers send them to the control
+// plane, cluster/pool.h): u32 n, SampledToken[n], u32 m, then per logprobs entry
+// i64 seq_id, i32 token, f32 logprob, u32 k, (i32 id, f32 logprob)[k]. Decoding malformed bytes throws
+// loom::Error. The swap completions are not carried.
+std::vector<uint8_t> encode_sampled(const StepResult& r);
+StepResult decode_sampled(const uint8_t* data, std::size_t bytes);
 
 }  // namespace loom

@@ -292,14 +292,17 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
   const RequestId rid = st->id();
   const ConnectionProbe probe = ConnectionProbe::current();
 
+  const bool want_logprobs = a.sampling.logprobs >= 0;
   if (!a.stream) {
     std::string text;
+    std::vector<TokenLogprobs> lps;
     RequestStream::Update u;
     bool eof_probed = false;
     auto next_probe = std::chrono::steady_clock::now() + kPoll;
     for (;;) {
       if (st->next(&u, kPoll)) {
         text += u.text;
+        for (TokenLogprobs& l : u.logprobs) lps.push_back(std::move(l));
         if (u.finished) break;
       }
       // Tokens may keep coming faster than kPoll: probe on time, not only on timeouts.
@@ -313,9 +316,20 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
       }
     }
     if (is_failure(u.reason)) throw finish_error(u);
-    const json body = ep == Endpoint::kChat
-                          ? chat_response(id, created, model, text, u.reason, prompt_len, u.num_output)
-                          : completion_response(id, created, model, text, u.reason, prompt_len, u.num_output);
+    json logprobs = nullptr;
+    if (want_logprobs) {
+      logprobs = LogprobsJson(ep, tok).add(lps);
+      if (logprobs.is_null())  // no token with logprobs (an eos first): the empty form
+        logprobs = ep == Endpoint::kChat ? json{{"content", json::array()}}
+                                         : json{{"tokens", json::array()},
+                                                {"token_logprobs", json::array()},
+                                                {"top_logprobs", json::array()},
+                                                {"text_offset", json::array()}};
+    }
+    const json body =
+        ep == Endpoint::kChat
+            ? chat_response(id, created, model, text, u.reason, prompt_len, u.num_output, logprobs)
+            : completion_response(id, created, model, text, u.reason, prompt_len, u.num_output, logprobs);
     send_json(res, 200, body);
     return;
   }
@@ -327,8 +341,10 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
     bool role_sent = false;
     bool done = false;
     bool eof_probed = false;
+    std::optional<LogprobsJson> logprobs;  // when the request asked for them
   };
   auto ss = std::make_shared<StreamState>();
+  if (want_logprobs) ss->logprobs.emplace(ep, tok);
   ss->st = st;
   ss->probe = probe;
   ServingEngine* eng = &engine;
@@ -371,8 +387,10 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
           if (!got) {
             if (out.empty()) return true;  // called again at once; next() waits
           } else {
-            if (!u.text.empty())
-              out += sse(stream_chunk(ep, id, created, model, u.text, nullptr, false, include_usage));
+            // A chunk per update with text or logprobs; each carries the logprobs of its tokens.
+            const json lp = ss->logprobs ? ss->logprobs->add(u.logprobs) : json(nullptr);
+            if (!u.text.empty() || !lp.is_null())
+              out += sse(stream_chunk(ep, id, created, model, u.text, nullptr, false, include_usage, lp));
             if (u.finished) {
               if (is_failure(u.reason)) {
                 out += sse(error_json(finish_error(u)));

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/json_bounded.h"
+#include "model/bpe_pretokenize.h"
 
 namespace loom::server {
 
@@ -62,6 +63,15 @@ bool get_bool(const json& v, const std::string& name) {
 std::string get_string(const json& v, const std::string& name) {
   if (!v.is_string()) bad(name, cat("'", name, "' must be a string, got ", shown(v)));
   return v.get<std::string>();
+}
+
+constexpr int kMaxLogprobs = SamplingParams::kMaxLogprobs;
+
+// A logprobs count (completions' logprobs, chat's top_logprobs): an integer in [0, kMaxLogprobs].
+int get_logprobs_count(const json& v, const std::string& name) {
+  const int64_t n = get_int(v, name);
+  if (n < 0 || n > kMaxLogprobs) bad(name, cat("'", name, "' must be in [0, ", kMaxLogprobs, "], got ", n));
+  return int(n);
 }
 
 std::vector<TokenId> get_token_ids(const json& v, const std::string& name) {
@@ -147,7 +157,8 @@ void parse_messages(const json& m, ApiRequest* r) {
 }
 
 // Issue 19, defect 10: the OpenAI fields loom implements (logit_bias, presence_penalty,
-// frequency_penalty: engine/request.h SamplingParams; user: accepted, not used) and the ones it
+// frequency_penalty: engine/request.h SamplingParams; user: accepted, not used; logprobs and
+// top_logprobs: parse_api_request) and the ones it
 // does not (a 400 naming the field, as vLLM answers what it does not support, rather than
 // silently ignoring them).
 void parse_logit_fields(const json& b, ApiRequest* r) {
@@ -177,8 +188,6 @@ void parse_logit_fields(const json& b, ApiRequest* r) {
     }
   }
   if (present(b, "user")) get_string(b["user"], "user");  // accepted (OpenAI: an end-user id), unused
-  if (present(b, "top_logprobs"))
-    bad("top_logprobs", "'top_logprobs' is not supported (loom returns no logprobs)");
   // Not implemented: refused by name rather than ignored.
   if (present(b, "suffix")) {
     const json& sfx = b["suffix"];
@@ -232,15 +241,33 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
     if (present(b, "echo") && get_bool(b["echo"], "echo")) bad("echo", "'echo' is not supported");
     if (present(b, "best_of") && get_int(b["best_of"], "best_of") != 1)
       bad("best_of", "'best_of' must be 1 (one sequence per request)");
+    // OpenAI's legacy form: logprobs = N, the number of most likely tokens to return with each
+    // token (0: the sampled token's only); false or null: off.
     if (present(b, "logprobs")) {
       const json& lp = b["logprobs"];
-      if (!(lp.is_number_integer() && lp.get<int64_t>() == 0) && !(lp.is_boolean() && !lp.get<bool>()))
-        bad("logprobs", "'logprobs' is not supported");
+      if (lp.is_boolean()) {
+        if (lp.get<bool>())
+          bad("logprobs", cat("'logprobs' on /v1/completions is a number of tokens in [0, ", kMaxLogprobs,
+                              "], not true"));
+      } else {
+        r.sampling.logprobs = get_logprobs_count(lp, "logprobs");
+      }
     }
+    if (present(b, "top_logprobs"))
+      bad("top_logprobs", cat("'top_logprobs' is a chat completions field; /v1/completions takes 'logprobs': N (0 to ",
+                              kMaxLogprobs, ")"));
   } else {
     if (!present(b, "messages")) bad("messages", "'messages' is required");
     parse_messages(b["messages"], &r);
-    if (present(b, "logprobs") && get_bool(b["logprobs"], "logprobs")) bad("logprobs", "'logprobs' is not supported");
+    // Chat: logprobs = true returns the sampled tokens' log-probabilities, top_logprobs = N (which
+    // requires logprobs = true, as OpenAI's API does) the N most likely tokens' with each.
+    const bool want = present(b, "logprobs") && get_bool(b["logprobs"], "logprobs");
+    int top = 0;
+    if (present(b, "top_logprobs")) {
+      top = get_logprobs_count(b["top_logprobs"], "top_logprobs");
+      if (!want) bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    }
+    if (want) r.sampling.logprobs = top;
   }
 
   // max_completion_tokens (chat) supersedes max_tokens, as in OpenAI's API.
@@ -340,10 +367,84 @@ json finish_reason_json(FinishReason r) {
   }
 }
 
+namespace {
+
+// Bytes as UTF-8 text, each invalid or incomplete sequence as U+FFFD.
+std::string utf8_lossy(const std::string& b) {
+  std::string out;
+  for (size_t i = 0; i < b.size();) {
+    int len = 1;
+    const uint32_t cp = utf8_decode(b, i, &len);
+    utf8_append(out, cp);
+    i += size_t(len);
+  }
+  return out;
+}
+
+json byte_list(const std::string& b) {
+  json a = json::array();
+  for (unsigned char c : b) a.push_back(int(c));
+  return a;
+}
+
+}  // namespace
+
+json LogprobsJson::add(const std::vector<TokenLogprobs>& tokens) {
+  if (tokens.empty()) return nullptr;
+  json content = json::array();
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenLogprobs& t : tokens) {
+    const std::string bytes = tok_->token_piece_bytes(prev_, t.token);
+    if (endpoint_ == Endpoint::kChat) {
+      json top = json::array();
+      for (const auto& [id, lp] : t.top) {
+        const std::string b = tok_->token_piece_bytes(prev_, id);
+        top.push_back({{"token", utf8_lossy(b)}, {"logprob", lp}, {"bytes", byte_list(b)}});
+      }
+      content.push_back(
+          {{"token", utf8_lossy(bytes)}, {"logprob", t.logprob}, {"bytes", byte_list(bytes)}, {"top_logprobs", top}});
+    } else {
+      toks.push_back(utf8_lossy(bytes));
+      lps.push_back(t.logprob);
+      json top = json::object();
+      for (const auto& [id, lp] : t.top) {
+        const std::string key = utf8_lossy(tok_->token_piece_bytes(prev_, id));
+        if (!top.contains(key)) top[key] = lp;  // most likely first: the first of a string wins
+      }
+      tops.push_back(std::move(top));
+      offsets.push_back(offset_);
+    }
+    // The text so far grows by this token's bytes; count the characters they complete.
+    partial_ += bytes;
+    size_t i = 0;
+    while (i < partial_.size()) {
+      const int need = utf8_seq_len(static_cast<unsigned char>(partial_[i]));
+      if (need > 1 && i + size_t(need) > partial_.size()) {
+        // An incomplete character: wait for its other bytes, unless what follows cannot be one.
+        bool continues = true;
+        for (size_t k = i + 1; k < partial_.size(); ++k)
+          continues = continues && (static_cast<unsigned char>(partial_[k]) & 0xc0) == 0x80;
+        if (continues) break;
+      }
+      int len = 1;
+      utf8_decode(partial_, i, &len);
+      i += size_t(len);
+      ++offset_;
+    }
+    partial_.erase(0, i);
+    prev_ = t.token;
+  }
+  if (endpoint_ == Endpoint::kChat) return json{{"content", std::move(content)}};
+  return json{{"tokens", std::move(toks)},
+              {"token_logprobs", std::move(lps)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+}
+
 json completion_response(const std::string& id, int64_t created, const std::string& model,
                          const std::string& text, FinishReason reason, int prompt_tokens,
-                         int completion_tokens) {
-  json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason_json(reason)}};
+                         int completion_tokens, const json& logprobs) {
+  json choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason_json(reason)}};
   return json{{"id", id},
               {"object", "text_completion"},
               {"created", created},
@@ -353,10 +454,10 @@ json completion_response(const std::string& id, int64_t created, const std::stri
 }
 
 json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                   FinishReason reason, int prompt_tokens, int completion_tokens) {
+                   FinishReason reason, int prompt_tokens, int completion_tokens, const json& logprobs) {
   json choice = {{"index", 0},
                  {"message", {{"role", "assistant"}, {"content", text}}},
-                 {"logprobs", nullptr},
+                 {"logprobs", logprobs},
                  {"finish_reason", finish_reason_json(reason)}};
   return json{{"id", id},
               {"object", "chat.completion"},
@@ -367,10 +468,11 @@ json chat_response(const std::string& id, int64_t created, const std::string& mo
 }
 
 json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                  const std::string& text, const json& finish, bool role_only, bool include_usage) {
+                  const std::string& text, const json& finish, bool role_only, bool include_usage,
+                  const json& logprobs) {
   json choice;
   if (endpoint == Endpoint::kCompletions) {
-    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}};
   } else {
     json delta = json::object();
     if (role_only) {
@@ -378,7 +480,7 @@ json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, con
     } else if (!text.empty()) {
       delta = {{"content", text}};
     }
-    choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    choice = {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}};
   }
   json c = {{"id", id},
             {"object", endpoint == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},

@@ -16,6 +16,8 @@ bool RequestStream::next(Update* out, std::chrono::milliseconds timeout) {
   if (!fresh_ && !finished_) return false;
   out->text.swap(pending_);
   pending_.clear();
+  out->logprobs.swap(pending_lp_);
+  pending_lp_.clear();
   out->num_output = num_output_;
   out->finished = finished_;
   out->reason = reason_;
@@ -24,22 +26,25 @@ bool RequestStream::next(Update* out, std::chrono::milliseconds timeout) {
   return true;
 }
 
-void RequestStream::push(std::string text, int num_output) {
+void RequestStream::push(std::string text, int num_output, std::optional<TokenLogprobs> lp) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     pending_ += text;
+    if (lp) pending_lp_.push_back(std::move(*lp));
     num_output_ = num_output;
     fresh_ = true;
   }
   cv_.notify_all();
 }
 
-void RequestStream::finish(std::string text, int num_output, FinishReason reason, std::string detail) {
+void RequestStream::finish(std::string text, int num_output, FinishReason reason, std::string detail,
+                           std::vector<TokenLogprobs> lps) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     pending_ += text;
+    for (TokenLogprobs& l : lps) pending_lp_.push_back(std::move(l));
     num_output_ = num_output;
     finished_ = true;
     fresh_ = true;
@@ -145,6 +150,7 @@ void ServingEngine::run() {
       l.arrival_s = r.arrival_s;
       l.prompt_len = r.prompt_len();
       l.tier = st->tier;
+      l.ignore_eos = r.stop.ignore_eos;
       live_.emplace(r.id, std::move(l));
       loop.submit(std::move(r));
     }
@@ -245,7 +251,13 @@ void ServingEngine::on_token(const TokenEvent& ev) {
     ++generation_tokens_total_;
   }
   l.last_token_s = now;
-  if (ev.finished) return;  // on_finish delivers the rest
+  if (ev.finished) {  // on_finish delivers the rest
+    // The eos token that ended the request is not text: no logprobs entry for it.
+    const bool eos = ev.reason == FinishReason::kStop && !l.ignore_eos &&
+                     std::find(eos_ids_.begin(), eos_ids_.end(), ev.token) != eos_ids_.end();
+    if (ev.logprobs && !eos) l.final_lp.push_back(*ev.logprobs);
+    return;
+  }
   try {
     // Tokens the stop check did not see (only possible without a stop check call): decode here.
     if (l.consumed < l.num_tokens) {
@@ -253,7 +265,8 @@ void ServingEngine::on_token(const TokenEvent& ev) {
       ++l.consumed;
     }
     std::string ready = l.filter.take_ready();
-    if (!ready.empty()) l.stream->push(std::move(ready), l.num_tokens);
+    // A token's logprobs go out with its text, or alone when its text is held back.
+    if (!ready.empty() || ev.logprobs) l.stream->push(std::move(ready), l.num_tokens, ev.logprobs);
   } catch (const std::exception& e) {
     log_warn("serve: streaming request ", ev.seq_id, " failed: ", e.what());
   }
@@ -292,12 +305,13 @@ void ServingEngine::on_finish(const Sequence& s) {
       if (options_.tiers[size_t(l.tier)].met(ttft, tpot)) ++tier_met_[size_t(l.tier)];
     }
   }
-  finish_live(it, std::move(text), s.num_output(), s.finish_reason, s.finish_detail);
+  finish_live(it, std::move(text), s.num_output(), s.finish_reason, s.finish_detail, std::move(l.final_lp));
 }
 
 void ServingEngine::finish_live(std::unordered_map<RequestId, Live>::iterator it, std::string text,
-                                int num_output, FinishReason reason, std::string detail) {
-  it->second.stream->finish(std::move(text), num_output, reason, std::move(detail));
+                                int num_output, FinishReason reason, std::string detail,
+                                std::vector<TokenLogprobs> lps) {
+  it->second.stream->finish(std::move(text), num_output, reason, std::move(detail), std::move(lps));
   live_.erase(it);
   std::lock_guard<std::mutex> lock(mu_);
   --num_live_;

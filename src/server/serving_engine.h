@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -55,6 +56,9 @@ class RequestStream {
     bool finished = false;
     FinishReason reason = FinishReason::kNone;
     std::string detail;      // why it was rejected / failed (finish_detail)
+    // The logprobs of the tokens sampled since the last update (requests with
+    // sampling.logprobs >= 0; the eos token that ended the request has none).
+    std::vector<TokenLogprobs> logprobs;
   };
   explicit RequestStream(RequestId id, int prompt_len) : id_(id), prompt_len_(prompt_len) {}
   RequestId id() const { return id_; }
@@ -67,9 +71,10 @@ class RequestStream {
   // finished, every call returns the final state (with empty text) at once.
   bool next(Update* out, std::chrono::milliseconds timeout);
 
-  // Engine side.
-  void push(std::string text, int num_output);
-  void finish(std::string text, int num_output, FinishReason reason, std::string detail);
+  // Engine side. `lp`: a sampled token's logprobs (delivered with this update).
+  void push(std::string text, int num_output, std::optional<TokenLogprobs> lp = std::nullopt);
+  void finish(std::string text, int num_output, FinishReason reason, std::string detail,
+              std::vector<TokenLogprobs> lps = {});
 
  private:
   const RequestId id_;
@@ -77,6 +82,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string pending_;
+  std::vector<TokenLogprobs> pending_lp_;
   int num_output_ = 0;
   bool finished_ = false;
   bool fresh_ = false;  // something not yet returned by next()
@@ -157,6 +163,8 @@ class ServingEngine {
     int prompt_len = 0;
     int tier = -1;
     double first_token_s = -1;
+    bool ignore_eos = false;
+    std::vector<TokenLogprobs> final_lp;  // of the token that ended the request (for its finish)
   };
 
   void run();
@@ -167,7 +175,7 @@ class ServingEngine {
   void fail_all(const std::string& what);
   void publish();
   void finish_live(std::unordered_map<RequestId, Live>::iterator it, std::string text, int num_output,
-                   FinishReason reason, std::string detail);
+                   FinishReason reason, std::string detail, std::vector<TokenLogprobs> lps = {});
 
   EngineHandle& engine_;
   std::function<void(StepBatch&)> engine_on_batch_;  // the engine's hook (layout policy), chained

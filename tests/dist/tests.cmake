@@ -10,22 +10,9 @@ if(LOOM_MPI)
   set(loom_dist_stories ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin)
   # name, ranks, plan
   set(loom_dist_plans "tp1 1 tp=1" "tp2 2 tp=2" "tp4 4 tp=4" "tp8 8 tp=8" "dp2 2 dp=2" "dp2tp2 4 dp=2,tp=2")
-  foreach(entry ${loom_dist_plans})
-    separate_arguments(parts UNIX_COMMAND "${entry}")
-    list(GET parts 0 name)
-    list(GET parts 1 np)
-    list(GET parts 2 plan)
-    add_test(NAME dist_mpi_stories_${name}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_stories}
-                     ${np} ${plan} 24 fixed ${loom_mpirun})
-    set_tests_properties(dist_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "${loom_mpi_env}")
-    add_test(NAME dist_mpi_gqa_${name}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_gqa}
-                     ${np} ${plan} 8 fixed ${loom_mpirun})
-    set_tests_properties(dist_mpi_gqa_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED dist_gqa
-                         ENVIRONMENT "${loom_mpi_env}")
-  endforeach()
+  loom_mpi_generate_tests(PREFIX dist_mpi_stories_ MODEL ${loom_dist_stories} TOKENS 24 SKIP_RETURN_CODE 77
+                          RUNS ${loom_dist_plans})
+  loom_mpi_generate_tests(PREFIX dist_mpi_gqa_ MODEL ${loom_dist_gqa} TOKENS 8 FIXTURE dist_gqa RUNS ${loom_dist_plans})
   # Faults under MPI: a plan that does not divide the model, and a rank count that does not match
   # the plan, end the job with the message (never a hang). The fault runs use the synthetic model,
   # so they run without ../shared.
@@ -93,27 +80,9 @@ if(LOOM_MPI)
   # window by a prefetch thread; peak shifting at D >= 3) and compute-as-a-service (rows to the
   # owner and back), greedy ids equal to single-rank generation. The GQA model has 2 layers, so it
   # runs D = 2 only (D > layers is rejected).
-  foreach(entry "sidp2 2 dp=2,weights=owner" "sidp3 3 dp=3,weights=owner" "sidp4 4 dp=4,weights=owner"
-                "sidp3cas 3 dp=3,weights=owner,sidp=cas" "sidp4cas 4 dp=4,weights=owner,sidp=cas")
-    separate_arguments(parts UNIX_COMMAND "${entry}")
-    list(GET parts 0 name)
-    list(GET parts 1 np)
-    list(GET parts 2 plan)
-    add_test(NAME dist_mpi_stories_${name}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_stories}
-                     ${np} ${plan} 24 fixed ${loom_mpirun})
-    set_tests_properties(dist_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "${loom_mpi_env}")
-  endforeach()
-  foreach(entry "sidp2 2 dp=2,weights=owner" "sidp2cas 2 dp=2,weights=owner,sidp=cas")
-    separate_arguments(parts UNIX_COMMAND "${entry}")
-    list(GET parts 0 name)
-    list(GET parts 1 np)
-    list(GET parts 2 plan)
-    add_test(NAME dist_mpi_gqa_${name}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_generate.sh $<TARGET_FILE:loom> ${loom_dist_gqa}
-                     ${np} ${plan} 8 fixed ${loom_mpirun})
-    set_tests_properties(dist_mpi_gqa_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED dist_gqa
-                         ENVIRONMENT "${loom_mpi_env}")
-  endforeach()
+  loom_mpi_generate_tests(PREFIX dist_mpi_stories_ MODEL ${loom_dist_stories} TOKENS 24 SKIP_RETURN_CODE 77
+                          RUNS "sidp2 2 dp=2,weights=owner" "sidp3 3 dp=3,weights=owner" "sidp4 4 dp=4,weights=owner"
+                               "sidp3cas 3 dp=3,weights=owner,sidp=cas" "sidp4cas 4 dp=4,weights=owner,sidp=cas")
+  loom_mpi_generate_tests(PREFIX dist_mpi_gqa_ MODEL ${loom_dist_gqa} TOKENS 8 FIXTURE dist_gqa
+                          RUNS "sidp2 2 dp=2,weights=owner" "sidp2cas 2 dp=2,weights=owner,sidp=cas")
 endif()

@@ -26,21 +26,11 @@ using test::write_bytes;
 
 std::string deep(int depth) { return std::string(size_t(depth), '[') + "1" + std::string(size_t(depth), ']'); }
 
-// The error of fn (a loom::Error), "" when none.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // One line, short, naming every part.
 void expect_short_error(const std::function<void()>& fn, std::initializer_list<std::string> parts,
                         size_t max_len = 400) {
-  const std::string e = error_of(fn);
-  ASSERT_FALSE(e.empty()) << "expected a loom::Error mentioning '" << *parts.begin() << "'";
+  const std::string e = test::error_of<Error>(fn);  // another exception type fails the test
+  ASSERT_NE(e, test::kNoError) << "expected a loom::Error mentioning '" << *parts.begin() << "'";
   for (const auto& p : parts) EXPECT_NE(e.find(p), std::string::npos) << "message: " << e << "\nmissing: " << p;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   EXPECT_LE(e.size(), max_len) << e.substr(0, 600);

@@ -2,7 +2,8 @@
 # Nitsum's pool under mpirun (issue 15): `loom serve --comm mpi --ranks 2 --policy nitsum` on 3
 # processes (the control plane and two workers), forced layouts cycled every 5 ms between a
 # prefill + decode pair (every request handed off) and one TP(2) instance (regroupings move the
-# K/V by heads over MPI). Greedy completions (curl, concurrent) equal a one-rank server's.
+# K/V by heads over MPI). Greedy completions (curl, concurrent) equal a one-rank server's, and so
+# do the tokens of a request for logprobs.
 # Usage: serve_nitsum_mpi.sh LOOM MODEL MPIRUN [MPIRUN ARGS...]
 set -u
 loom=$1 model=$2
@@ -37,6 +38,13 @@ one=$!
 p1=$(port_of "$tmp/one.out")
 [ -n "$p1" ] || { cat "$tmp/one.out"; fail "the one-rank server did not start"; }
 ask "$p1" one
+# Logprobs (issue 19, defect 10): in the pool they come back to the control plane with the tokens.
+ask_logprobs() {  # PORT TAG
+  curl -s -m 120 -o "$tmp/$2.lp" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0,"ignore_eos":true,"logprobs":2}' \
+    "http://127.0.0.1:$1/v1/completions"
+}
+ask_logprobs "$p1" one
 kill "$one"; wait "$one" 2>/dev/null; one=""
 # (--comm first: serve_dead_follower_mpi.sh, which may run beside this test, looks for its own
 # ranks by "serve -m MODEL".)
@@ -52,6 +60,19 @@ for n in 1 2 3 4 5 6; do
   [ "$(text_of "$tmp/one.$n")" = "$(text_of "$tmp/pool.$n")" ] ||
     fail "request $n differs: pool $(cat "$tmp/pool.$n") vs one rank $(cat "$tmp/one.$n")"
 done
+ask_logprobs "$p2" pool
+# Same tokens and text offsets as one rank (the values may differ in the last bits under tp2), 12 of
+# each, and 12 top_logprobs objects of 2 entries.
+field() { grep -o "\"$1\":\[[^]]*\]" "$2"; }
+for f in tokens text_offset; do
+  [ -n "$(field $f "$tmp/one.lp")" ] || fail "no $f in the one-rank answer: $(cat "$tmp/one.lp")"
+  [ "$(field $f "$tmp/one.lp")" = "$(field $f "$tmp/pool.lp")" ] ||
+    fail "logprobs $f differ: pool $(cat "$tmp/pool.lp") vs one rank $(cat "$tmp/one.lp")"
+done
+[ "$(field text_offset "$tmp/pool.lp" | tr ',' '\n' | wc -l)" -eq 12 ] || fail "not 12 tokens: $(cat "$tmp/pool.lp")"
+[ "$(field token_logprobs "$tmp/pool.lp" | tr ',' '\n' | wc -l)" -eq 12 ] || fail "not 12 logprobs: $(cat "$tmp/pool.lp")"
+[ "$(grep -o '"top_logprobs":\[{[^]]*\]' "$tmp/pool.lp" | grep -o '},{' | wc -l)" -eq 11 ] ||
+  fail "not 12 top_logprobs objects: $(cat "$tmp/pool.lp")"
 curl -s "http://127.0.0.1:$p2/metrics" > "$tmp/metrics"
 grep -Eq '^loom:plan_switches_total\{model_name="[^"]*",plan="tp2@0"\} [1-9]' "$tmp/metrics" ||
   fail "no regrouping into tp2@0: $(grep plan_ "$tmp/metrics")"

@@ -16,31 +16,11 @@ if(LOOM_MPI)
                               "set_tp2_pp2_cycle1 2 tp=2/pp=2,layers=3+2 cycle:1"
                               "helix_kvp2tpa2 4 kvp=2,tpa=2 fixed" "helix_kvp4_hopb_off 4 kvp=4,tpa=1,hopb=off fixed"
                               "set_tp4_helix_cycle2 4 tp=4/kvp=2,tpa=2 cycle:2")
-  foreach(entry ${loom_shift_stories_runs})
-    separate_arguments(parts UNIX_COMMAND "${entry}")
-    list(GET parts 0 name)
-    list(GET parts 1 np)
-    list(GET parts 2 plan)
-    list(GET parts 3 policy)
-    add_test(NAME shift_mpi_stories_${name}
-             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/dist/mpi_generate.sh $<TARGET_FILE:loom> ${loom_shift_stories}
-                     ${np} ${plan} 24 ${policy} ${loom_mpirun})
-    set_tests_properties(shift_mpi_stories_${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "${loom_mpi_env}")
-  endforeach()
+  loom_mpi_generate_tests(PREFIX shift_mpi_stories_ MODEL ${loom_shift_stories} TOKENS 24 SKIP_RETURN_CODE 77
+                          RUNS ${loom_shift_stories_runs})
   set(loom_shift_gqa_runs "sp2tp1_shift 2 sp=2,tp=1 shift" "sp3tp2_random 6 sp=3,tp=2 random:5"
                           "set_tp4_dp4_cycle3 4 tp=4/dp=4/dp=2,tp=2 cycle:3"
                           "helix_kvp2tpa3 6 kvp=2,tpa=3 fixed")
-  foreach(entry ${loom_shift_gqa_runs})
-    separate_arguments(parts UNIX_COMMAND "${entry}")
-    list(GET parts 0 name)
-    list(GET parts 1 np)
-    list(GET parts 2 plan)
-    list(GET parts 3 policy)
-    add_test(NAME shift_mpi_gqa_${name}
-             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/dist/mpi_generate.sh $<TARGET_FILE:loom> ${loom_shift_gqa}
-                     ${np} ${plan} 8 ${policy} ${loom_mpirun})
-    set_tests_properties(shift_mpi_gqa_${name} PROPERTIES TIMEOUT 120 FIXTURES_REQUIRED shift_gqa
-                         ENVIRONMENT "${loom_mpi_env}")
-  endforeach()
+  loom_mpi_generate_tests(PREFIX shift_mpi_gqa_ MODEL ${loom_shift_gqa} TOKENS 8 FIXTURE shift_gqa
+                          RUNS ${loom_shift_gqa_runs})
 endif()

@@ -23,7 +23,7 @@ bool same(const loom::DecodedStep& a, const loom::DecodedStep& b) {
         s.sample != t.sample || s.token_ids != t.token_ids || s.priority != t.priority ||
         std::memcmp(&s.sampling.temperature, &t.sampling.temperature, 4) != 0 ||
         std::memcmp(&s.sampling.top_p, &t.sampling.top_p, 4) != 0 || s.sampling.top_k != t.sampling.top_k ||
-        s.sampling.seed != t.sampling.seed)
+        s.sampling.seed != t.sampling.seed || s.sampling.logprobs != t.sampling.logprobs)
       return false;
   }
   return true;
