@@ -39,6 +39,8 @@ struct MatmulArgs {
   const float* xd = nullptr;
   const int32_t* xs = nullptr;
   const uint32_t* xb = nullptr;
+  //  bf16, n > 1 only: the same rounded values widened to f32 in column order, token t at xf + t*cols.
+  const float* xf = nullptr;
 };
 
 // One attention call. Work item i covers query t = i / (n_heads / heads_per_item) and the

@@ -2,6 +2,8 @@
 // avx2, fma and f16c (see kernels.cpp).
 #include <immintrin.h>
 
+#include <cstdlib>
+
 #include "kernels/dispatch.h"
 
 namespace loom::kernels::detail {
@@ -135,8 +137,226 @@ struct Avx2 {
 #include "kernels/kernels_impl.h"
 #include "kernels/kernels_fast_impl.h"
 
+// ---- fast mode, batched q8_0 (n >= kQ8BatchMinTokens): the operations of kernels.h per output,
+// arranged so that each weight load serves several tokens and no horizontal add is left per block.
+// Per 8-row group the weights are repacked once per call into a panel with lane = row: for block
+// b, register k (k < 8) holds columns 4k..4k+3 of the 8 rows (the 8 x 8 dword transpose of the
+// rows' 32 bytes), as |w| (u8) and as w (for the sign), plus the 8 scales widened to f32. Then
+// per token, per block: lane r of sum_k madd(maddubs(|w_k|, sign(bcast(x[4k..4k+3]), w_k)), 1) is
+// s_b of row r exactly (int32; the grouping of an integer sum does not change it), then
+// acc = fma(float(s_b), f32(d_w) * d_x, acc) per lane: the defined operations, so the bits of the
+// scalar path. Measured crossover with the one-token kernel (bench_kernels): n = 4.
+constexpr int64_t kQ8BatchMinTokens = 4;
+constexpr int kQ8BatchTokens = 4;  // tokens sharing each panel load
+// Panel bytes per block: 8 scales (f32), 8 registers of |w|, 8 registers of w.
+constexpr int64_t kQ8PanelBlock = 32 + 8 * 32 + 8 * 32;
+
+struct Q8Panel {
+  uint8_t* p = nullptr;
+  int64_t bytes = 0;
+  ~Q8Panel() { std::free(p); }
+  uint8_t* get(int64_t need) {
+    if (need > bytes) {
+      std::free(p);
+      p = static_cast<uint8_t*>(std::aligned_alloc(64, size_t((need + 63) / 64 * 64)));
+      if (!p) fail_out_of_memory(need);
+      bytes = need;
+    }
+    return p;
+  }
+};
+thread_local Q8Panel t_q8_panel;
+
+// Rows [g0, g0 + nr) (nr <= 8) into the panel; lanes >= nr are zero (their results are dropped).
+void q8_pack_group(const MatmulArgs& a, int64_t g0, int nr, uint8_t* panel) {
+  constexpr int64_t kBlk = int64_t(sizeof(BlockQ8_0));
+  const int64_t nb = a.cols / kQ8BlockSize;
+  const bool tiled = a.tile_rows != 0;
+  const uint8_t* tile = tiled ? a.w + g0 / kTileRows * a.tile_stride : nullptr;
+  const uint8_t* row0 = a.w + g0 * a.row_stride;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* pb = panel + b * kQ8PanelBlock;
+    __m256i r[8];
+    __m256 dw;
+    if (tiled) {  // padded tiles: all 8 rows exist (zero rows past the matrix)
+      const uint8_t* ch = tile + (b / kTileQ8Blocks) * kFastQ8ChunkBytes;
+      const int bi = int(b % kTileQ8Blocks);
+      dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ch + 2 * bi * kTileRows)));
+      const uint8_t* q = ch + 64 + bi * kTileRows * kQ8BlockSize;
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * i));
+    } else {
+      alignas(16) uint16_t dh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int i = 0; i < 8; ++i) {
+        if (i < nr) {
+          const uint8_t* blk = row0 + i * a.row_stride + b * kBlk;
+          dh[i] = reinterpret_cast<const BlockQ8_0*>(blk)->d;
+          r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+        } else {
+          r[i] = _mm256_setzero_si256();
+        }
+      }
+      dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    }
+    _mm256_store_ps(reinterpret_cast<float*>(pb), dw);
+    // 8 x 8 transpose of dwords: k[j] lane i = dword j of row i.
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    __m256i k[8];
+    k[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    k[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    k[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    k[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    k[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    k[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    k[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    k[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+    __m256i* pa = reinterpret_cast<__m256i*>(pb + 32);
+    __m256i* pw = reinterpret_cast<__m256i*>(pb + 32 + 8 * 32);
+    for (int j = 0; j < 8; ++j) {
+      _mm256_store_si256(pa + j, _mm256_abs_epi8(k[j]));
+      _mm256_store_si256(pw + j, k[j]);
+    }
+  }
+}
+
+// Tokens [t0, t0 + T) against one packed group.
+template <int T>
+void q8_panel_tokens(const MatmulArgs& a, const uint8_t* panel, int64_t t0, int64_t g0, int nr) {
+  const int64_t nb = a.cols / kQ8BlockSize;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* xq[T];
+  const float* xd[T];
+  __m256 f[T];
+  for (int t = 0; t < T; ++t) {
+    xq[t] = a.xq + (t0 + t) * a.cols;
+    xd[t] = a.xd + (t0 + t) * nb;
+    f[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = panel + b * kQ8PanelBlock;
+    const __m256i* pa = reinterpret_cast<const __m256i*>(pb + 32);
+    const __m256i* pw = reinterpret_cast<const __m256i*>(pb + 32 + 8 * 32);
+    __m256i s[T];
+    for (int t = 0; t < T; ++t) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i aw = _mm256_load_si256(pa + k), sw = _mm256_load_si256(pw + k);
+      for (int t = 0; t < T; ++t) {
+        int32_t x4;
+        __builtin_memcpy(&x4, xq[t] + b * kQ8BlockSize + 4 * k, 4);
+        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(x4), sw);
+        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+      }
+    }
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(pb));
+    for (int t = 0; t < T; ++t)
+      f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])), f[t]);
+  }
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float out[8];
+    _mm256_store_ps(out, f[t]);
+    float* yt = a.y + (t0 + t) * a.ldy + g0;
+    for (int r = 0; r < nr; ++r) yt[r] = a.accumulate ? yt[r] + out[r] : out[r];
+  }
+}
+
+void q8_fast_rows_avx2(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  if (a.n < kQ8BatchMinTokens) return q8_fast_rows_impl<Avx2>(a, r0, r1);
+  const int64_t nb = a.cols / kQ8BlockSize;
+  uint8_t* panel = t_q8_panel.get(nb * kQ8PanelBlock);
+  for (int64_t g0 = r0; g0 < r1; g0 += kTileRows) {
+    const int nr = int(r1 - g0 < kTileRows ? r1 - g0 : kTileRows);
+    q8_pack_group(a, g0, nr, panel);
+    int64_t t0 = 0;
+    for (; t0 + kQ8BatchTokens <= a.n; t0 += kQ8BatchTokens) q8_panel_tokens<kQ8BatchTokens>(a, panel, t0, g0, nr);
+    switch (a.n - t0) {
+      case 3: q8_panel_tokens<3>(a, panel, t0, g0, nr); break;
+      case 2: q8_panel_tokens<2>(a, panel, t0, g0, nr); break;
+      case 1: q8_panel_tokens<1>(a, panel, t0, g0, nr); break;
+      default: break;
+    }
+  }
+}
+
+// ---- fast mode, batched bf16 (n >= kBf16BatchMinTokens): the lane sums of kernels.h per output,
+// each weight chunk widened once for kBf16BatchTokens tokens (the one-token kernel widens it per
+// token and the x pairs per row). x comes widened to f32 (a.xf, the bf16-rounded values in column
+// order), so a token's chunk is four plain loads. Per lane j the operations are the defined ones:
+// fma(w[j+16], x[j+16], a_j) then fma(w[j], x[j], a_j), then a16_reduce's tree.
+constexpr int64_t kBf16BatchMinTokens = 2;
+constexpr int kBf16BatchTokens = 4;
+
+template <int T>
+void bf16_row_tokens(const MatmulArgs& a, int64_t row, int64_t t0) {
+  const int64_t chunks = a.cols / 32;
+  const bool tiled = a.tile_rows != 0;
+  const float* xf[T];
+  Avx2::A16 acc[T];
+  for (int t = 0; t < T; ++t) {
+    xf[t] = a.xf + (t0 + t) * a.cols;
+    acc[t] = Avx2::a16_zero();
+  }
+  const uint8_t* tw = tiled ? a.w + row / kTileRows * a.tile_stride + 64 * (row % kTileRows) : nullptr;
+  const uint16_t* pw = tiled ? nullptr : reinterpret_cast<const uint16_t*>(a.w + row * a.row_stride);
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m256 w0, w16, w8, w24;  // columns 32c + {0..7, 16..23, 8..15, 24..31}
+    if (tiled) {
+      const uint8_t* ch = tw + c * kFastBf16ChunkBytes;
+      const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ch));
+      const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ch + 32));
+      w0 = Avx2::pair_lo(u0);
+      w16 = Avx2::pair_hi(u0);
+      w8 = Avx2::pair_lo(u1);
+      w24 = Avx2::pair_hi(u1);
+    } else {
+      const uint16_t* w = pw + 32 * c;
+      w0 = Avx2::load_bf16(w);
+      w16 = Avx2::load_bf16(w + 16);
+      w8 = Avx2::load_bf16(w + 8);
+      w24 = Avx2::load_bf16(w + 24);
+    }
+    for (int t = 0; t < T; ++t) {
+      const float* x = xf[t] + 32 * c;
+      acc[t].lo = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), _mm256_fmadd_ps(w16, _mm256_loadu_ps(x + 16), acc[t].lo));
+      acc[t].hi = _mm256_fmadd_ps(w8, _mm256_loadu_ps(x + 8), _mm256_fmadd_ps(w24, _mm256_loadu_ps(x + 24), acc[t].hi));
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    float* y = a.y + (t0 + t) * a.ldy + row;
+    const float s = Avx2::a16_reduce(acc[t]);
+    *y = a.accumulate ? *y + s : s;
+  }
+}
+
+void bf16_fast_rows_avx2(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  if (a.n < kBf16BatchMinTokens || a.xf == nullptr) return bf16_fast_rows_impl<Avx2>(a, r0, r1);
+  int64_t t0 = 0;
+  for (; t0 + kBf16BatchTokens <= a.n; t0 += kBf16BatchTokens)
+    for (int64_t r = r0; r < r1; ++r) bf16_row_tokens<kBf16BatchTokens>(a, r, t0);
+  for (int64_t r = r0; r < r1; ++r) switch (a.n - t0) {
+      case 3: bf16_row_tokens<3>(a, r, t0); break;
+      case 2: bf16_row_tokens<2>(a, r, t0); break;
+      case 1: bf16_row_tokens<1>(a, r, t0); break;
+      default: break;
+    }
+}
+
 }  // namespace
 
-const KernelTable& table_avx2() { return make_table<Avx2>("avx2", "avx2", "avx2"); }
+const KernelTable& table_avx2() {
+  static const KernelTable t = [] {
+    KernelTable x = make_table<Avx2>("avx2", "avx2", "avx2");
+    x.q8_fast_rows = &q8_fast_rows_avx2;
+    x.bf16_fast_rows = &bf16_fast_rows_avx2;
+    return x;
+  }();
+  return t;
+}
 
 }  // namespace loom::kernels::detail

@@ -169,19 +169,35 @@ TEST(KernelsMatmulFast, Threaded) {
     }
 }
 
+// The batched kernels (AVX2: q8_0 from 4 tokens, bf16 from 2 tokens, groups of 4 tokens sharing
+// each weight load, 8-row q8_0 panels): token counts around and past the group size, odd ones, rows
+// that are not whole 8-row tiles, single-block and long rows. run_case compares every path's bits
+// with the scalar path's, each token alone with the batch, tiles with plain rows, and both bounds.
+TEST(KernelsMatmulFast, BatchedTokenGroupsAndPartialTiles) {
+  uint64_t seed = 600;
+  for (DType dt : {DType::Q8_0, DType::BF16})
+    for (int64_t n : {3, 4, 5, 9, 19})
+      for (int64_t rows : {3, 8, 21})
+        for (int64_t cols : {32, 96, 2080}) run_case(dt, n, rows, cols, nullptr, seed++);
+  ThreadPool pool2(2);
+  for (DType dt : {DType::Q8_0, DType::BF16}) run_case(dt, 67, 133, 1024 + 32, &pool2, seed++);
+}
+
 // Accumulating adds the product (computed as without accumulation) to y: y0 + y_fast, one f32 add.
 TEST(KernelsMatmulFast, Accumulate) {
   for (DType dt : {DType::Q8_0, DType::BF16}) {
     Rng rng(300);
     W w = make_weight(rng, dt, 37, 1024);
-    const auto x = make_x(rng, 3, 1024);
-    const auto y0 = test::random_vec(rng, size_t(3 * 37));
-    test::for_each_path([&](const std::string&) {
-      std::vector<float> y = y0, p(y0.size());
-      matmul(x.data(), 3, 1024, w.view, p.data(), 37, nullptr, false, Numerics::fast);
-      matmul(x.data(), 3, 1024, w.view, y.data(), 37, nullptr, true, Numerics::fast);
-      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y0[i] + p[i]) << dtype_name(dt) << " " << i;
-    });
+    for (int64_t n : {3, 9}) {  // 9: the batched kernels
+      const auto x = make_x(rng, n, 1024);
+      const auto y0 = test::random_vec(rng, size_t(n * 37));
+      test::for_each_path([&](const std::string&) {
+        std::vector<float> y = y0, p(y0.size());
+        matmul(x.data(), n, 1024, w.view, p.data(), 37, nullptr, false, Numerics::fast);
+        matmul(x.data(), n, 1024, w.view, y.data(), 37, nullptr, true, Numerics::fast);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y0[i] + p[i]) << dtype_name(dt) << " n=" << n << " " << i;
+      });
+    }
   }
 }
 
