@@ -285,66 +285,112 @@ void q8_fast_rows_avx2(const MatmulArgs& a, int64_t r0, int64_t r1) {
 }
 
 // ---- fast mode, batched bf16 (n >= kBf16BatchMinTokens): the lane sums of kernels.h per output,
-// each weight chunk widened once for kBf16BatchTokens tokens (the one-token kernel widens it per
-// token and the x pairs per row). x comes widened to f32 (a.xf, the bf16-rounded values in column
-// order), so a token's chunk is four plain loads. Per lane j the operations are the defined ones:
-// fma(w[j+16], x[j+16], a_j) then fma(w[j], x[j], a_j), then a16_reduce's tree.
+// blocked as the exact gemm is (kernels_impl.h): per 8-row group and block of kBf16BlockCols
+// columns, the group's weights (8 KiB of bf16) and one 4-token block of x (8 KiB) stay in L1 while
+// 2-row x 4-token strips pass over them, so each widened weight vector serves 4 tokens and each x
+// vector 2 rows. x comes widened to f32 (a.xf: the bf16-rounded values in column order). The 16
+// lanes of an output are two independent halves (lanes 0..7: columns 32c + j and 32c + j + 16,
+// lanes 8..15: 32c + 8 + j and 32c + 24 + j), so a strip runs one half at a time (8 accumulators,
+// not 16), and the lane sums wait in a buffer between column blocks as f32 (stored and loaded
+// unchanged). Per lane j the operations are the defined ones, in the defined order:
+// fma(w[j+16], x[j+16], a_j) then fma(w[j], x[j], a_j) over the chunks, then a16_reduce's tree.
 constexpr int64_t kBf16BatchMinTokens = 2;
-constexpr int kBf16BatchTokens = 4;
+constexpr int64_t kBf16BlockChunks = 16;  // 512 columns
 
-template <int T>
-void bf16_row_tokens(const MatmulArgs& a, int64_t row, int64_t t0) {
-  const int64_t chunks = a.cols / 32;
+struct F32Scratch {
+  float* p = nullptr;
+  int64_t n = 0;
+  ~F32Scratch() { std::free(p); }
+  float* get(int64_t need) {
+    if (need > n) {
+      std::free(p);
+      p = static_cast<float*>(std::aligned_alloc(64, size_t((need * 4 + 63) / 64 * 64)));
+      if (!p) fail_out_of_memory(need * 4);
+      n = need;
+    }
+    return p;
+  }
+};
+thread_local F32Scratch t_bf16_acc;
+
+// Rows [row, row + R) (group rows rl, rl + 1), tokens [t0, t0 + T), chunks [c0, c1). Lane sums of
+// (group row q, token t) at acc + (q * n + t) * 16 (from 0 when `first`).
+template <int R, int T>
+void bf16_strip(const MatmulArgs& a, int64_t row, int rl, int64_t t0, int64_t c0, int64_t c1, float* acc,
+                bool first) {
   const bool tiled = a.tile_rows != 0;
+  const uint8_t* tw[R];
+  const uint16_t* pw[R];
+  for (int i = 0; i < R; ++i) {
+    tw[i] = tiled ? a.w + (row + i) / kTileRows * a.tile_stride + 64 * ((row + i) % kTileRows) : nullptr;
+    pw[i] = tiled ? nullptr : reinterpret_cast<const uint16_t*>(a.w + (row + i) * a.row_stride);
+  }
   const float* xf[T];
-  Avx2::A16 acc[T];
-  for (int t = 0; t < T; ++t) {
-    xf[t] = a.xf + (t0 + t) * a.cols;
-    acc[t] = Avx2::a16_zero();
-  }
-  const uint8_t* tw = tiled ? a.w + row / kTileRows * a.tile_stride + 64 * (row % kTileRows) : nullptr;
-  const uint16_t* pw = tiled ? nullptr : reinterpret_cast<const uint16_t*>(a.w + row * a.row_stride);
-  for (int64_t c = 0; c < chunks; ++c) {
-    __m256 w0, w16, w8, w24;  // columns 32c + {0..7, 16..23, 8..15, 24..31}
-    if (tiled) {
-      const uint8_t* ch = tw + c * kFastBf16ChunkBytes;
-      const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ch));
-      const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ch + 32));
-      w0 = Avx2::pair_lo(u0);
-      w16 = Avx2::pair_hi(u0);
-      w8 = Avx2::pair_lo(u1);
-      w24 = Avx2::pair_hi(u1);
-    } else {
-      const uint16_t* w = pw + 32 * c;
-      w0 = Avx2::load_bf16(w);
-      w16 = Avx2::load_bf16(w + 16);
-      w8 = Avx2::load_bf16(w + 8);
-      w24 = Avx2::load_bf16(w + 24);
+  for (int t = 0; t < T; ++t) xf[t] = a.xf + (t0 + t) * a.cols;
+  for (int h = 0; h < 2; ++h) {
+    __m256 s[R][T];
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t)
+        s[i][t] = first ? _mm256_setzero_ps() : _mm256_load_ps(acc + ((rl + i) * a.n + t0 + t) * 16 + 8 * h);
+    for (int64_t c = c0; c < c1; ++c) {
+      __m256 wa[R], wb[R];  // columns 32c + 8h + 16 + j and 32c + 8h + j
+      for (int i = 0; i < R; ++i) {
+        if (tiled) {
+          const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tw[i] + c * kFastBf16ChunkBytes + 32 * h));
+          wa[i] = Avx2::pair_hi(u);
+          wb[i] = Avx2::pair_lo(u);
+        } else {
+          wa[i] = Avx2::load_bf16(pw[i] + 32 * c + 8 * h + 16);
+          wb[i] = Avx2::load_bf16(pw[i] + 32 * c + 8 * h);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        __m256 xa = _mm256_loadu_ps(xf[t] + 32 * c + 8 * h + 16);
+        __m256 xb = _mm256_loadu_ps(xf[t] + 32 * c + 8 * h);
+        if constexpr (R > 1) __asm__("" : "+x"(xa), "+x"(xb));  // one load for both rows, not one per FMA
+        for (int i = 0; i < R; ++i) s[i][t] = _mm256_fmadd_ps(wb[i], xb, _mm256_fmadd_ps(wa[i], xa, s[i][t]));
+      }
     }
-    for (int t = 0; t < T; ++t) {
-      const float* x = xf[t] + 32 * c;
-      acc[t].lo = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), _mm256_fmadd_ps(w16, _mm256_loadu_ps(x + 16), acc[t].lo));
-      acc[t].hi = _mm256_fmadd_ps(w8, _mm256_loadu_ps(x + 8), _mm256_fmadd_ps(w24, _mm256_loadu_ps(x + 24), acc[t].hi));
-    }
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) _mm256_store_ps(acc + ((rl + i) * a.n + t0 + t) * 16 + 8 * h, s[i][t]);
   }
-  for (int t = 0; t < T; ++t) {
-    float* y = a.y + (t0 + t) * a.ldy + row;
-    const float s = Avx2::a16_reduce(acc[t]);
-    *y = a.accumulate ? *y + s : s;
+}
+
+template <int R>
+void bf16_strip_tokens(const MatmulArgs& a, int64_t row, int rl, int64_t t0, int T, int64_t c0, int64_t c1,
+                       float* acc, bool first) {
+  switch (T) {
+    case 4: bf16_strip<R, 4>(a, row, rl, t0, c0, c1, acc, first); break;
+    case 3: bf16_strip<R, 3>(a, row, rl, t0, c0, c1, acc, first); break;
+    case 2: bf16_strip<R, 2>(a, row, rl, t0, c0, c1, acc, first); break;
+    default: bf16_strip<R, 1>(a, row, rl, t0, c0, c1, acc, first); break;
   }
 }
 
 void bf16_fast_rows_avx2(const MatmulArgs& a, int64_t r0, int64_t r1) {
   if (a.n < kBf16BatchMinTokens || a.xf == nullptr) return bf16_fast_rows_impl<Avx2>(a, r0, r1);
-  int64_t t0 = 0;
-  for (; t0 + kBf16BatchTokens <= a.n; t0 += kBf16BatchTokens)
-    for (int64_t r = r0; r < r1; ++r) bf16_row_tokens<kBf16BatchTokens>(a, r, t0);
-  for (int64_t r = r0; r < r1; ++r) switch (a.n - t0) {
-      case 3: bf16_row_tokens<3>(a, r, t0); break;
-      case 2: bf16_row_tokens<2>(a, r, t0); break;
-      case 1: bf16_row_tokens<1>(a, r, t0); break;
-      default: break;
+  const int64_t chunks = a.cols / 32;
+  float* acc = t_bf16_acc.get(kTileRows * a.n * 16);
+  for (int64_t g0 = r0; g0 < r1; g0 += kTileRows) {
+    const int nr = int(r1 - g0 < kTileRows ? r1 - g0 : kTileRows);
+    for (int64_t c0 = 0; c0 < chunks; c0 += kBf16BlockChunks) {
+      const int64_t c1 = c0 + kBf16BlockChunks < chunks ? c0 + kBf16BlockChunks : chunks;
+      for (int64_t t0 = 0; t0 < a.n; t0 += 4) {
+        const int T = int(a.n - t0 < 4 ? a.n - t0 : 4);
+        for (int i = 0; i < nr; i += 2) {
+          if (i + 2 <= nr) bf16_strip_tokens<2>(a, g0 + i, i, t0, T, c0, c1, acc, c0 == 0);
+          else bf16_strip_tokens<1>(a, g0 + i, i, t0, T, c0, c1, acc, c0 == 0);
+        }
+      }
     }
+    for (int64_t t = 0; t < a.n; ++t)
+      for (int i = 0; i < nr; ++i) {
+        const float* l = acc + (i * a.n + t) * 16;
+        const float s = Avx2::a16_reduce(Avx2::A16{_mm256_load_ps(l), _mm256_load_ps(l + 8)});
+        float* y = a.y + t * a.ldy + g0 + i;
+        *y = a.accumulate ? *y + s : s;
+      }
+  }
 }
 
 }  // namespace
