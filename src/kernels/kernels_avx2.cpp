@@ -148,8 +148,11 @@ struct Avx2 {
 // scalar path. Measured crossover with the one-token kernel (bench_kernels): n = 4.
 constexpr int64_t kQ8BatchMinTokens = 4;
 constexpr int kQ8BatchTokens = 4;  // tokens sharing each panel load
-// Panel bytes per block: 8 scales (f32), 8 registers of |w|, 8 registers of w.
+// Panel bytes per block: 8 scales (f32), 8 registers of |w|, 8 registers of w. The panel holds
+// kQ8BlockBlocks blocks (8.5 KiB: it stays in L1 while all tokens pass); the 8 f32 row sums of each
+// token wait between column blocks in a buffer after it (stored and loaded unchanged).
 constexpr int64_t kQ8PanelBlock = 32 + 8 * 32 + 8 * 32;
+constexpr int64_t kQ8BlockBlocks = 16;
 
 struct Q8Panel {
   uint8_t* p = nullptr;
@@ -168,14 +171,13 @@ struct Q8Panel {
 thread_local Q8Panel t_q8_panel;
 
 // Rows [g0, g0 + nr) (nr <= 8) into the panel; lanes >= nr are zero (their results are dropped).
-void q8_pack_group(const MatmulArgs& a, int64_t g0, int nr, uint8_t* panel) {
+void q8_pack_group(const MatmulArgs& a, int64_t g0, int nr, int64_t b0, int64_t b1, uint8_t* panel) {
   constexpr int64_t kBlk = int64_t(sizeof(BlockQ8_0));
-  const int64_t nb = a.cols / kQ8BlockSize;
   const bool tiled = a.tile_rows != 0;
   const uint8_t* tile = tiled ? a.w + g0 / kTileRows * a.tile_stride : nullptr;
   const uint8_t* row0 = a.w + g0 * a.row_stride;
-  for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* pb = panel + b * kQ8PanelBlock;
+  for (int64_t b = b0; b < b1; ++b) {
+    uint8_t* pb = panel + (b - b0) * kQ8PanelBlock;
     __m256i r[8];
     __m256 dw;
     if (tiled) {  // padded tiles: all 8 rows exist (zero rows past the matrix)
@@ -225,9 +227,11 @@ void q8_pack_group(const MatmulArgs& a, int64_t g0, int nr, uint8_t* panel) {
   }
 }
 
-// Tokens [t0, t0 + T) against one packed group.
+// Tokens [t0, t0 + T) against one packed group's blocks [b0, b1); the 8 row sums of token t go
+// on from facc + 8 t (from 0 when `first`) and are stored back, or written to y when `last`.
 template <int T>
-void q8_panel_tokens(const MatmulArgs& a, const uint8_t* panel, int64_t t0, int64_t g0, int nr) {
+void q8_panel_tokens(const MatmulArgs& a, const uint8_t* panel, int64_t t0, int64_t g0, int nr, int64_t b0,
+                     int64_t b1, float* facc, bool first, bool last) {
   const int64_t nb = a.cols / kQ8BlockSize;
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* xq[T];
@@ -236,10 +240,10 @@ void q8_panel_tokens(const MatmulArgs& a, const uint8_t* panel, int64_t t0, int6
   for (int t = 0; t < T; ++t) {
     xq[t] = a.xq + (t0 + t) * a.cols;
     xd[t] = a.xd + (t0 + t) * nb;
-    f[t] = _mm256_setzero_ps();
+    f[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(facc + 8 * (t0 + t));
   }
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = panel + b * kQ8PanelBlock;
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* pb = panel + (b - b0) * kQ8PanelBlock;
     const __m256i* pa = reinterpret_cast<const __m256i*>(pb + 32);
     const __m256i* pw = reinterpret_cast<const __m256i*>(pb + 32 + 8 * 32);
     __m256i s[T];
@@ -252,6 +256,7 @@ void q8_panel_tokens(const MatmulArgs& a, const uint8_t* panel, int64_t t0, int6
         __builtin_memcpy(&x4, xq[t] + b * kQ8BlockSize + 4 * k, 4);
         const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(x4), sw);
         s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+        __asm__("" : "+x"(s[t]));  // keeps GCC from regrouping the 8 adds into a tree that spills
       }
     }
     const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(pb));
@@ -259,6 +264,10 @@ void q8_panel_tokens(const MatmulArgs& a, const uint8_t* panel, int64_t t0, int6
       f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])), f[t]);
   }
   for (int t = 0; t < T; ++t) {
+    if (!last) {
+      _mm256_store_ps(facc + 8 * (t0 + t), f[t]);
+      continue;
+    }
     alignas(32) float out[8];
     _mm256_store_ps(out, f[t]);
     float* yt = a.y + (t0 + t) * a.ldy + g0;
@@ -269,17 +278,23 @@ void q8_panel_tokens(const MatmulArgs& a, const uint8_t* panel, int64_t t0, int6
 void q8_fast_rows_avx2(const MatmulArgs& a, int64_t r0, int64_t r1) {
   if (a.n < kQ8BatchMinTokens) return q8_fast_rows_impl<Avx2>(a, r0, r1);
   const int64_t nb = a.cols / kQ8BlockSize;
-  uint8_t* panel = t_q8_panel.get(nb * kQ8PanelBlock);
+  uint8_t* panel = t_q8_panel.get(kQ8BlockBlocks * kQ8PanelBlock + 32 * a.n);
+  float* facc = reinterpret_cast<float*>(panel + kQ8BlockBlocks * kQ8PanelBlock);
   for (int64_t g0 = r0; g0 < r1; g0 += kTileRows) {
     const int nr = int(r1 - g0 < kTileRows ? r1 - g0 : kTileRows);
-    q8_pack_group(a, g0, nr, panel);
-    int64_t t0 = 0;
-    for (; t0 + kQ8BatchTokens <= a.n; t0 += kQ8BatchTokens) q8_panel_tokens<kQ8BatchTokens>(a, panel, t0, g0, nr);
-    switch (a.n - t0) {
-      case 3: q8_panel_tokens<3>(a, panel, t0, g0, nr); break;
-      case 2: q8_panel_tokens<2>(a, panel, t0, g0, nr); break;
-      case 1: q8_panel_tokens<1>(a, panel, t0, g0, nr); break;
-      default: break;
+    for (int64_t b0 = 0; b0 < nb; b0 += kQ8BlockBlocks) {
+      const int64_t b1 = b0 + kQ8BlockBlocks < nb ? b0 + kQ8BlockBlocks : nb;
+      const bool first = b0 == 0, last = b1 == nb;
+      q8_pack_group(a, g0, nr, b0, b1, panel);
+      int64_t t0 = 0;
+      for (; t0 + kQ8BatchTokens <= a.n; t0 += kQ8BatchTokens)
+        q8_panel_tokens<kQ8BatchTokens>(a, panel, t0, g0, nr, b0, b1, facc, first, last);
+      switch (a.n - t0) {
+        case 3: q8_panel_tokens<3>(a, panel, t0, g0, nr, b0, b1, facc, first, last); break;
+        case 2: q8_panel_tokens<2>(a, panel, t0, g0, nr, b0, b1, facc, first, last); break;
+        case 1: q8_panel_tokens<1>(a, panel, t0, g0, nr, b0, b1, facc, first, last); break;
+        default: break;
+      }
     }
   }
 }
