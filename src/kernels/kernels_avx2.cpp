@@ -145,8 +145,9 @@ struct Avx2 {
 // per token, per block: lane r of sum_k madd(maddubs(|w_k|, sign(bcast(x[4k..4k+3]), w_k)), 1) is
 // s_b of row r exactly (int32; the grouping of an integer sum does not change it), then
 // acc = fma(float(s_b), f32(d_w) * d_x, acc) per lane: the defined operations, so the bits of the
-// scalar path. Measured crossover with the one-token kernel (bench_kernels): n = 4.
-constexpr int64_t kQ8BatchMinTokens = 4;
+// scalar path. From 2 tokens on (measured, 2048 x 2048, one thread: n = 2 and 3 at 1.0-1.1x
+// the one-token kernel on row tiles, 1.3-2x on plain rows).
+constexpr int64_t kQ8BatchMinTokens = 2;
 constexpr int kQ8BatchTokens = 4;  // tokens sharing each panel load
 // Panel bytes per block: 8 scales (f32), 8 registers of |w|, 8 registers of w. The panel holds
 // kQ8BlockBlocks blocks (8.5 KiB: it stays in L1 while all tokens pass); the 8 f32 row sums of each

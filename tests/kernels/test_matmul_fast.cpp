@@ -169,7 +169,7 @@ TEST(KernelsMatmulFast, Threaded) {
     }
 }
 
-// The batched kernels (AVX2: q8_0 from 4 tokens, bf16 from 2 tokens, groups of 4 tokens sharing
+// The batched kernels (AVX2: q8_0 and bf16 from 2 tokens, groups of 4 tokens sharing
 // each weight load, 8-row q8_0 panels): token counts around and past the group size, odd ones, rows
 // that are not whole 8-row tiles, single-block and long rows. run_case compares every path's bits
 // with the scalar path's, each token alone with the batch, tiles with plain rows, and both bounds.
