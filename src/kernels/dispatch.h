@@ -86,6 +86,9 @@ struct KernelTable {
   const char* bf16_fast_name;
   // Roofline: `iters` rounds of 12 independent register-resident FMA vectors; returns the FLOP done.
   double (*fma_peak)(int64_t iters);
+  // The fast mode's activation quantizer (quantize_activations_q8's definition, the same bits for
+  // finite x); nullptr: the scalar one in kernels.cpp.
+  void (*quantize_q8)(const float* x, int64_t cols, int8_t* q, float* d, int32_t* qsum) = nullptr;
 };
 
 const KernelTable& table_scalar();

@@ -98,8 +98,9 @@ void quantize_for(detail::MatmulArgs& a) {
       f.d.resize(size_t(n * nb));
       f.s.resize(size_t(n * nb));
     }
-    for (int64_t t = 0; t < n; ++t)
-      quantize_activations_q8(a.x + t * a.ldx, cols, f.q.data() + t * cols, f.d.data() + t * nb, f.s.data() + t * nb);
+    auto quant = detail::active_table().quantize_q8;
+    if (!quant) quant = &quantize_activations_q8;
+    for (int64_t t = 0; t < n; ++t) quant(a.x + t * a.ldx, cols, f.q.data() + t * cols, f.d.data() + t * nb, f.s.data() + t * nb);
     a.xq = f.q.data();
     a.xd = f.d.data();
     a.xs = f.s.data();

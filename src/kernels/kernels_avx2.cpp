@@ -409,6 +409,41 @@ void bf16_fast_rows_avx2(const MatmulArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
+// quantize_activations_q8 (kernels.cpp) 8 values at a time: the same operations (max of |x|,
+// 127 / amax and amax / 127 as scalars, x * (127 / amax) rounded to nearest even, clamped to
+// [-127, 127]), so the same bits for finite x.
+void quantize_q8_avx2(const float* x, int64_t cols, int8_t* q, float* d, int32_t* qsum) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < cols / kQ8BlockSize; ++b) {
+    const float* xb = x + b * kQ8BlockSize;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                             _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    d[b] = amax / 127.0f;
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i iv[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      iv[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    }
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQ8BlockSize), _mm256_permutevar8x32_epi32(p, order));
+    const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    qsum[b] = _mm_cvtsi128_si32(s4);
+  }
+}
+
 }  // namespace
 
 const KernelTable& table_avx2() {
@@ -416,6 +451,7 @@ const KernelTable& table_avx2() {
     KernelTable x = make_table<Avx2>("avx2", "avx2", "avx2");
     x.q8_fast_rows = &q8_fast_rows_avx2;
     x.bf16_fast_rows = &bf16_fast_rows_avx2;
+    x.quantize_q8 = &quantize_q8_avx2;
     return x;
   }();
   return t;
