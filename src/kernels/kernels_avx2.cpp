@@ -139,7 +139,8 @@ struct Avx2 {
 
 // ---- fast mode, batched q8_0 (n >= kQ8BatchMinTokens): the operations of kernels.h per output,
 // arranged so that each weight load serves several tokens and no horizontal add is left per block.
-// Per 8-row group the weights are repacked once per call into a panel with lane = row: for block
+// Per 8-row group and column block the weights are repacked once per call into a panel with
+// lane = row (q8_0 weights as they are, so the values are the file's): for block
 // b, register k (k < 8) holds columns 4k..4k+3 of the 8 rows (the 8 x 8 dword transpose of the
 // rows' 32 bytes), as |w| (u8) and as w (for the sign), plus the 8 scales widened to f32. Then
 // per token, per block: lane r of sum_k madd(maddubs(|w_k|, sign(bcast(x[4k..4k+3]), w_k)), 1) is
