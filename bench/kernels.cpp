@@ -8,8 +8,8 @@
 // activations) and "fast" (bf16 / int8-block activations; the engines' default), each row against
 // the roofline measured right beside it (compare modes by their fractions).
 //
-// gemv rows read plain row-major weights (4 KiB pages, as a memory-mapped file gives); gemvT
-// rows the same weights in the engines' decode layout (row tiles in huge pages,
+// gemv / gemm rows read plain row-major weights (4 KiB pages, as a memory-mapped file gives);
+// gemvT / gemmT rows the same weights in the engines' decode layout (row tiles in huge pages,
 // core/weight_tiles.h). gemv streams several copies of the matrix in turn (together --stream-mib, by default 2x the
 // last-level cache in [256, 1024] MiB) so the weights come from DRAM, as in decode; its bytes
 // are the weight bytes only. A small --stream-mib (e.g. 8) measures in-cache ceilings instead.
@@ -156,18 +156,21 @@ int main(int argc, char** argv) {
         std::printf("%-5s %-10s %3d  %-16s %9.1f GB/s %9.1f GB/s  %.2f of memcpy\n", tiled ? "gemvT" : "gemv",
                     name.c_str(), t, gemv_shape.c_str(), got * 1e-9, bw * 1e-9, got / bw);
       }
-    for (int t : {1, 2}) {
+    for (int t : {1, 2})
+      for (bool tiled : {false, true}) {
+      if (tiled && m.tiled_matrix_bytes == 0) continue;
       ThreadPool pool(t);
       auto gemm_once = [&] {
         const double t0 = now_s();
-        kernels::matmul(x.data(), tokens, cols, m.view(0, dt, rows, cols), y.data(), rows, &pool, false, num);
+        kernels::matmul(x.data(), tokens, cols, tiled ? m.tiled_view(0) : m.view(0, dt, rows, cols), y.data(), rows,
+                        &pool, false, num);
         return now_s() - t0;
       };
       gemm_once();  // warm-up
       const auto [s, pk] = interleaved(rounds, gemm_once, [&] { return roof.peak_flops(t); });
       const double got = 2.0 * double(tokens) * double(rows) * double(cols) / s;
-      std::printf("%-5s %-10s %3d  %-16s %6.1f GFLOP/s %6.1f GFLOP/s  %.2f of peak\n", "gemm", name.c_str(), t,
-                  gemm_shape.c_str(), got * 1e-9, pk * 1e-9, got / pk);
+      std::printf("%-5s %-10s %3d  %-16s %6.1f GFLOP/s %6.1f GFLOP/s  %.2f of peak\n", tiled ? "gemmT" : "gemm",
+                  name.c_str(), t, gemm_shape.c_str(), got * 1e-9, pk * 1e-9, got / pk);
     }
    }
   }

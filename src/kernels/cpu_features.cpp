@@ -81,6 +81,7 @@ const detail::KernelTable& avx512_table() {
   static const detail::KernelTable t = [] {
     detail::KernelTable x = detail::table_avx512();
     const detail::KernelTable& avx2 = detail::table_avx2();
+    x.quantize_q8 = avx2.quantize_q8;
     const CpuFeatures& f = cpu_features();
     if (f.avx512_vnni) {
       x.q8_fast_rows = detail::q8_fast_rows_vnni();

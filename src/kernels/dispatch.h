@@ -39,6 +39,8 @@ struct MatmulArgs {
   const float* xd = nullptr;
   const int32_t* xs = nullptr;
   const uint32_t* xb = nullptr;
+  //  bf16, n > 1 only: the same rounded values widened to f32 in column order, token t at xf + t*cols.
+  const float* xf = nullptr;
 };
 
 // One attention call. Work item i covers query t = i / (n_heads / heads_per_item) and the
@@ -84,6 +86,9 @@ struct KernelTable {
   const char* bf16_fast_name;
   // Roofline: `iters` rounds of 12 independent register-resident FMA vectors; returns the FLOP done.
   double (*fma_peak)(int64_t iters);
+  // The fast mode's activation quantizer (quantize_activations_q8's definition, the same bits for
+  // finite x); nullptr: the scalar one in kernels.cpp.
+  void (*quantize_q8)(const float* x, int64_t cols, int8_t* q, float* d, int32_t* qsum) = nullptr;
 };
 
 const KernelTable& table_scalar();

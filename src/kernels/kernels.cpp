@@ -83,6 +83,7 @@ struct FastScratch {
   std::vector<float> d;
   std::vector<int32_t> s;
   std::vector<uint32_t> b;
+  std::vector<float> f;
 };
 thread_local FastScratch t_fast;
 
@@ -97,21 +98,33 @@ void quantize_for(detail::MatmulArgs& a) {
       f.d.resize(size_t(n * nb));
       f.s.resize(size_t(n * nb));
     }
-    for (int64_t t = 0; t < n; ++t)
-      quantize_activations_q8(a.x + t * a.ldx, cols, f.q.data() + t * cols, f.d.data() + t * nb, f.s.data() + t * nb);
+    auto quant = detail::active_table().quantize_q8;
+    if (!quant) quant = &quantize_activations_q8;
+    for (int64_t t = 0; t < n; ++t) quant(a.x + t * a.ldx, cols, f.q.data() + t * cols, f.d.data() + t * nb, f.s.data() + t * nb);
     a.xq = f.q.data();
     a.xd = f.d.data();
     a.xs = f.s.data();
   } else {
     if (int64_t(f.b.size()) < n * cols / 2) f.b.resize(size_t(n * cols / 2));
+    if (n > 1 && int64_t(f.f.size()) < n * cols) f.f.resize(size_t(n * cols));
     for (int64_t t = 0; t < n; ++t) {
       const float* xt = a.x + t * a.ldx;
       uint32_t* o = f.b.data() + t * cols / 2;
       for (int64_t c = 0; c < cols; c += 32)
         for (int j = 0; j < 16; ++j)
           o[c / 2 + j] = uint32_t(round_to_bf16(xt[c + j])) | (uint32_t(round_to_bf16(xt[c + j + 16])) << 16);
+      if (n > 1) {
+        float* xf = f.f.data() + t * cols;
+        for (int64_t c = 0; c < cols; c += 32)
+          for (int j = 0; j < 16; ++j) {
+            const uint32_t lo = o[c / 2 + j] << 16, hi = o[c / 2 + j] & 0xFFFF0000u;
+            std::memcpy(xf + c + j, &lo, 4);
+            std::memcpy(xf + c + j + 16, &hi, 4);
+          }
+      }
     }
     a.xb = f.b.data();
+    a.xf = n > 1 ? f.f.data() : nullptr;
   }
 }
 

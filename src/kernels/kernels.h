@@ -53,7 +53,9 @@ namespace loom::kernels {
 //                       |x - bf16(x)| <= 2^-9 |x|; then the f32 sums of exact products)
 //                   + 2^-126 * cols * max|w|   (vdpbf16ps flushes subnormal inputs and results)
 //    and against matmul_fast_ref the f32-sum term alone. The scalar and AVX2 paths give the same
-//    bits as each other; the AVX512-BF16 path gives them too unless an input or partial sum is
+//    bits as each other (AVX2 from 2 tokens on runs batched kernels, kernels_avx2.cpp: q8_0 on 8-row
+//    int8 panels with lane = row, 4 tokens per weight load; bf16 on 2-row x 4-token strips over
+//    L1-sized column blocks; both perform the per-output operations above, in the same order); the AVX512-BF16 path gives them too unless an input or partial sum is
 //    subnormal (the instruction flushes it; the others keep it). (The VNNI and AVX512-BF16 kernels
 //    were compiled but not run where they were written: that machine had AVX2 only; the kernel
 //    tests compare every path's bits with the scalar path's where they run.)

@@ -169,19 +169,72 @@ TEST(KernelsMatmulFast, Threaded) {
     }
 }
 
+// The batched kernels (AVX2: q8_0 and bf16 from 2 tokens, groups of 4 tokens sharing
+// each weight load, 8-row q8_0 panels): token counts around and past the group size, odd ones, rows
+// that are not whole 8-row tiles, single-block and long rows. run_case compares every path's bits
+// with the scalar path's, each token alone with the batch, tiles with plain rows, and both bounds.
+TEST(KernelsMatmulFast, BatchedTokenGroupsAndPartialTiles) {
+  uint64_t seed = 600;
+  for (DType dt : {DType::Q8_0, DType::BF16})
+    for (int64_t n : {3, 4, 5, 9, 19})
+      for (int64_t rows : {3, 8, 21})
+        for (int64_t cols : {32, 96, 2080}) run_case(dt, n, rows, cols, nullptr, seed++);
+  ThreadPool pool2(2);
+  for (DType dt : {DType::Q8_0, DType::BF16}) run_case(dt, 67, 133, 1024 + 32, &pool2, seed++);
+}
+
+// Activations whose scaled values x * (127 / amax) fall exactly halfway between integers (amax
+// = 127: the scale is 1), which the quantizer rounds to even, with the same bits on every path
+// (the AVX2 path quantizes with its own vector code).
+TEST(KernelsMatmulFast, QuantizerTiesGiveTheSameBitsOnEveryPath) {
+  Rng rng(700);
+  const int64_t rows = 16, cols = 128, n = 5;
+  W w = make_weight(rng, DType::Q8_0, rows, cols);
+  std::vector<float> x(size_t(n * cols));
+  for (int64_t i = 0; i < n * cols; ++i) {
+    const int64_t k = i % 32;
+    x[size_t(i)] = k == 0 ? 127.0f : (float(int64_t(k * 7 + i / 32) % 254 - 127) + 0.5f) * (i % 3 == 0 ? -1.0f : 1.0f);
+  }
+  // The halfway values 0.5, 1.5, 2.5, ... quantize to 0, 2, 2, ... (ties to even).
+  int8_t q[32];
+  float d;
+  int32_t qs;
+  const float halves[4] = {0.5f, 1.5f, 2.5f, -3.5f};
+  std::vector<float> xb(32, 0.0f);
+  xb[0] = 127.0f;
+  for (int i = 0; i < 4; ++i) xb[size_t(1 + i)] = halves[i];
+  kernels::quantize_activations_q8(xb.data(), 32, q, &d, &qs);
+  EXPECT_EQ(q[1], 0);
+  EXPECT_EQ(q[2], 2);
+  EXPECT_EQ(q[3], 2);
+  EXPECT_EQ(q[4], -4);
+  std::vector<float> first;
+  test::for_each_path([&](const std::string& path) {
+    for (int64_t m : {int64_t(1), n}) {
+      std::vector<float> y(size_t(n * rows), 0.0f);
+      for (int64_t t0 = 0; t0 < n; t0 += m)
+        matmul(x.data() + t0 * cols, m, cols, w.view, y.data() + t0 * rows, rows, nullptr, false, Numerics::fast);
+      if (first.empty()) first = y;
+      EXPECT_EQ(count_diff(y, first), 0) << path << " tokens per call " << m;
+    }
+  });
+}
+
 // Accumulating adds the product (computed as without accumulation) to y: y0 + y_fast, one f32 add.
 TEST(KernelsMatmulFast, Accumulate) {
   for (DType dt : {DType::Q8_0, DType::BF16}) {
     Rng rng(300);
     W w = make_weight(rng, dt, 37, 1024);
-    const auto x = make_x(rng, 3, 1024);
-    const auto y0 = test::random_vec(rng, size_t(3 * 37));
-    test::for_each_path([&](const std::string&) {
-      std::vector<float> y = y0, p(y0.size());
-      matmul(x.data(), 3, 1024, w.view, p.data(), 37, nullptr, false, Numerics::fast);
-      matmul(x.data(), 3, 1024, w.view, y.data(), 37, nullptr, true, Numerics::fast);
-      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y0[i] + p[i]) << dtype_name(dt) << " " << i;
-    });
+    for (int64_t n : {3, 9}) {  // 9: the batched kernels
+      const auto x = make_x(rng, n, 1024);
+      const auto y0 = test::random_vec(rng, size_t(n * 37));
+      test::for_each_path([&](const std::string&) {
+        std::vector<float> y = y0, p(y0.size());
+        matmul(x.data(), n, 1024, w.view, p.data(), 37, nullptr, false, Numerics::fast);
+        matmul(x.data(), n, 1024, w.view, y.data(), 37, nullptr, true, Numerics::fast);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y0[i] + p[i]) << dtype_name(dt) << " n=" << n << " " << i;
+      });
+    }
   }
 }
 
