@@ -541,6 +541,14 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
     n += w.new_tokens;
     sampled += w.sample ? 1 : 0;
   }
+  if (steady) {
+    // The classifier runs on the last stage for every micro-batch's sampled rows: priced below p
+    // times, each for an even share of the step's (the busiest micro-batch by tokens may be a
+    // prompt piece that samples nothing).
+    int all = 0;
+    for (const auto& w : seqs) all += w.sample ? 1 : 0;
+    sampled = ceil_div(all, p);
+  }
   // Ulysses pads the step to a multiple of sp (Shift 3.2.1) and gives each rank n/sp tokens.
   const double m = s > 1 ? double(ceil_div(n, s)) : double(n);
 
