@@ -59,6 +59,11 @@ double CostModel::weight_bytes() const {
   return opt_.weight_bytes > 0 ? opt_.weight_bytes : sim_dtype_bytes(opt_.weight_dtype);
 }
 
+bool CostModel::pipeline_steady_state() const {
+  if (opt_.pipeline == PipelineSchedule::Auto) return opt_.kernels == StepKernels::FusedGpu;
+  return opt_.pipeline == PipelineSchedule::Steady;
+}
+
 double CostModel::qkv_proj_s(double m, double d, double q_cols, double kv_cols, double ws) const {
   const SimDType dt = opt_.weight_dtype;
   const double wb = weight_bytes(), ab = opt_.act_bytes;
@@ -116,6 +121,11 @@ double CostModel::link_bw(int group) const {
 }
 
 double CostModel::collective_s(Collective kind, double bytes, int group, int per_node) const {
+  const double t = collective_base_s(kind, bytes, group, per_node);
+  return kind == Collective::AllReduce ? t * opt_.all_reduce_time_scale : t;
+}
+
+double CostModel::collective_base_s(Collective kind, double bytes, int group, int per_node) const {
   if (group <= 1 || bytes <= 0) return 0.0;
   per_node = std::clamp(per_node, 1, group);
   if (!curves_.empty()) {
@@ -468,10 +478,48 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   const int per_node = node_.gpus_per_node;
   const bool cpu = opt_.kernels == StepKernels::LoomCpu;
 
-  // Pipeline micro-batches: contiguous groups of sequences, priced at the largest one.
-  const int mb = std::max(1, std::min<int>(p, int(seqs.size())));
+  // Pipeline micro-batches, priced at the largest one. Fill and drain (loom's CPU engine,
+  // rank_forward.cpp): the step's sequences cut as the engine cuts them (pipeline_micro_batches:
+  // min(p, n) contiguous groups of whole sequences). Steady state (vLLM's virtual engines, Seesaw's
+  // workers, §5.1): p micro-batches of about 1/p of the step's tokens; a prefill chunk may be cut
+  // across micro-batches (a later piece of a prompt attends to the earlier ones, which passed every
+  // stage before it: one micro-batch behind in the same pipeline), a decode row may not.
+  const bool steady = p > 1 && pipeline_steady_state();
+  const int mb = steady ? p : std::max(1, std::min<int>(p, int(seqs.size())));
   std::vector<SeqWork> group;
-  {
+  if (steady) {
+    int total = 0;
+    for (const auto& w : seqs) total += w.new_tokens;
+    const int target = ceil_div(total, p);
+    // The busiest micro-batch: the most tokens, and of those the most attention (query, key) pairs.
+    int acc = 0, best = -1;
+    double best_pairs = -1;
+    std::vector<SeqWork> cur;
+    auto close = [&] {
+      double pairs = 0;
+      for (const auto& w : cur) pairs += double(w.new_tokens) * (w.context_len - (w.new_tokens - 1) / 2.0);
+      if (acc > best || (acc == best && pairs > best_pairs)) best = acc, best_pairs = pairs, group = cur;
+      cur.clear();
+      acc = 0;
+    };
+    for (const auto& w : seqs) {
+      if (w.new_tokens <= 1) {
+        cur.push_back(w);
+        acc += w.new_tokens;
+        if (acc >= target) close();
+        continue;
+      }
+      int done = 0;  // of this chunk's new tokens
+      while (done < w.new_tokens) {
+        const int piece = std::min(w.new_tokens - done, std::max(1, target - acc));
+        done += piece;
+        cur.push_back(SeqWork{piece, w.context_len - (w.new_tokens - done), w.sample && done == w.new_tokens});
+        acc += piece;
+        if (acc >= target) close();
+      }
+    }
+    if (!cur.empty()) close();
+  } else {
     int total = 0;
     for (const auto& w : seqs) total += w.new_tokens;
     const int target = ceil_div(total, mb);
@@ -492,6 +540,14 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   for (const auto& w : group) {
     n += w.new_tokens;
     sampled += w.sample ? 1 : 0;
+  }
+  if (steady) {
+    // The classifier runs on the last stage for every micro-batch's sampled rows: priced below p
+    // times, each for an even share of the step's (the busiest micro-batch by tokens may be a
+    // prompt piece that samples nothing).
+    int all = 0;
+    for (const auto& w : seqs) all += w.sample ? 1 : 0;
+    sampled = ceil_div(all, p);
   }
   // Ulysses pads the step to a multiple of sp (Shift 3.2.1) and gives each rank n/sp tokens.
   const double m = s > 1 ? double(ceil_div(n, s)) : double(n);
@@ -606,8 +662,14 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
     ends_gemm = cpu ? gemm_s(sampled, d, V, dt, wb, ab, ws) : gemm_s(sampled_rank, d, V / t, dt, wb, ab, ws);
   double ends_comm = s > 1 && sampled > 0 ? collective_s(Collective::AllGather, sampled * d * ab, s, s) : 0.0;
 
-  // Pipeline: mb micro-batches through p stages, filled and drained within the step.
-  const double slots = p > 1 ? double(mb + p - 1) : 1.0;
+  // Pipeline. Fill and drain: mb micro-batches through p stages within the step, mb + p - 1
+  // stage slots. Steady state: the pipeline stays full from one step to the next, so the step is
+  // the round trip of a micro-batch, p stage slots (each stage runs the p micro-batches once; a
+  // decode row's next token needs this one through every stage, so no step is shorter), with the
+  // embedding on the first and the classifier on the last stage once per micro-batch; the fill of
+  // p - 1 slots is paid when the pipeline starts (StepCost::pipeline_fill_s, added by the
+  // simulator at a plan switch).
+  const double slots = p > 1 ? (steady ? double(p) : double(mb + p - 1)) : 1.0;
   const int stage_ranks = pl.ranks / p;
   const double pp_send =
       p > 1 ? (p - 1) * collective_s(Collective::SendRecv, m * d * ab, 2, per_node >= 2 * stage_ranks ? 2 : 1) : 0.0;
@@ -623,6 +685,11 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
     ends_comm += collective_s(Collective::Broadcast, double(kInline), world, node);
     if (desc > kInline) ends_comm += collective_s(Collective::Broadcast, double(desc - kInline), world, node);
     if (pl.dp > 1) ends_comm += collective_s(Collective::AllGather, 16.0 * world * std::max(sampled, 1), world, node);
+  }
+  if (steady) {
+    cost.pipeline_fill_s = (p - 1) * (stage_gemm + stage_elem + stage_attn + stage_comm);
+    ends_gemm *= p;
+    ends *= p;
   }
   cost.gemm_s = stage_gemm * slots + ends_gemm;
   cost.elementwise_s = stage_elem * slots + ends;

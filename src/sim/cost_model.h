@@ -17,7 +17,8 @@
 // ARCHITECTURE.md): TP (Megatron, all-reduce after Wo and W_down), Ulysses SP x TP (Shift
 // Algorithm 1: token slices, two all-to-alls around attention, GQA KV replication when the KV
 // heads per TP rank are fewer than SP, padding to a multiple of SP), the Shift config (TP(sp*tp)
-// in the Shift 3.3.1 order), PP (micro-batches through stages, fill and drain every step). The
+// in the Shift 3.3.1 order), PP (micro-batches through stages: filled and drained within every step on loom's
+// CPU engine, in steady state on GPU engines; PipelineSchedule). The
 // layout policy (engine/policy.h) picks the plan of each step; DP replicas are priced one at a
 // time by the simulator. Helix (kvp=K,tpa=A; ../shared/papers/003 2.1-2.3): every KVP rank
 // projects Q/K/V for all the step's tokens for its TPA heads (2.1.1, redundant on the K ranks),
@@ -116,6 +117,9 @@ struct StepCost {
   double comm_s = 0;
   double overhead_s = 0;
   double switch_s = 0;          // KV migration before the step (plans with different placements)
+  // Steady-state pipeline (PipelineSchedule): the p - 1 stage slots that fill an empty pipeline,
+  // not in total_s (the simulator adds them when a plan switch has drained the pipeline).
+  double pipeline_fill_s = 0;
   int64_t kv_bytes_moved = 0;   // by that migration (KvMigration::total_bytes)
   std::string plan;             // PricedPlan::name of the plan that ran the step
 };
@@ -152,6 +156,20 @@ enum class StepKernels {
   LoomCpu,
 };
 
+// How a pipeline-parallel (pp > 1) step is priced.
+enum class PipelineSchedule {
+  // FillDrain for StepKernels::LoomCpu, Steady for FusedGpu.
+  Auto,
+  // loom's CPU engine (engine/rank_forward.cpp): the step's micro-batches (min(pp, sequences)
+  // groups of whole sequences) enter and leave the pipeline within the step: mb + pp - 1 slots.
+  FillDrain,
+  // vLLM's virtual engines and Seesaw's asynchronous workers (../shared/papers/004 §3.1
+  // Observation 2, §5.1: "each decoding step processes 1/PP of the sequences"): pp micro-batches
+  // of about 1/pp of the step's tokens stay in flight from one step to the next, so a step is pp
+  // stage slots (the round trip of one micro-batch) and the fill is paid once per start.
+  Steady,
+};
+
 struct CostModelOptions {
   SimDType weight_dtype = SimDType::BF16;  // compute precision (tensor-core peak)
   double weight_bytes = 0;           // bytes per weight element; 0: sim_dtype_bytes(weight_dtype)
@@ -174,6 +192,11 @@ struct CostModelOptions {
   // output for the first query token is computed, Helix immediately initiates All-to-All for that
   // token"), a cap of the batch size or more.
   int hopb_max_chunks = 8;
+  PipelineSchedule pipeline = PipelineSchedule::Auto;
+  // Multiplies the time of every all-reduce (Seesaw §6.5 / Fig. 14: "we then mutate the
+  // all-reduce time to project the end-to-end throughput with different inter-connection
+  // bandwidths"; 1 / the bandwidth scale). Other transfers keep their price.
+  double all_reduce_time_scale = 1.0;
 };
 
 class CostModel {
@@ -187,6 +210,8 @@ class CostModel {
   const Calibration& calibration() const { return cal_; }
   const CostModelOptions& options() const { return opt_; }
   double weight_bytes() const;  // per element
+  // Whether pp > 1 steps are priced in steady state (PipelineSchedule).
+  bool pipeline_steady_state() const;
 
   // Replaces the analytical collective model by measured curves where a key matches.
   void set_collective_curves(std::map<CollectiveKey, CollectiveCurve> curves) { curves_ = std::move(curves); }
@@ -280,6 +305,8 @@ class CostModel {
 
  private:
   double link_bw(int group) const;
+  // collective_s before CostModelOptions::all_reduce_time_scale.
+  double collective_base_s(Collective kind, double bytes, int group, int per_node) const;
   // One layer's attention on the busiest rank for `seqs` (kvp > 1: the rank's share of each
   // context, blocks of `block` tokens round-robin), without the kernel latency; the model's
   // attention shape (GQA or MLA) and the rank's query heads.

@@ -46,6 +46,9 @@ class CostModelExecutor : public StepExecutor {
     last_.plan = pl.name;
     if (config_.on_step) config_.on_step(pl, work_, last_);
     switched_ = prev_ >= 0 && batch.plan_id != prev_;
+    // A steady-state pipeline (CostModel::price) fills at the first step and after a switch
+    // drained it.
+    if (prev_ < 0 || switched_) last_.total_s += last_.pipeline_fill_s;
     if (switched_ && !batch.kv_seqs.empty()) {
       // Stop-and-migrate before the step (Nitsum 3.2.2): the KV every sequence holds now.
       last_.switch_s = model_.switch_s(plans_.at(size_t(prev_)), pl, batch.kv_seqs, batch.block_size,

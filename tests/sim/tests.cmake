@@ -33,3 +33,6 @@ foreach(e sidp-fig5 sidp-fig11 sidp-fig14)
   add_test(NAME sim_cli_experiment_${e} COMMAND loom sim experiment ${e} --json)
   set_tests_properties(sim_cli_experiment_${e} PROPERTIES PASS_REGULAR_EXPRESSION "\"experiment\": \"${e}\"")
 endforeach()
+# Seesaw (issue 13): its experiments listed (they run in test_sim: SeesawFig10/13/14, minutes of CPU).
+add_test(NAME sim_cli_seesaw_experiments COMMAND loom sim experiment --list)
+set_tests_properties(sim_cli_seesaw_experiments PROPERTIES PASS_REGULAR_EXPRESSION "seesaw-fig10.*seesaw-fig13.*seesaw-fig14")
