@@ -20,10 +20,14 @@
 // is in tests/sim/seesaw_sim_test.cpp (SeesawPricing): a PP8 prefill token costs 0.19 ms against
 // TP8's 0.62 ms, a PP8 decode token 19 ms against TP8's 3.7 ms (16 sequences at context 3500).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <tuple>
 
 #include "core/error.h"
@@ -131,6 +135,35 @@ Outcome simulate(const CostModel& cm, const std::vector<Plan>& plans, const std:
   return o;
 }
 
+// The outcomes of `jobs` (plan lists with their policy), in order. The simulations are
+// independent and deterministic, so they run on the machine's cores and the result is the same
+// as one after another (a fig10 case is about 40 of them).
+using Job = std::pair<std::vector<Plan>, std::string>;
+std::vector<Outcome> simulate_all(const CostModel& cm, const std::vector<Job>& jobs,
+                                  const std::vector<TraceRequest>& trace, int max_model_len) {
+  std::vector<Outcome> out(jobs.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (size_t i; (i = next++) < jobs.size();) {
+      try {
+        out[i] = simulate(cm, jobs[i].first, jobs[i].second, trace, max_model_len);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
 // Every (dp, tp, pp) of `gpus` the model divides (tp within a node: all of them here).
 std::vector<Plan> node_plans(const CostModel& cm, int gpus) {
   std::vector<Plan> out;
@@ -162,18 +195,21 @@ Comparison compare(const CostModel& cm, int gpus, const std::vector<TraceRequest
                    const std::vector<Plan>* only_fixed = nullptr) {
   Comparison c;
   const std::vector<Plan> plans = node_plans(cm, gpus);
-  for (const Plan& p : only_fixed ? *only_fixed : plans) {
-    const Outcome o = simulate(cm, {p}, "fixed", trace, max_model_len);
-    if (o.tok_s > c.best_fixed.tok_s) c.best_fixed = o;
-  }
+  std::vector<Job> jobs;
+  for (const Plan& p : only_fixed ? *only_fixed : plans) jobs.push_back({{p}, "fixed"});
+  const size_t n_fixed = jobs.size();
   for (const Plan& cp : plans)
     for (const Plan& cd : plans) {
       if (cp == cd || cp.dp != cd.dp) continue;
       // Seesaw's premise (§3.1): c_p has no more TP than c_d.
       if (cp.tp > cd.tp) continue;
-      const Outcome o = simulate(cm, {cp, cd}, "seesaw", trace, max_model_len);
-      if (o.tok_s > c.best_seesaw.tok_s) c.best_seesaw = o;
+      jobs.push_back({{cp, cd}, "seesaw"});
     }
+  const std::vector<Outcome> outcomes = simulate_all(cm, jobs, trace, max_model_len);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    Outcome& best = i < n_fixed ? c.best_fixed : c.best_seesaw;
+    if (outcomes[i].tok_s > best.tok_s) best = outcomes[i];
+  }
   return c;
 }
 
@@ -240,9 +276,9 @@ ExperimentResult run_fig10() {
 // request does not fit either).
 std::vector<Outcome> fixed_outcomes(const CostModel& cm, const std::vector<Plan>& plans,
                                     const std::vector<TraceRequest>& trace, int max_model_len) {
-  std::vector<Outcome> out;
-  for (const Plan& p : plans) out.push_back(simulate(cm, {p}, "fixed", trace, max_model_len));
-  return out;
+  std::vector<Job> jobs;
+  for (const Plan& p : plans) jobs.push_back({{p}, "fixed"});
+  return simulate_all(cm, jobs, trace, max_model_len);
 }
 
 ExperimentResult run_fig13() {
