@@ -33,8 +33,10 @@ test: build
 SANITIZE_TARGETS ?= test_core test_kernels test_comm test_comm_mpi test_model test_kv test_gpu
 SANITIZE_LABELS ?= ^(core|kernels|comm|model|kv|gpu)$$
 SANITIZE_EXCLUDE ?= ^model_interop_
+# Precompiled headers (CMakeLists.txt LOOM_PCH), checked on the default subset's targets.
+SANITIZE_PCH ?= ON
 test-sanitize: deps
-	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_BENCH=OFF -DLOOM_FUZZ=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_BENCH=OFF -DLOOM_FUZZ=OFF -DLOOM_PCH=$(SANITIZE_PCH) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS) --target $(SANITIZE_TARGETS)
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS) --timeout 900 -L '$(SANITIZE_LABELS)' \
 	  $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
