@@ -9,6 +9,12 @@
 
 namespace loom {
 
+namespace {
+// The store counterpart of load_u16 (dtype.h): quantized rows are written into buffers at any
+// byte offset too (packed tiles, file images whose rows have an odd byte length).
+void store_u16(void* p, int64_t i, uint16_t v) { std::memcpy(static_cast<uint8_t*>(p) + 2 * i, &v, 2); }
+}  // namespace
+
 std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "f32";
@@ -91,27 +97,25 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::F32:
       std::memcpy(dst, src, size_t(n) * 4);
       return;
-    case DType::F16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+    // dst may be at any address (store_u16), like dequantize_row's src.
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) store_u16(dst, i, f32_to_f16(src[i]));
       return;
-    }
-    case DType::BF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) store_u16(dst, i, f32_to_bf16(src[i]));
       return;
-    }
     case DType::Q8_0: {
       LOOM_CHECK(n % kQ8BlockSize == 0, "n=", n);
-      auto* b = static_cast<BlockQ8_0*>(dst);
       for (int64_t i = 0; i < n / kQ8BlockSize; ++i) {
+        auto* b = static_cast<uint8_t*>(dst) + i * int64_t(sizeof(BlockQ8_0));
         const float* x = src + i * kQ8BlockSize;
         float amax = 0.0f;
         for (int j = 0; j < kQ8BlockSize; ++j) amax = std::max(amax, std::fabs(x[j]));
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = f32_to_f16(d);
-        for (int j = 0; j < kQ8BlockSize; ++j) b[i].qs[j] = int8_t(std::lround(x[j] * id));
+        store_u16(b + offsetof(BlockQ8_0, d), 0, f32_to_f16(d));
+        auto* qs = reinterpret_cast<int8_t*>(b + offsetof(BlockQ8_0, qs));
+        for (int j = 0; j < kQ8BlockSize; ++j) qs[j] = int8_t(std::lround(x[j] * id));
       }
       return;
     }

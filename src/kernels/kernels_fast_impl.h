@@ -54,7 +54,8 @@ void q8_fast_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1) {
         for (int64_t b = 0; b < nb; ++b) {
           for (int r = 0; r < kTileRows; ++r) {
             const int rr = r < nr ? r : nr - 1;
-            dh[r] = reinterpret_cast<const BlockQ8_0*>(row0 + rr * a.row_stride)[b].d;
+            // Rows at any address: the scale by a memcpy load (core/dtype.h load_u16).
+            dh[r] = load_u16(row0 + rr * a.row_stride + b * kBlk + int64_t(offsetof(BlockQ8_0, d)), 0);
           }
           const F8 dw = S::f8_from_f16(dh);
           F8 sf;

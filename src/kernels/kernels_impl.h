@@ -20,6 +20,13 @@ constexpr int64_t row_bytes(int64_t k) {
   return D == DType::Q8_0 ? k / kQ8BlockSize * int64_t(sizeof(BlockQ8_0)) : D == DType::F32 ? 4 * k : 2 * k;
 }
 
+// Q8_0 block b of a row, the row at any address (a view of a mapped file, a row stride of odd
+// byte length: core/dtype.h load_u16): byte arithmetic and a memcpy load of the scale, never a
+// BlockQ8_0 member access (misaligned, undefined behaviour that UBSan reports).
+inline const uint8_t* q8_block(const uint8_t* row, int64_t b) { return row + b * int64_t(sizeof(BlockQ8_0)); }
+inline uint16_t q8_d(const uint8_t* blk) { return load_u16(blk + offsetof(BlockQ8_0, d), 0); }
+inline const int8_t* q8_qs(const uint8_t* blk) { return reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ8_0, qs)); }
+
 template <class S, DType D>
 inline typename S::V load_w(const uint8_t* row, int64_t k) {
   if constexpr (D == DType::F32) return S::load(reinterpret_cast<const float*>(row) + k);
@@ -80,13 +87,13 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
         // 2*R*T live vectors.
         V dv[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) dv[r] = S::set1(S::f16(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].d));
+        for (int r = 0; r < R; ++r) dv[r] = S::set1(S::f16(q8_d(q8_block(wr[r], b))));
 #pragma GCC unroll 32
         for (int sub = 0; sub < kQ8BlockSize; sub += W) {
           V wv[R];
 #pragma GCC unroll 16
           for (int r = 0; r < R; ++r)
-            wv[r] = S::mul(S::load_q8(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].qs + sub), dv[r]);
+            wv[r] = S::mul(S::load_q8(q8_qs(q8_block(wr[r], b)) + sub), dv[r]);
           const int64_t k = b * kQ8BlockSize + sub;
 #pragma GCC unroll 16
           for (int t = 0; t < T; ++t) {
@@ -102,7 +109,7 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
       for (int sub = 0; sub < kQ8BlockSize; sub += W) {
         V wv[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) wv[r] = S::load_q8(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].qs + sub);
+        for (int r = 0; r < R; ++r) wv[r] = S::load_q8(q8_qs(q8_block(wr[r], b)) + sub);
         const int64_t k = b * kQ8BlockSize + sub;
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
@@ -113,7 +120,7 @@ void matmul_micro(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t k0, int64
       }
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
-        const V dv = S::set1(S::f16(reinterpret_cast<const BlockQ8_0*>(wr[r])[b].d));
+        const V dv = S::set1(S::f16(q8_d(q8_block(wr[r], b))));
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) acc[r][t] = S::fma(blk[r][t], dv, acc[r][t]);
       }
@@ -172,9 +179,9 @@ void gemv_q8_tile(const MatmulArgs& a, int64_t r0, int64_t pf_rows_end, bool ini
   constexpr int W = S::kW;
   constexpr int64_t kBlk = int64_t(sizeof(BlockQ8_0));
   const int64_t nb = a.cols / kQ8BlockSize, row_len = nb * kBlk;
-  const BlockQ8_0* wb[R];
+  const uint8_t* wb[R];
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) wb[r] = reinterpret_cast<const BlockQ8_0*>(a.w + (r0 + r) * a.row_stride);
+  for (int r = 0; r < R; ++r) wb[r] = a.w + (r0 + r) * a.row_stride;
   // Prefetch cursor: offset `pf` in this tile's rows; past row_len it continues in the next tile
   // (rows r0 + R ..), unless that tile lies beyond pf_rows_end.
   // The scale copy of a chunk touches every line of the chunk first, so the prefetch runs a
@@ -196,7 +203,7 @@ void gemv_q8_tile(const MatmulArgs& a, int64_t r0, int64_t pf_rows_end, bool ini
       for (int j = 0; j < nc; ++j) {
         // Scalar loads and stores on purpose: the empty asm keeps g++ from vectorising this
         // gather into vpinsrw chains (shuffle-port uops, the very cost this copy avoids).
-        uint32_t h = wb[r][c0 + j].d;
+        uint32_t h = q8_d(q8_block(wb[r], c0 + j));
         __asm__("" : "+r"(h));
         dh[r][j] = uint16_t(h);
       }
@@ -209,11 +216,11 @@ void gemv_q8_tile(const MatmulArgs& a, int64_t r0, int64_t pf_rows_end, bool ini
         const int64_t o = b * kBlk + pf_dist;
         if (o < row_len) {
 #pragma GCC unroll 16
-          for (int r = 0; r < R; ++r) __builtin_prefetch(reinterpret_cast<const uint8_t*>(wb[r]) + o, 0, 3);
+          for (int r = 0; r < R; ++r) __builtin_prefetch(wb[r] + o, 0, 3);
         } else if (pf_next) {
           const int64_t o2 = R * a.row_stride + (o - row_len);
 #pragma GCC unroll 16
-          for (int r = 0; r < R; ++r) __builtin_prefetch(reinterpret_cast<const uint8_t*>(wb[r]) + o2, 0, 3);
+          for (int r = 0; r < R; ++r) __builtin_prefetch(wb[r] + o2, 0, 3);
         }
       }
       const float* xb = a.x + b * kQ8BlockSize;
@@ -223,7 +230,7 @@ void gemv_q8_tile(const MatmulArgs& a, int64_t r0, int64_t pf_rows_end, bool ini
         const V xv = S::load(xb + sub);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-          const V wv = S::load_q8(wb[r][b].qs + sub);
+          const V wv = S::load_q8(q8_qs(q8_block(wb[r], b)) + sub);
           blk[r] = sub == 0 ? S::mul(wv, xv) : S::fma(wv, xv, blk[r]);
         }
       }
@@ -394,10 +401,10 @@ void unpack_row(const uint8_t* row, int64_t k0, int64_t k1, float* dst) {
   constexpr int W = S::kW;
   if constexpr (D == DType::Q8_0) {
     for (int64_t b = k0 / kQ8BlockSize; b < k1 / kQ8BlockSize; ++b) {
-      const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-      const typename S::V dv = S::set1(S::f16(blk.d));
+      const uint8_t* blk = q8_block(row, b);
+      const typename S::V dv = S::set1(S::f16(q8_d(blk)));
       for (int sub = 0; sub < kQ8BlockSize; sub += W)
-        S::store(dst + (b * kQ8BlockSize - k0) + sub, S::mul(S::load_q8(blk.qs + sub), dv));
+        S::store(dst + (b * kQ8BlockSize - k0) + sub, S::mul(S::load_q8(q8_qs(blk) + sub), dv));
     }
   } else {
     int64_t k = k0;
