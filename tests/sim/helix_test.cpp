@@ -424,11 +424,22 @@ TEST(HelixPaperFactors, DISABLED_Fig6LlamaTokensPerGpu) { expect_in_band(kPaperF
 //  - Fig. 7 Llama (0.12%): Llama's all-to-all carries B x 16 heads x 128 values per GPU (130 KB at
 //    B = 31: 0.13 us at 900 GB/s) behind a 6.3 us latency; HOP-B hides only the bytes, the last
 //    chunk's latency stays exposed with it as without it.
+//    By hand: a request's exchange bytes (3640 B leaving, 4 ns at 900 GB/s) against its 2.0 us KV
+//    read is 0.2% at any batch (both grow with B), so no bandwidth term makes 12%; it needs a cost
+//    per request of ~0.3 us (0.12 x 92.5 us / 30 at B = 31) that HOP-B hides, which Figure 3 draws (1.2 units of exchange against
+//    2 of attention per request, HOP-B off = 8 x 1.2) but no section prices.
 TEST(HelixPaperFactors, DISABLED_Fig7LlamaHopBLoss) { expect_in_band(kPaperFactors[4]); }
 //  - Fig. 7 DeepSeek (11%): the same layout and batch lose only 2.3% TTL without HOP-B
 //    (same_layout_ttl_cost_pct), but the largest loss at a fixed tokens/s/GPU falls where the
 //    frontier is flat (KV reads grow with the batch as fast as the tokens do), which turns a 2%
 //    TTL gap into an 11% tokens/s/user gap.
+//    Worked by hand (HelixFig7.HandWorkedOperatingPoints): 3.3's "all-to-all exchange accounts for
+//    just ~1% of end-to-end decode latency" is out of reach anywhere on this DeepSeek frontier, even
+//    at zero latency: its slowest point (kvp=16, B=129, 23.1 ms, 379 us a layer) moves 129 x 128
+//    heads x (128 BF16 + f32 LSE) x 15/16 = 4.0 MB a layer, 4.5 us at 900 GB/s = 1.2% before the
+//    6.3 us latency (2.8% with it). 2.2's "B x H/(KVP x TPA)" read with H = the hidden size (7168,
+//    "hidden-dimension slice") would halve the bytes, but DeepSeek's attention output before W_O
+//    is 128 x 128 = 16384 wide and the merge needs it per head; left as it is.
 TEST(HelixPaperFactors, DISABLED_Fig7DeepSeekHopBLoss) { expect_in_band(kPaperFactors[5]); }
 // The direction of Figure 7: communication is a larger share of Llama-405B's TTL, so HOP-B matters
 // more there (3.3). Reversed here for the two reasons above.
