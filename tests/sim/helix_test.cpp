@@ -426,8 +426,9 @@ TEST(HelixPaperFactors, DISABLED_Fig6LlamaTokensPerGpu) { expect_in_band(kPaperF
 //    chunk's latency stays exposed with it as without it.
 //    By hand: a request's exchange bytes (3640 B leaving, 4 ns at 900 GB/s) against its 2.0 us KV
 //    read is 0.2% at any batch (both grow with B), so no bandwidth term makes 12%; it needs a cost
-//    per request of ~0.3 us (0.12 x 92.5 us / 30 at B = 31) that HOP-B hides, which Figure 3 draws (1.2 units of exchange against
-//    2 of attention per request, HOP-B off = 8 x 1.2) but no section prices.
+//    per request of ~0.3 us (0.12 x 92.5 us / 30 at B = 31) that HOP-B hides, which Figure 3 draws
+//    (1.2 units of exchange against 2 of attention per request, HOP-B off = 8 x 1.2) but no
+//    section prices.
 TEST(HelixPaperFactors, DISABLED_Fig7LlamaHopBLoss) { expect_in_band(kPaperFactors[4]); }
 //  - Fig. 7 DeepSeek (11%): the same layout and batch lose only 2.3% TTL without HOP-B
 //    (same_layout_ttl_cost_pct), but the largest loss at a fixed tokens/s/GPU falls where the
