@@ -1,6 +1,8 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <exception>
 
 #include "core/error.h"
 
@@ -25,6 +27,28 @@ int default_thread_count() {
   }
   const unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? int(n) : 1;
+}
+
+void parallel_for_each_index(size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (size_t i; (i = next++) < n;) {
+      try {
+        fn(i);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n_threads = std::min(n, size_t(default_thread_count()));
+  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {

@@ -56,4 +56,10 @@ inline void parallel_run(ThreadPool* pool, const std::function<void(int, int)>& 
 // The default thread count: LOOM_THREADS if set, else the hardware concurrency.
 int default_thread_count();
 
+// Calls fn(i) once for every i in [0, n), on up to default_thread_count() threads (the caller's
+// included), each taking the next index from a shared counter: for a few independent, uneven
+// tasks (simulations, calibration fits), not for kernels (ThreadPool). Returns when all are done;
+// then rethrows the first exception one of them threw.
+void parallel_for_each_index(size_t n, const std::function<void(size_t i)>& fn);
+
 }  // namespace loom

@@ -1,10 +1,6 @@
 #include "sim/calibration.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "sim/model_catalog.h"
 
 namespace loom::sim {
@@ -774,25 +771,7 @@ std::vector<FileValidation> validate_measurements(const std::string& hardware, c
     return v;
   };
   std::vector<FileValidation> out(files.size());
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    for (size_t i; (i = next++) < files.size();) {
-      try {
-        out[i] = validate(files[i]);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  const size_t n = std::min<size_t>(files.size(), std::max(1u, std::thread::hardware_concurrency()));
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  parallel_for_each_index(files.size(), [&](size_t i) { out[i] = validate(files[i]); });
   return out;
 }
 
