@@ -323,6 +323,17 @@ TEST(SidpHeadline, HandWorkedOperatingPoint) {
   // No batch the KV budget holds hides the fetch: the plain step with the whole budget in use.
   const MemoryPlan mem = cm.memory({was, cas});
   EXPECT_GT(mem.kv_capacity_tokens, 8 * 128 * 1313 / 8);  // all 1024 requests' prompts fit
+  // Both sides under the same vLLM budget (PAPERS-NOTES 1.4.10: util 0.9 x 144 GB - weights - 2 GB):
+  // SiDP holds attention 80 x (2 x 8192^2 + 2 x 8192 x 1024) x 2 B = 24.16 GB, embedding and
+  // classifier 2 x 128256 x 8192 x 2 B = 4.20 GB, 10 owned + 7 slot FFN layers 23.96 GB: 75.3 GB
+  // free / 327,680 B a token = 229.7K tokens; a TP=4 GPU a quarter of 141.1 GB: 92.3 GB free /
+  // 81,920 B = 1.127M tokens a replica, more than its 256 sequences hold even at their final
+  // contexts (mean 1024 + 0.9 x 2304 + 0.1 x 7168 = 3.8K: 0.97M): the baseline of this job is
+  // bounded by max_num_seqs (and its 1024 requests), not by KV, so SiDP's extra KV buys nothing.
+  EXPECT_NEAR(double(mem.kv_capacity_tokens), 229.7e3, 0.005 * 229.7e3);
+  const MemoryPlan base_mem = cm.memory({cm.prepare(Plan::make_tp(4))});
+  EXPECT_NEAR(double(base_mem.kv_capacity_tokens), 1.127e6, 0.005 * 1.127e6);
+  EXPECT_EQ(base_mem.free_bytes_per_gpu + base_mem.weight_bytes_per_gpu, mem.free_bytes_per_gpu + mem.weight_bytes_per_gpu);
   const int full_b = int(mem.kv_capacity_tokens / 1313);
   EXPECT_LT(plain_step_s(cm, full_b, 1313), fetch_floor / 2);
   // CaS: the owner's fused FFN over 1024 rows, 80 layers, is a floor of the step.
