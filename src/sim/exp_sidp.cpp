@@ -246,7 +246,7 @@ ExperimentResult run_fig14() {
                         ") ran in CaS in the sidp-headline job (1024 requests, S ~ 4K, 10% long outputs)."));
   r.notes.push_back("FSDP: each layer's FFN all-gathered over the 8 GPUs on every rank (dummies too), not overlapped; "
                     "V1: rows to the owner, one GEMM chain per sender, dummies send one row; V2: one fused GEMM chain; "
-                    "V3: dummies send nothing (S10). Messages at the owner one after another.");
+                    "V3: dummies send nothing (S10). The senders' copies to an owner run at once (S9).");
   return r;
 }
 
