@@ -246,6 +246,27 @@ TEST(SidpSimRun, PolicyRunsWasInTheBulkAndCasInTheTailAndRecordsEveryStepsMode) 
   EXPECT_EQ(c.summary.num_output_tokens, r.summary.num_output_tokens);
 }
 
+TEST(SidpSimRun, PromptChunkStepsAreNotTheTail) {
+  // §4.3 (S11): the orchestrator decides on the sequences active per engine, in the tail. The
+  // start of an offline job schedules a few prompt chunks a step with every replica full: those
+  // steps must not switch the group to CaS (before: 4 such steps did, and with B_th above 2/3 of
+  // the per-replica batch the group never came back).
+  const PlanSet set = PlanSet::make(policy_plans("sidp", {Plan::parse("dp=8,weights=owner")}),
+                                    node_model("qwen3-32b", "h20").shape());
+  auto policy = make_layout_policy("sidp", set, 93);
+  auto step = [](int seqs, int prefill_tokens) {
+    StepBatch b;
+    b.seqs.resize(size_t(seqs));
+    b.num_prefill_tokens = prefill_tokens;
+    return b;
+  };
+  for (int i = 0; i < 4 * kSidpWindow; ++i) EXPECT_EQ(policy->choose(step(64, 65536)), 0) << i;  // 8 a replica
+  for (int i = 0; i < kSidpWindow; ++i) EXPECT_EQ(policy->choose(step(1024, 0)), 0) << i;        // 128 a replica
+  // The tail still switches: decode-only steps below B_th for a window.
+  for (int i = 0; i < kSidpWindow - 1; ++i) EXPECT_EQ(policy->choose(step(8 * 40, 0)), 0) << i;
+  EXPECT_EQ(policy->choose(step(8 * 40, 0)), 1);
+}
+
 TEST(SidpSimRun, DefaultThresholdIsTheCostModelsAtTheJobsMeanDecodeContext) {
   const SimResult r = run_small("sidp", -1);
   double rows = 0, ctx = 0;
