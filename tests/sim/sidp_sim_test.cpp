@@ -391,11 +391,17 @@ const std::set<std::string> kKnownDeviations = {
     // The CaS phase of the job has all 8 replicas busy (no dummies: V2 = V3) with ~16 rows each;
     // V1's per-sender GEMM chains cost more than FSDP's all-gathers on H20.
     "fig14 fsdp>v1", "fig14 band fsdp/v1", "fig14 band v1/v2", "fig14 band v2/v3", "fig14 band fsdp/v3",
-    // WaS is fetch-bound (7/8 of the FFN per step over NVLink) at the batches 4K contexts leave room
-    // for, CaS serialises every layer's FFN on its owner, and the sidp policy's B_th sits above the
-    // WaS/CaS crossover: SiDP is below the best DP+TP on every GPU.
+    // A property of the mechanism on roofline GPUs, not a pricing defect (SidpHeadline.
+    // HandWorkedOperatingPoint): WaS is fetch-bound (7/8 of the FFN per step over NVLink, 231.7 ms
+    // a step for Llama-3.1-70B on H200) at every batch 4K contexts leave room for, and CaS runs
+    // the 8 replicas' FFN FLOPs on one owner per layer; the baseline of this 1024-request job is
+    // bounded by max_num_seqs, not KV, so SiDP's KV has nothing to buy. SiDP is below the best
+    // DP+TP on every GPU.
     "headline band throughput", "headline h20 > 1", "headline h200 > 1", "headline b200 > 1",
-    "headline fig13 cas >= was-only", "headline fig15 was steps > cas steps"};
+    // S11's B_th (the smallest batch whose step hides the fetch: 75 on H20 for Qwen3-32B) sits
+    // above the cost model's WaS/CaS crossover (32, sidp-fig11), so CaS runs from b = 75 down:
+    // 5917 CaS steps against 2265 WaS.
+    "headline fig15 was steps > cas steps"};
 
 void check(const std::string& name, bool holds, const std::string& detail) {
   if (kKnownDeviations.count(name))
