@@ -66,7 +66,7 @@ class RandomPolicy final : public LayoutPolicy {
 // SiDP §4.3 (S11; PAPERS-NOTES 1.4.4): the orchestrator switches every replica between WaS and
 // CaS at a step boundary. Effective batch = the step's sequences / D (the per-replica mean);
 // CaS after `window` consecutive steps below B_th, back to WaS after `window` consecutive steps
-// above (1 + h) * B_th, so the mode does not flap.
+// above (1 + h) * B_th, so the mode does not flap; steps with prompt chunks do not count.
 class SidpPolicy final : public LayoutPolicy {
  public:
   SidpPolicy(int was, int cas, int dp, int64_t threshold, int window, double h)
@@ -74,6 +74,11 @@ class SidpPolicy final : public LayoutPolicy {
     if (threshold < 0) fail("SiDP threshold B_th must be >= 0 sequences per replica, got ", threshold);
   }
   int choose(const StepBatch& b) override {
+    // A step that carries prompt chunks is bounded by the token budget, not by the sequences
+    // active per engine (the start of an offline job: every replica full, a few prompts a step).
+    // §4.3 (S11) decides on "how many sequences remain active per engine" in "a tail regime":
+    // such a step is evidence of neither, the counts stand.
+    if (b.num_prefill_tokens > 0) return cas_mode_ ? cas_ : was_;
     const double eff = double(b.seqs.size()) / double(dp_);
     if (eff < double(th_)) {
       ++below_, above_ = 0;

@@ -12,7 +12,8 @@
 //   alternate    cycle:1
 //   random:SEED  a plan drawn per step from Rng(SEED) (reproducible; a test hook)
 //   sidp         SiDP §4.3 over one plan dp=D,weights=owner (policy_plans adds its sidp=cas
-//                twin): CaS once the effective batch per replica (the step's sequences / D) has
+//                twin): CaS once the effective batch per replica (the step's sequences / D;
+//                steps with prompt chunks do not count, they are bounded by the token budget) has
 //                stayed below B_th (`threshold`) for kSidpWindow steps, WaS again once it has
 //                stayed above (1 + kSidpHysteresis) * B_th as long; both plans share one KV
 //                placement, so a switch moves nothing. The mode of every step is its plan's

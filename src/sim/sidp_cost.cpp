@@ -178,11 +178,12 @@ StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector
   } else {
     for (int l = 0; l < L; ++l) {
       const int o = sidp::owner_of(l, D);
-      double total_rows = 0;
+      double total_rows = 0, sent_rows = 0;
+      bool any_sender = false;
       for (int r = 0; r < D; ++r) {
         if (!part[size_t(r)]) continue;
         total_rows += rows[size_t(r)];
-        if (r != o) comm += 2 * rows_msg_s(cm, rows[size_t(r)]);  // rows there, FFN output back
+        if (r != o) sent_rows += rows[size_t(r)], any_sender = true;
         if (v == SidpVariant::CasV1) {  // one GEMM chain per sender (and the owner's own rows)
           const FfnCost f = ffn_cost(cm, plain, rows[size_t(r)]);
           ffn_gemm += f.gemm;
@@ -194,6 +195,10 @@ StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector
         ffn_gemm += f.gemm;
         ffn_elem += f.elem;
       }
+      // Rows there and FFN output back. §4.3 (S9): "P2P transfers are issued by non-owners", each
+      // on its own stream (§4.4, S15): the senders' copies run at once, sharing the owner's
+      // ingress (the returns its egress): one latency each way, not one per sender.
+      if (any_sender) comm += 2 * rows_msg_s(cm, sent_rows);
     }
   }
   // The slowest participant's step with its own FFN replaced by the layer-by-layer FFN above.

@@ -13,14 +13,16 @@
 //    1/(D-1) of its egress (the incast of §4.2); with it, every owner has one reader (S7 (ii)).
 //    The step time is the steady state of that timeline (the third of three identical steps).
 //  CaS (sidp=cas, §4.3, S8-S10): per layer, every active replica's pre-FFN part (lockstep: the
-//    slowest one's), then each active non-owner's rows go to the owner (one send/recv each, the
-//    owner posting them one after another), the owner's one GEMM chain over all rows, and each
-//    sender's rows back (one send each). A replica without rows is a dummy and sends nothing.
+//    slowest one's), then every active non-owner's rows go to the owner (the senders' copies at
+//    once, §4.3 "P2P transfers are issued by non-owners": one latency, all their bytes over the
+//    owner's ingress), the owner's one GEMM chain over all rows, and the rows back the same way
+//    over its egress. A replica without rows is a dummy and sends nothing.
 //  Fig. 14's ladder (§5.4), for the tail experiment:
 //    FSDP  (§3.2, S13): every rank, dummies included, all-gathers each layer's FFN before it
 //          (a group collective per layer, not overlapped) and computes its own rows;
 //    CaS V1: P2P to the owner as CaS, but the owner runs one GEMM chain per sender (its own rows
-//          included), and dummy replicas take part with one row (vLLM's dummy batch);
+//          included), and dummy replicas take part with one row (vLLM's dummy batch); its
+//          copies run at once as V2's (the rung is "async P2P");
 //    CaS V2: V1 with the senders' rows fused into one GEMM chain (S9);
 //    CaS V3: V2 with dummy skipping (S10): SiDP's CaS above.
 //
