@@ -85,11 +85,14 @@ Run run_plans(const std::vector<std::string>& plans, const std::string& policy, 
   auto check = o.after_step;
   o.after_step = [&](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
     check(rank, e, b, rel);
-    const Range layers = e.forward_of(e.current()).layout().layers;
     const KvStore& kv = e.kv();
     std::string bad;
     const std::vector<int64_t> parked = e.parked_swap_outs();  // copied to the tier: the old stage's pages
-    for (int64_t seq : kv.sequences())
+    for (int64_t seq : kv.sequences()) {
+      // The layers of the plan whose placement holds it (a decoding sequence stays in c_d's through
+      // a prefill phase under c_p: Seesaw's resident sequences).
+      const int home = holdings.ranks[size_t(rank)].home(seq);
+      const Range layers = e.forward_of(home >= 0 ? home : e.current()).layout().layers;
       for (int l = 0; l < kv.n_layers() && bad.empty() && std::count(parked.begin(), parked.end(), seq) == 0; ++l) {
         bool any = false;
         for (int h = 0; h < kv.n_kv_heads(); ++h) any = any || !kv.table(seq, l, h).empty();
@@ -97,6 +100,7 @@ Run run_plans(const std::vector<std::string>& plans, const std::string& policy, 
           bad = cat("rank ", rank, " (layers ", to_string(layers), ") ", any ? "holds" : "lacks", " KV of layer ", l,
                     " of sequence ", seq, " after step ", b.step_index);
       }
+    }
     std::lock_guard<std::mutex> lock(mu);
     ++r.stage_checks;
     if (r.stage_error.empty()) r.stage_error = bad;
@@ -294,6 +298,167 @@ TEST(SeesawPhases, PreemptionWithTheTier) {
   expect_tokens("preemption", model, prompts, want, r.run.out);
   EXPECT_GT(r.swapped_out, 0);
   EXPECT_GT(r.preemptions, 0);
+}
+
+// Resident sequences (004 4.2: "prefill again, with running sequences resident"): a sequence
+// decoding when the scheduler turns to prefill keeps its KV where c_d put it. Checked on every rank
+// from the store itself, not from a counter: after each step, every sequence that decoded under c_d
+// and is still live holds the same pages for the tokens it had (same page ids, same K and V bytes)
+// and exactly c_d's cells of them (check_holdings against c_d's placement), through every prefill
+// step under c_p; c_p's steps and switches list no resident sequence to migrate or swap out (the
+// tier's traffic is the newly prefilled sequences'). pp=2 and tp=2 place a sequence's cells
+// differently on every rank, so a migration either way would change the holdings or the pages.
+// And the greedy tokens equal the single rank's, every request finishing once.
+struct Resident {
+  int64_t len = 0;                                    // tokens computed when recorded
+  std::map<std::pair<int, int>, std::vector<int32_t>> pages;  // (layer, head) -> pages of [0, len)
+  std::vector<float> kv;                              // K and V of [0, len), those cells in order
+};
+
+Resident snapshot(const KvStore& kv, int64_t seq, int64_t len) {
+  Resident r;
+  r.len = len;
+  const int64_t blocks = (len + kv.block_size() - 1) / kv.block_size();
+  for (int l = 0; l < kv.n_layers(); ++l)
+    for (int h = 0; h < kv.n_kv_heads(); ++h) {
+      const std::span<const int32_t> t = kv.table(seq, l, h);
+      if (t.empty()) continue;
+      std::vector<int32_t>& pg = r.pages[{l, h}];
+      for (int64_t b = 0; b < blocks && b < int64_t(t.size()); ++b) {
+        pg.push_back(t[size_t(b)]);
+        if (t[size_t(b)] == kNoPage) continue;
+        const int64_t n = std::min<int64_t>(kv.block_size(), len - b * kv.block_size()) * kv.head_dim();
+        r.kv.insert(r.kv.end(), kv.k(t[size_t(b)]), kv.k(t[size_t(b)]) + n);
+        r.kv.insert(r.kv.end(), kv.v(t[size_t(b)]), kv.v(t[size_t(b)]) + n);
+      }
+    }
+  return r;
+}
+
+TEST(SeesawResident, DecodingSequencesStayInTheDecodePlacementThroughPrefill) {
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const auto prompts = random_prompts(12, 40, model->config.vocab_size, 43);
+  // Output lengths that differ, so that at each turn to prefill some sequences are mid-decode.
+  std::vector<int> n;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    n.push_back(6 + 4 * int(i % 3));
+    want.push_back(alone(model, prompts[i], n.back()));
+  }
+  for (const std::vector<std::string>& plans :
+       std::vector<std::vector<std::string>>{{"pp=2", "tp=2"}, {"pp=4", "tp=2,pp=2"}}) {
+    const std::string label = cat(plans[0], " -> ", plans[1]);
+    SCOPED_TRACE(label);
+    std::mutex mu;
+    std::vector<std::map<int64_t, Resident>> held(4);  // per rank: sequences that decoded under c_d
+    std::string error;
+    int64_t resident_checks = 0, turns_with_residents = 0, resumed = 0;
+    std::set<int64_t> prefilled;  // rank 0: every sequence a c_p step ran
+    int prev_plan = 1;
+    const PhaseRun r = run_phases(
+        plans, "seesaw", model, greedy_requests(prompts, n), 64, 16, 64,
+        [&](DistOptions& o) {
+          auto check = o.after_step;
+          o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+            check(rank, e, b, rel);
+            std::map<int64_t, Resident>& mine = held[size_t(rank)];
+            for (RequestId id : rel) mine.erase(id);
+            // A sequence recomputed under c_p after a preemption is not resident any more.
+            for (const ScheduledSeq& s : b.seqs)
+              if (s.is_prefill) mine.erase(s.seq_id);
+            std::string bad;
+            const bool prefill_step = b.plan_id == 0;
+            std::set<int64_t> stepped;
+            for (const ScheduledSeq& s : b.seqs) stepped.insert(s.seq_id);
+            for (const SeqExtent& x : b.swap_out)
+              if (mine.count(x.id)) bad = cat("resident sequence ", x.id, " swapped out");
+            for (const SeqExtent& x : b.kv_seqs)
+              if (mine.count(x.id)) bad = cat("resident sequence ", x.id, " listed for migration");
+            int64_t checked = 0, back = 0;
+            for (auto& [seq, was] : mine) {
+              if (!bad.empty()) break;
+              const Resident now = snapshot(e.kv(), seq, was.len);
+              if (now.pages != was.pages) bad = cat("sequence ", seq, ": its pages changed");
+              else if (now.kv != was.kv) bad = cat("sequence ", seq, ": its K/V bytes changed");
+              const std::string h = check_holdings(e.kv(), e.plans().placement(1), e.world_rank(), {{seq, was.len}});
+              if (bad.empty() && !h.empty()) bad = cat("sequence ", seq, " left c_d's placement: ", h);
+              if (prefill_step && stepped.count(seq)) bad = cat("resident sequence ", seq, " stepped under c_p");
+              ++checked;
+              if (rank == 0 && !prefill_step && stepped.count(seq) && prev_plan == 0) ++back;
+            }
+            // Record (again) every sequence this decode step ran: its pages now hold its new token.
+            if (!prefill_step)
+              for (const ScheduledSeq& s : b.seqs)
+                if (!s.is_prefill) mine[s.seq_id] = snapshot(e.kv(), s.seq_id, s.start + s.num_tokens);
+            std::lock_guard<std::mutex> lock(mu);
+            if (error.empty() && !bad.empty()) error = cat("rank ", rank, " step ", b.step_index, ": ", bad);
+            if (prefill_step) resident_checks += checked;
+            if (rank == 0) {
+              if (prefill_step && prev_plan == 1 && !mine.empty()) ++turns_with_residents;
+              resumed += back;
+              if (prefill_step)
+                for (const ScheduledSeq& s : b.seqs) prefilled.insert(s.seq_id);
+              prev_plan = b.plan_id;
+            }
+          };
+        },
+        64);
+    expect_tokens(label, model, prompts, want, r.run.out);
+    EXPECT_EQ(r.run.out.size(), prompts.size()) << "a request lost";
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(r.swapped_out, r.swapped_in);
+    EXPECT_EQ(prefilled.size(), prompts.size()) << "every request prefilled under c_p, once each or recomputed";
+    // Several turns to prefill with sequences mid-decode, and they decode again after each phase.
+    EXPECT_GE(turns_with_residents, 3);
+    EXPECT_GE(r.phase_switches, 6);
+    EXPECT_GT(resident_checks, 0);
+    EXPECT_GT(resumed, 0);
+    // No switch moved KV between the ranks' stores.
+    for (const PlanStats& p : r.run.stats) EXPECT_EQ(p.kv_bytes_moved, 0) << p.name;
+  }
+}
+
+// Two placements at once in each store: a stage of pp=2,layers=3+1 holds 6 pages of each block
+// (3 layers x 2 KV heads), a tp=2 rank 4 (4 layers x 1 head), so with 40 pages a rank holds 6
+// blocks under c_p, 10 under c_d. Resident decoders (c_d pages) and new prefills (c_p pages) share
+// the store; the scheduler charges a c_p block 10/6 of a c_d block, so no rank runs out of pages
+// (a KvStore out of pages is a LOOM_CHECK failure), and the tokens are the single rank's.
+TEST(SeesawResident, UnevenStagesShareTheStoreWithResidentDecoders) {
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const auto prompts = random_prompts(9, 40, model->config.vocab_size, 47);
+  std::vector<int> n;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    n.push_back(6 + 5 * int(i % 3));
+    want.push_back(alone(model, prompts[i], n.back()));
+  }
+  const ModelConfig& c = model->config;
+  const int64_t page = 2 * 16 * int64_t(c.head_dim) * 4;
+  int64_t peak_used = 0, pages = 0;
+  std::mutex mu;
+  PhaseRun r;
+  r.run = run_plans(
+      {"pp=2,layers=3+1", "tp=2"}, "seesaw", model, greedy_requests(prompts, n), 16, 40 * page,
+      [&](DistOptions& o) {
+        phase_options(o, c, 100);
+        auto check = o.after_step;
+        o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+          check(rank, e, b, rel);
+          std::lock_guard<std::mutex> lock(mu);
+          peak_used = std::max(peak_used, e.kv().used_pages());
+          pages = e.kv().num_pages();
+        };
+      },
+      [&](DistEngine& e) {
+        r.phase_switches = e.scheduler().phase_switches();
+        r.swapped_out = e.scheduler().num_swapped_out();
+      });
+  expect_tokens("uneven", model, prompts, want, r.run.out);
+  EXPECT_EQ(r.run.out.size(), prompts.size());
+  EXPECT_GE(r.phase_switches, 3);
+  EXPECT_GT(r.swapped_out, 0);
+  EXPECT_LE(peak_used, pages);
+  EXPECT_GT(peak_used, pages / 2) << "the store was never under pressure: the test shows nothing";
 }
 
 // The KV the ranks write into the tier after a pipelined prefill is the single-rank KV, bit for
