@@ -370,10 +370,6 @@ TEST(SeesawResident, DecodingSequencesStayInTheDecodePlacementThroughPrefill) {
             const bool prefill_step = b.plan_id == 0;
             std::set<int64_t> stepped;
             for (const ScheduledSeq& s : b.seqs) stepped.insert(s.seq_id);
-            for (const SeqExtent& x : b.swap_out)
-              if (mine.count(x.id)) bad = cat("resident sequence ", x.id, " swapped out");
-            for (const SeqExtent& x : b.kv_seqs)
-              if (mine.count(x.id)) bad = cat("resident sequence ", x.id, " listed for migration");
             int64_t checked = 0, back = 0;
             for (auto& [seq, was] : mine) {
               if (!bad.empty()) break;
@@ -386,6 +382,10 @@ TEST(SeesawResident, DecodingSequencesStayInTheDecodePlacementThroughPrefill) {
               ++checked;
               if (rank == 0 && !prefill_step && stepped.count(seq) && prev_plan == 0) ++back;
             }
+            for (const SeqExtent& x : b.swap_out)
+              if (bad.empty() && mine.count(x.id)) bad = cat("resident sequence ", x.id, " swapped out");
+            for (const SeqExtent& x : b.kv_seqs)
+              if (bad.empty() && mine.count(x.id)) bad = cat("resident sequence ", x.id, " listed for migration");
             // Record (again) every sequence this decode step ran: its pages now hold its new token.
             if (!prefill_step)
               for (const ScheduledSeq& s : b.seqs)
