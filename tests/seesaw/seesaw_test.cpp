@@ -28,6 +28,7 @@
 #include "model/loader.h"
 #include "model/synth.h"
 #include "four_layer.h"
+#include "resident_check.h"
 #include "single_rank.h"
 #include "test_util.h"
 
@@ -309,32 +310,6 @@ TEST(SeesawPhases, PreemptionWithTheTier) {
 // tier's traffic is the newly prefilled sequences'). pp=2 and tp=2 place a sequence's cells
 // differently on every rank, so a migration either way would change the holdings or the pages.
 // And the greedy tokens equal the single rank's, every request finishing once.
-struct Resident {
-  int64_t len = 0;                                    // tokens computed when recorded
-  std::map<std::pair<int, int>, std::vector<int32_t>> pages;  // (layer, head) -> pages of [0, len)
-  std::vector<float> kv;                              // K and V of [0, len), those cells in order
-};
-
-Resident snapshot(const KvStore& kv, int64_t seq, int64_t len) {
-  Resident r;
-  r.len = len;
-  const int64_t blocks = (len + kv.block_size() - 1) / kv.block_size();
-  for (int l = 0; l < kv.n_layers(); ++l)
-    for (int h = 0; h < kv.n_kv_heads(); ++h) {
-      const std::span<const int32_t> t = kv.table(seq, l, h);
-      if (t.empty()) continue;
-      std::vector<int32_t>& pg = r.pages[{l, h}];
-      for (int64_t b = 0; b < blocks && b < int64_t(t.size()); ++b) {
-        pg.push_back(t[size_t(b)]);
-        if (t[size_t(b)] == kNoPage) continue;
-        const int64_t n = std::min<int64_t>(kv.block_size(), len - b * kv.block_size()) * kv.head_dim();
-        r.kv.insert(r.kv.end(), kv.k(t[size_t(b)]), kv.k(t[size_t(b)]) + n);
-        r.kv.insert(r.kv.end(), kv.v(t[size_t(b)]), kv.v(t[size_t(b)]) + n);
-      }
-    }
-  return r;
-}
-
 TEST(SeesawResident, DecodingSequencesStayInTheDecodePlacementThroughPrefill) {
   std::shared_ptr<Model> model = load_model(four_layer_path());
   const auto prompts = random_prompts(12, 40, model->config.vocab_size, 43);
@@ -350,59 +325,26 @@ TEST(SeesawResident, DecodingSequencesStayInTheDecodePlacementThroughPrefill) {
     const std::string label = cat(plans[0], " -> ", plans[1]);
     SCOPED_TRACE(label);
     std::mutex mu;
-    std::vector<std::map<int64_t, Resident>> held(4);  // per rank: sequences that decoded under c_d
+    std::vector<test::ResidentCheck> ranks(4);  // one per rank (each touched by its rank's thread)
     std::string error;
-    int64_t resident_checks = 0, turns_with_residents = 0, resumed = 0;
     std::set<int64_t> prefilled;  // rank 0: every sequence a c_p step ran
-    int prev_plan = 1;
     const PhaseRun r = run_phases(
         plans, "seesaw", model, greedy_requests(prompts, n), 64, 16, 64,
         [&](DistOptions& o) {
           auto check = o.after_step;
           o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
             check(rank, e, b, rel);
-            std::map<int64_t, Resident>& mine = held[size_t(rank)];
-            for (RequestId id : rel) mine.erase(id);
-            // A sequence recomputed under c_p after a preemption is not resident any more.
-            for (const ScheduledSeq& s : b.seqs)
-              if (s.is_prefill) mine.erase(s.seq_id);
-            std::string bad;
-            const bool prefill_step = b.plan_id == 0;
-            std::set<int64_t> stepped;
-            for (const ScheduledSeq& s : b.seqs) stepped.insert(s.seq_id);
-            int64_t checked = 0, back = 0;
-            for (auto& [seq, was] : mine) {
-              if (!bad.empty()) break;
-              const Resident now = snapshot(e.kv(), seq, was.len);
-              if (now.pages != was.pages) bad = cat("sequence ", seq, ": its pages changed");
-              else if (now.kv != was.kv) bad = cat("sequence ", seq, ": its K/V bytes changed");
-              const std::string h = check_holdings(e.kv(), e.plans().placement(1), e.world_rank(), {{seq, was.len}});
-              if (bad.empty() && !h.empty()) bad = cat("sequence ", seq, " left c_d's placement: ", h);
-              if (prefill_step && stepped.count(seq)) bad = cat("resident sequence ", seq, " stepped under c_p");
-              ++checked;
-              if (rank == 0 && !prefill_step && stepped.count(seq) && prev_plan == 0) ++back;
-            }
-            for (const SeqExtent& x : b.swap_out)
-              if (bad.empty() && mine.count(x.id)) bad = cat("resident sequence ", x.id, " swapped out");
-            for (const SeqExtent& x : b.kv_seqs)
-              if (bad.empty() && mine.count(x.id)) bad = cat("resident sequence ", x.id, " listed for migration");
-            // Record (again) every sequence this decode step ran: its pages now hold its new token.
-            if (!prefill_step)
-              for (const ScheduledSeq& s : b.seqs)
-                if (!s.is_prefill) mine[s.seq_id] = snapshot(e.kv(), s.seq_id, s.start + s.num_tokens);
+            const std::string bad = ranks[size_t(rank)].after_step(e, b, rel);
             std::lock_guard<std::mutex> lock(mu);
-            if (error.empty() && !bad.empty()) error = cat("rank ", rank, " step ", b.step_index, ": ", bad);
-            if (prefill_step) resident_checks += checked;
-            if (rank == 0) {
-              if (prefill_step && prev_plan == 1 && !mine.empty()) ++turns_with_residents;
-              resumed += back;
-              if (prefill_step)
-                for (const ScheduledSeq& s : b.seqs) prefilled.insert(s.seq_id);
-              prev_plan = b.plan_id;
-            }
+            if (error.empty()) error = bad;
+            if (rank == 0 && b.plan_id == 0)
+              for (const ScheduledSeq& s : b.seqs) prefilled.insert(s.seq_id);
           };
         },
         64);
+    int64_t resident_checks = 0;
+    for (const test::ResidentCheck& c : ranks) resident_checks += c.checks;
+    const int64_t turns_with_residents = ranks[0].turns, resumed = ranks[0].resumed;
     expect_tokens(label, model, prompts, want, r.run.out);
     EXPECT_EQ(r.run.out.size(), prompts.size()) << "a request lost";
     EXPECT_EQ(error, "");
