@@ -698,6 +698,41 @@ std::vector<int64_t> seq_ids(const StepBatch& b) {
   return out;
 }
 
+// Two placements in one store (scheduler.h "Resident sequences"): the pools are c_d's (the
+// resident decoders' home), and a sequence admitted for prefill under c_p is charged the c_d blocks
+// its c_p pages cost on the least roomy rank. With 6 blocks a pool under c_p and 10 under c_d (a
+// rank of P pages pays P/6 pages per c_p block, P/10 per c_d block), a prompt of 40 tokens (3
+// blocks) costs 3 * 10/6 = 5 c_d blocks while it prefills, and nothing once it left for the tier.
+TEST(SeesawScheduler, PrefillUnderCpIsChargedInTheDecodePools) {
+  SchedulerConfig c;
+  c.phases = PhaseMode::Seesaw;
+  c.tier_tokens = 1000;
+  c.pool_shapes = {KvPoolShape{1, 1, 6}, KvPoolShape{1, 1, 10}};
+  c.max_model_len = 64;
+  c.max_tokens_per_step = 40;
+  c.watermark = 0;
+  Scheduler s(c);
+  EXPECT_TRUE(s.keeps_kv_resident());
+  EXPECT_EQ(s.pools().shape().blocks_per_pool, 10);
+  for (int64_t id : {1, 2}) {
+    Request r;
+    r.id = id;
+    r.prompt.assign(40, 5);
+    r.max_tokens = 3;
+    r.stop.ignore_eos = true;
+    s.add_request(r);
+  }
+  StepBatch b = s.schedule();  // the 40-token budget holds one prompt
+  EXPECT_EQ(b.seqs.size(), 1u);
+  EXPECT_EQ(s.num_used_blocks(), 5);
+  s.on_step_done(b, tokens_for(b));  // prefilled: to the tier, its blocks free
+  EXPECT_EQ(s.num_used_blocks(), 0);
+  EXPECT_EQ(s.num_swapped(), 1);
+  // The c_p rule without the surcharge would let 10 c_p blocks in (10/6 of a stage's pages).
+  EXPECT_EQ(s.prefill_surcharge(6), 4);
+  EXPECT_EQ(s.prefill_surcharge(1), 1);
+}
+
 TEST(SeesawScheduler, AsyncSwapsRunOnlyWhatEveryRankReportedComplete) {
   SchedulerConfig c;
   c.phases = PhaseMode::Seesaw;
