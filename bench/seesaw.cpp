@@ -3,8 +3,9 @@
 // transitions only when the tier is full or empty, 4.2) against fixed tp=2, fixed pp=2 and dp=2
 // on the same two ranks (threads), and Seesaw's own prefill-first / decode-first orders. Printed as
 // ratios to fixed tp=2 from one run each (the machine is shared: see the load line), with the
-// phase transitions, the plan switches, the milliseconds spent switching (KV migration of the
-// resident sequences) and re-sharding weights (lazy: `weights=resident` builds the new plan's
+// phase transitions, the plan switches, the KV bytes the switches migrated and the milliseconds
+// they took (zero under the phase policies: the decoding sequences stay resident in c_d's placement
+// through a prefill phase, 4.2; a fixed plan never switches) and re-sharding weights (lazy: `weights=resident` builds the new plan's
 // shards at each transition; `weights=full` computes on the mapped model and builds nothing), and
 // the tier copies of rank 0: their total time, the part hidden behind compute (§5.2's asynchronous
 // swap-out and prefetcher) and the part the main thread was exposed to (deciding copies, waiting for
@@ -29,7 +30,7 @@ namespace {
 
 struct Figures {
   double tok_s = 0;
-  int64_t transitions = 0, switches = 0, swapped = 0, built = 0;
+  int64_t transitions = 0, switches = 0, swapped = 0, built = 0, kv_moved = 0;
   double switch_ms = 0, reshard_ms = 0;
   TierStats tier;
 };
@@ -68,6 +69,7 @@ Figures measure(const std::string& model, const std::vector<std::string>& plans,
     for (const PlanStats& p : e.plan_stats()) {
       f.switches += p.switches;
       f.switch_ms += p.switch_s * 1e3;
+      f.kv_moved += p.kv_bytes_moved;
       f.reshard_ms += p.reshard_s * 1e3;
       f.built += p.weight_bytes_built;
     }
@@ -110,19 +112,19 @@ int main(int argc, char** argv) {
       {"decode-first (full)", full, "decode-first"},
   };
   double base = 0;
-  std::printf("%-30s %10s %8s %6s %6s %9s %10s %9s %8s %9s %9s %9s\n", "config", "tokens/s", "vs tp=2", "trans",
-              "switch", "KV ms", "reshard ms", "built MB", "swapped", "copy ms", "hidden", "exposed");
+  std::printf("%-30s %10s %8s %6s %6s %9s %9s %10s %9s %8s %9s %9s %9s\n", "config", "tokens/s", "vs tp=2", "trans",
+              "switch", "KV MB", "KV ms", "reshard ms", "built MB", "swapped", "copy ms", "hidden", "exposed");
   for (const Run& r : runs) {
     const Figures f = measure(path, r.plans, r.policy, n_req, prompt, out, tier, r.overlap);
     if (base == 0) base = f.tok_s;
-    std::printf("%-30s %10.1f %7.2fx %6lld %6lld %9.2f %10.2f %9.2f %8lld %9.2f %9.2f %9.2f\n", r.label, f.tok_s,
-                f.tok_s / base, (long long)f.transitions, (long long)f.switches, f.switch_ms, f.reshard_ms,
+    std::printf("%-30s %10.1f %7.2fx %6lld %6lld %9.2f %9.2f %10.2f %9.2f %8lld %9.2f %9.2f %9.2f\n", r.label, f.tok_s,
+                f.tok_s / base, (long long)f.transitions, (long long)f.switches, double(f.kv_moved) / 1e6, f.switch_ms, f.reshard_ms,
                 double(f.built) / 1e6, (long long)f.swapped, f.tier.copy_s * 1e3, f.tier.hidden_s() * 1e3,
                 f.tier.exposed_s() * 1e3);
     std::fflush(stdout);
   }
   bench::print_load("after");
-  std::printf("(rank 0's figures. KV ms: migration of resident sequences at switches; reshard ms / built MB: lazy "
+  std::printf("(rank 0's figures. KV MB / KV ms: KV migrated at plan switches (all ranks' bytes) and rank 0's time in it; reshard ms / built MB: lazy "
               "weight re-shard at transitions (weights=full builds nothing); copy ms: tier copies on rank 0's "
               "swap-out and prefetcher threads, hidden = copy time beside the main thread's work, exposed = main "
               "thread deciding copies and waiting for one a step needed)\n");

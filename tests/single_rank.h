@@ -127,24 +127,43 @@ inline const std::string& gqa_24x6_path() {
 namespace loom::test {
 
 // Follows the steps one rank runs (RankEngine::after_step) and checks, after each, that the rank's
-// KV store holds exactly what the current plan's placement gives it for every live sequence
-// (kv_store.h check_holdings: what the rank actually holds, not a counter). One per rank.
+// KV store holds exactly what the placement of each live sequence's home plan gives it (kv_store.h
+// check_holdings: what the rank actually holds, not a counter). A sequence's home, from the step
+// descriptors alone: the plan of the last step that ran it or swapped it in; a switch that is not
+// kv_resident moves every sequence to the new plan, a kv_resident one (Seesaw) only those it lists.
+// One per rank.
 class HoldingsChecker {
  public:
   // Returns "" or the first difference.
   std::string after_step(RankEngine& e, const StepBatch& b, const std::vector<RequestId>& released) {
-    for (RequestId id : released) len_.erase(id);
-    for (const SeqExtent& e : b.swap_out) len_.erase(e.id);  // in the CPU tier (Seesaw), not the store
-    for (const ScheduledSeq& s : b.seqs) len_[s.seq_id] = s.start + s.num_tokens;
-    std::vector<SeqExtent> seqs;
-    for (const auto& [id, n] : len_) seqs.push_back({id, n});
+    for (RequestId id : released) len_.erase(id), home_.erase(id);
+    for (const SeqExtent& x : b.swap_out) len_.erase(x.id), home_.erase(x.id);  // in the CPU tier, not the store
+    const int plan = e.current();
+    if (plan != last_plan_ && !b.kv_resident)
+      for (auto& [id, h] : home_) h = plan;
+    last_plan_ = plan;
+    for (const SeqExtent& x : b.kv_seqs) home_[x.id] = plan;
+    for (const SeqExtent& x : b.swap_in) len_[x.id] = x.n_tokens, home_[x.id] = plan;
+    for (const ScheduledSeq& s : b.seqs) len_[s.seq_id] = s.start + s.num_tokens, home_[s.seq_id] = plan;
+    std::map<int, std::vector<SeqExtent>> by_home;
+    for (const auto& [id, n] : len_) by_home[home_.at(id)].push_back({id, n});
     ++checks;
-    return check_holdings(e.kv(), e.plans().placement(e.current()), e.world_rank(), seqs);
+    for (const auto& [h, seqs] : by_home)
+      if (std::string bad = check_holdings(e.kv(), e.plans().placement(h), e.world_rank(), seqs); !bad.empty())
+        return cat("sequences of plan ", h, ": ", bad);
+    return "";
+  }
+  // The plan whose placement holds `seq` (-1: not followed).
+  int home(int64_t seq) const {
+    auto it = home_.find(seq);
+    return it == home_.end() ? -1 : it->second;
   }
   int64_t checks = 0;
 
  private:
   std::map<int64_t, int64_t> len_;
+  std::map<int64_t, int> home_;
+  int last_plan_ = 0;
 };
 
 }  // namespace loom::test

@@ -100,13 +100,21 @@ PlanControl::PlanControl(const PlanSet& plans, std::vector<KvPoolShape> pools, s
                          Scheduler& scheduler)
     : plans_(plans), pools_(std::move(pools)), policy_(std::move(policy)), sched_(scheduler) {
   LOOM_CHECK(int(pools_.size()) == plans_.size(), "pools for ", pools_.size(), " of ", plans_.size(), " plans");
-  LOOM_CHECK(sched_.pools().shape() == pools_[0], "the scheduler starts with the first plan's pools");
+  // Seesaw phases: the decode plan's pools (the resident sequences' home, scheduler.h).
+  LOOM_CHECK(sched_.pools().shape() == (sched_.keeps_kv_resident() ? pools_.back() : pools_[0]),
+             "the scheduler starts with the first plan's pools");
 }
 
 void PlanControl::on_batch(StepBatch& batch) {
   const int id = policy_->choose(batch);
   LOOM_CHECK(id >= 0 && id < plans_.size(), "policy ", policy_->describe(), " chose plan ", id);
-  if (id != current_) {
+  if (id != current_ && sched_.keeps_kv_resident()) {
+    // Seesaw phases: no step of the new plan reads a sequence computed under the old one (prefill
+    // steps do not step the decoding sequences, which stay in c_d's placement; decode starts with
+    // no prefill left, the prefilled sequences in the tier): nothing migrates (scheduler.h).
+    batch.kv_resident = true;
+    current_ = id;
+  } else if (id != current_) {
     if (!(pools_[size_t(id)] == pools_[size_t(current_)])) sched_.rehome(pools_[size_t(id)], batch);
     if (!plans_.same_placement(current_, id)) {
       batch.kv_seqs = sched_.kv_extents();

@@ -194,11 +194,11 @@ TierStats RankEngine::tier_stats() const {
   return t;
 }
 
-SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs) {
+SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs, bool resident) {
   if (plan < 0 || plan >= plans_.size()) fail("plan id ", plan, " outside the set of ", plans_.size());
   SwitchResult r;
   if (plan == current_) return r;
-  if (!plans_.same_placement(current_, plan)) {
+  if (!plans_.same_placement(current_, plan) && !(resident && seqs.empty())) {
     const ModelConfig& c = model_->config;
     const KvMigration mig = kv_migration(plans_.placement(current_), plans_.placement(plan), seqs,
                                          options_.block_size, kv_bytes_per_token(c.head_dim, DType::F32));
@@ -213,7 +213,9 @@ SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs)
       swaps_->make_room(migration_new_pages(mig, world_.rank(), *kv_), *kv_);
       parked = swaps_->parked();
     }
-    r.transfer = execute_kv_migration(mig, plans_.placement(plan), seqs, *kv_, world_, options_.transfer,
+    KvTransferOptions transfer = options_.transfer;
+    transfer.all_sequences = !resident;
+    r.transfer = execute_kv_migration(mig, plans_.placement(plan), seqs, *kv_, world_, transfer,
                                       &transfer_scratch_, parked);
   }
   reshard_to(plan, &r);
@@ -287,7 +289,7 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
     for (const SeqExtent& e : batch.swap_out)  // W8/W10: under the plan that computed it
       swaps_->swap_out(e, plans_.placement(current_), world_.rank(), *kv_);
   }
-  last_switch_ = switch_to(batch.plan_id, batch.kv_seqs);
+  last_switch_ = switch_to(batch.plan_id, batch.kv_seqs, batch.kv_resident);
   if (sw) *sw = last_switch_;
   if (swaps_) prepare_swaps(batch);
   to_forward_batch(batch, fb_);

@@ -12,7 +12,9 @@
 //      (the current one); their pages stay held until the copy is done, and the step goes on (the KV
 //      is not needed until decode: the copy overlaps this step's and later steps' compute, §5.2);
 //   2. switch plans if the step's differs (migration over the world when placements differ; the
-//      sequences still being copied out stay where they are);
+//      sequences still being copied out stay where they are, and under Seesaw's phases, kv_resident,
+//      every sequence the step does not list: a decoding sequence keeps its c_d pages through a
+//      prefill phase, scheduler.h "Resident sequences");
 //   2b. swap-in: batch.swap_in's pages are allocated under the step's plan and the prefetcher thread
 //      copies them from the tier (W11); those sequences decode in a later step;
 //   2c. a step waits for a copy only when it needs it: free pages for what it allocates (the oldest
@@ -150,7 +152,9 @@ class RankEngine {
   // Drops the KV of these sequences (not collective).
   void release(const std::vector<RequestId>& seqs);
   // Collective: makes `plan` current; migrates the KV of `seqs` when the placement changes.
-  SwitchResult switch_to(int plan, const std::vector<SeqExtent>& seqs);
+  // `resident` (StepBatch::kv_resident): `seqs` are the sequences that move, the others stay where
+  // they are (none listed: nothing migrates; only the weights re-shard).
+  SwitchResult switch_to(int plan, const std::vector<SeqExtent>& seqs, bool resident = false);
   // Collective: one step of a decoded descriptor (see the top). The result holds every sampled
   // token on world rank 0; elsewhere it is unspecified. `sw` (optional) gets the switch it made.
   StepResult step(const StepBatch& batch, const std::vector<RequestId>& released, SwitchResult* sw = nullptr);

@@ -24,6 +24,14 @@ void SchedulerConfig::validate() const {
     fail("scheduler: watermark must be in [0, 1), found ", watermark);
   if (phases != PhaseMode::None && tier_tokens < 1)
     fail("scheduler: Seesaw phases need a CPU KV tier of at least one token, found ", tier_tokens);
+  if (phases != PhaseMode::None) {
+    // Resident sequences (scheduler.h): the prefill plan's pools then the decode plan's, one DP.
+    if (pool_shapes.size() > 2)
+      fail("scheduler: Seesaw phases take the KV pools of two plans (prefill, decode), found ", pool_shapes.size());
+    for (const KvPoolShape& p : pool_shapes)
+      if (p.kvp != 1 || p.dp != pool_shapes.front().dp)
+        fail("scheduler: Seesaw phases need KV pools of one DP degree and no KV parallelism, found ", p.to_string());
+  }
 }
 
 namespace {
@@ -35,7 +43,9 @@ int64_t blocks_for(int64_t tokens, int block_size) {
   return (tokens + block_size - 1) / block_size;
 }
 KvPoolShape initial_shape(const SchedulerConfig& c) {
-  return c.pool_shapes.empty() ? KvPoolShape{1, 1, c.num_blocks} : c.pool_shapes[0];
+  if (c.pool_shapes.empty()) return KvPoolShape{1, 1, c.num_blocks};
+  // Seesaw phases: the decode plan's pools, the resident sequences' home (scheduler.h).
+  return c.phases != PhaseMode::None ? c.pool_shapes.back() : c.pool_shapes[0];
 }
 }  // namespace
 
@@ -62,7 +72,30 @@ std::vector<SeqExtent> Scheduler::kv_extents() const {
   return out;
 }
 
+int Scheduler::prefill_surcharge(int64_t blocks) const {
+  if (!phased()) return 0;
+  const int64_t bp = config_.pool_shapes.front().blocks_per_pool, bd = config_.pool_shapes.back().blocks_per_pool;
+  if (bp >= bd) return 0;  // a c_p block costs no rank more than a c_d block does
+  return int((blocks * bd + bp - 1) / bp - blocks);
+}
+
+std::vector<int> Scheduler::admission_need(const Sequence& s, int tokens) const {
+  std::vector<int> need = s.block_table.pool_needs(tokens, pools_.shape(), s.id());
+  if (const int extra = prefill_surcharge(blocks_for(tokens, config_.block_size)); extra > 0)
+    need[size_t(pools_.shape().pool_of(s.id(), 0))] += extra;
+  return need;
+}
+
+void Scheduler::release_blocks(Sequence* s) {
+  s->block_table.release(pools_);
+  if (auto it = surcharge_.find(s->id()); it != surcharge_.end()) {
+    for (BlockId b : it->second) pools_.free(b);
+    surcharge_.erase(it);
+  }
+}
+
 std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& batch) {
+  LOOM_CHECK(!phased(), "Seesaw phases keep the KV resident: no rehome");
   // Async swaps: the only prefetches at a switch are the ones this step starts (decode is not left
   // while one is in flight, and decode steps run one plan): they take blocks again after the
   // running sequences, and one that no longer fits goes back to the tier's front, not started.
@@ -131,7 +164,7 @@ std::optional<Sequence> Scheduler::extract(RequestId id) {
   if (it == live_.end()) return std::nullopt;
   Sequence* s = it->second.get();
   if (s->status == SeqStatus::kSwapped) return std::nullopt;
-  s->block_table.release(pools_);
+  release_blocks(s);
   tier_reserved_by_.erase(id);
   if (s->status == SeqStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
@@ -242,7 +275,7 @@ AddResult Scheduler::add_request(Request request) {
 
 void Scheduler::preempt(Sequence* s) {
   tier_reserved_by_.erase(s->id());
-  s->block_table.release(pools_);
+  release_blocks(s);
   s->num_computed = 0;
   s->status = SeqStatus::kPreempted;
   ++s->num_preemptions;
@@ -252,7 +285,7 @@ void Scheduler::preempt(Sequence* s) {
 }
 
 void Scheduler::finish(Sequence* s, FinishReason reason, std::string detail) {
-  s->block_table.release(pools_);
+  release_blocks(s);
   tier_reserved_by_.erase(s->id());
   if (s->status == SeqStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
@@ -377,13 +410,17 @@ StepBatch Scheduler::schedule() {
     if (phased() && tier_reserved_ + tokens > config_.tier_tokens) break;  // the tier is full for it
     const int n = may_chunk(*s) ? std::min(tokens, budget) : tokens;
     if (n > budget) break;
-    const std::vector<int> need = s->block_table.pool_needs(tokens, pools_.shape(), s->id());
+    const std::vector<int> need = admission_need(*s, tokens);
     const int watermark = running_.empty() ? 0 : watermark_blocks_;
     bool fits = true;
     for (size_t p = 0; p < need.size(); ++p) fits = fits && pools_.num_free(int(p)) - need[p] >= watermark;
     if (!fits) break;
     const bool ok = s->block_table.append_slots(tokens, pools_, s->id());
     LOOM_CHECK(ok);
+    if (const int extra = prefill_surcharge(blocks_for(tokens, config_.block_size)); extra > 0) {
+      std::vector<BlockId>& held = surcharge_[s->id()];
+      for (int i = 0; i < extra; ++i) held.push_back(pools_.allocate(pools_.shape().pool_of(s->id(), 0)));
+    }
     waiting_.pop_front();
     s->status = SeqStatus::kRunning;
     if (s->admit_order < 0) s->admit_order = next_admit_++;
@@ -420,7 +457,7 @@ bool Scheduler::head_admissible() const {
   const Sequence* s = waiting_.front();
   const int tokens = s->num_tokens();
   if (tier_reserved_ + tokens > config_.tier_tokens) return false;
-  const std::vector<int> need = s->block_table.pool_needs(tokens, pools_.shape(), s->id());
+  const std::vector<int> need = admission_need(*s, tokens);
   const int watermark = running_.empty() ? 0 : watermark_blocks_;
   for (size_t p = 0; p < need.size(); ++p)
     if (pools_.num_free(int(p)) - need[p] < watermark) return false;
@@ -452,6 +489,9 @@ void Scheduler::update_phase() {
     if (go) next = Phase::Prefill;
   }
   if (next != phase_) {
+    // Nothing prefilled under c_p is left on the device when decode starts (offloaded or finished).
+    LOOM_CHECK(next == Phase::Prefill || surcharge_.empty(), "decode starts with ", surcharge_.size(),
+               " sequences charged for prefill");
     phase_ = next;
     ++phase_switches_;
   }
@@ -489,7 +529,7 @@ void Scheduler::onboard(StepBatch& b) {
 
 void Scheduler::offload(Sequence* s) {
   // Prefilled: its KV goes to the tier before the next step (W6, W10 swap-out), its blocks now.
-  s->block_table.release(pools_);
+  release_blocks(s);
   running_.erase(std::find(running_.begin(), running_.end(), s));
   tier_reserved_by_.erase(s->id());
   s->status = SeqStatus::kSwapped;
@@ -564,7 +604,13 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
     Sequence* s = it->second.get();
     if (s->status != SeqStatus::kRunning || s->num_computed != e.start) continue;
     s->num_computed += e.num_tokens;
-    if (!e.sample) continue;
+    if (!e.sample) {
+      // A recomputation (prompt + outputs) whose last chunk ends one token short of sampling is a
+      // decoder now, its KV computed under c_p: it leaves for the tier like every prefilled
+      // sequence (decode must find it in c_d's placement; nothing migrates, scheduler.h).
+      if (phased() && e.is_prefill && phase_ == Phase::Prefill && s->is_decode()) offload(s);
+      continue;
+    }
     auto t = tokens.find(e.seq_id);
     LOOM_CHECK(t != tokens.end(), "no sampled token for seq ", e.seq_id);
     s->output.push_back(t->second);

@@ -47,6 +47,21 @@
 //     left to decode.
 // The tier is accounted as the KvTier (kv/kv_tier.h) fills it: tokens reserved at admission
 // (bump: freed only when the tier is empty) against config.tier_tokens.
+// Resident sequences (4.2 "prefill again, with running sequences resident"): a phase change moves
+// no KV. A running sequence's KV stays in the placement of the plan that computed it: a decoding
+// sequence in c_d's (it was swapped in, or decoded, under c_d), a prefilling one in c_p's (it
+// leaves for the tier once prefilled, so none is left when decode starts). Prefill steps never
+// step the resident decoders, and decode steps never meet a prefilling sequence, so no step reads a
+// sequence outside its placement (keeps_kv_resident(): the step descriptor of a switch lists no
+// sequence to migrate). The ranks' stores then hold two placements at once, so the block accounting
+// does too: the pools have c_d's shape (config.pool_shapes.back(), the residents' home), and a
+// sequence admitted for prefill under c_p (pool_shapes.front()) is charged, on top of its blocks,
+// the c_d blocks that cover its c_p pages on the least roomy rank: k blocks under c_p cost
+// ceil(k * B_d / B_p) of the pool's blocks in all (B: blocks_per_pool of each shape; B_p < B_d
+// when a pipeline stage holds more of each block than a c_d rank, e.g. uneven stages). Since every
+// rank r pays at most pages_r / B of each shape per block, n_d / B_d + n_p / B_p <= 1 keeps every
+// rank's pages within its store. Both shapes have the same DP (check_seesaw_plans) and no KVP, so a
+// sequence's pool is the same under both.
 // Asynchronous swaps (config.async_swaps, the engine; ../shared/papers/004 §5.2, W10/W11): the
 // batch's swap_out / swap_in only start copies, and StepResult::swapped_out / swapped_in report
 // which completed on every rank. A swapped-out sequence is onboarded only once its swap-out is
@@ -179,6 +194,12 @@ class Scheduler {
   const KvBlockPools& pools() const { return pools_; }
   int watermark_blocks() const { return watermark_blocks_; }  // per pool
 
+  // Seesaw phases: a plan switch moves no KV (see "Resident sequences" above); rehome() is not used.
+  bool keeps_kv_resident() const { return phased(); }
+  // Blocks of the pools charged, beyond its own, to a sequence of `blocks` blocks prefilled under
+  // c_p (see "Resident sequences"); 0 unless phased with a c_p shape roomier per block than c_d's.
+  int prefill_surcharge(int64_t blocks) const;
+
   // A plan switch to KV pools of another shape (a plan of another placement): every running
   // sequence's blocks are taken again from the new pools, most urgent first; those that no longer
   // fit are preempted (recomputed later), removed from `batch` (the step about to run) and listed
@@ -224,6 +245,8 @@ class Scheduler {
   void set_watermark();
   bool phased() const { return config_.phases != PhaseMode::None; }
   bool head_admissible() const;
+  std::vector<int> admission_need(const Sequence& s, int tokens) const;  // per pool, with the surcharge
+  void release_blocks(Sequence* s);  // its block table and any prefill surcharge
   void update_phase();
   void onboard(StepBatch& b);
   void offload(Sequence* s);
@@ -252,6 +275,7 @@ class Scheduler {
   std::unordered_set<RequestId> tier_reserved_by_;  // admitted with tier room, not swapped out yet
   int64_t tier_reserved_ = 0;
   int64_t num_swapped_out_ = 0, num_swapped_in_ = 0;
+  std::unordered_map<RequestId, std::vector<BlockId>> surcharge_;  // prefilling under c_p (see the top)
   // Asynchronous swaps
   std::vector<Sequence*> prefetching_;  // onboarded: blocks reserved, swap-in not complete everywhere
   // Copies not complete on every rank (swap-out: from offload, including not yet issued; swap-in:

@@ -8,7 +8,13 @@
 //   decode-first   decode-prioritizing (FasterTransformer): back to prefill once nothing runs.
 // The layout policy is the phase's plan: a step with prefill tokens runs c_p, a decode step (or
 // one that starts swap-ins) c_d (the Scheduler never mixes them under these modes). A transition is
-// a plan switch: the resident sequences' KV migrates (kv_transfer.h), and the rank re-shards its
+// a plan switch that moves no KV (4.2: "prefill again, with running sequences resident";
+// scheduler.h "Resident sequences"). A sequence decoding when the scheduler turns to prefill keeps
+// its pages in c_d's placement in every rank's store: the c_p steps do not step it (prefill steps
+// hold no decode), their prefills write c_p's cells of other sequences beside it and leave for the
+// tier under c_p, and it decodes again under c_d with the same pages. (Until issue 13's residency
+// change each transition migrated every running sequence c_d -> c_p and back, two all-to-all
+// migrations of its whole KV per cycle, though no c_p step read it.) The rank re-shards its
 // weights lazily (RankEngineOptions::lazy_weights, on for these policies: a `weights=resident` plan's
 // copy is built at the switch into it from the mapped model, sharing what the rank already holds
 // identically, and the old plan's is freed; `weights=full`: views of the mapped model, nothing built).

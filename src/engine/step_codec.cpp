@@ -12,7 +12,7 @@ namespace loom {
 namespace {
 
 constexpr uint32_t kMagic = 0x5054534c;  // "LSTP"
-constexpr uint32_t kVersion = 3;  // 3: Seesaw swap-out / swap-in extents
+constexpr uint32_t kVersion = 4;  // 3: Seesaw swap-out / swap-in extents; 4: kv_resident
 
 void put_header(ByteWriter& w, StepCommand c) {
   w.put<uint32_t>(kMagic);
@@ -30,6 +30,7 @@ void encode_step(const StepBatch& b, const std::vector<RequestId>& released, std
   w.put<int32_t>(b.plan_id);
   w.put<uint32_t>(uint32_t(released.size()));
   w.put_bytes(released.data(), released.size() * sizeof(RequestId));
+  w.put<uint8_t>(b.kv_resident ? 1 : 0);
   for (const std::vector<SeqExtent>* list : {&b.kv_seqs, &b.swap_out, &b.swap_in}) {
     w.put<uint32_t>(uint32_t(list->size()));
     for (const SeqExtent& e : *list) {
@@ -102,6 +103,9 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
   if (uint64_t(n_rel) * 8 > r.left()) fail("step descriptor: ", n_rel, " released ids in ", r.left(), " bytes");
   d.released.resize(n_rel);
   r.get_bytes(d.released.data(), d.released.size() * 8, "released ids");
+  const uint8_t resident = r.get<uint8_t>("kv_resident");
+  if (resident > 1) fail("step descriptor: kv_resident flag ", int(resident));
+  b.kv_resident = resident == 1;
   for (std::vector<SeqExtent>* list : {&b.kv_seqs, &b.swap_out, &b.swap_in}) {
     const uint32_t n_kv = r.get<uint32_t>("kv sequence count");
     if (uint64_t(n_kv) * 16 > r.left()) fail("step descriptor: ", n_kv, " KV extents in ", r.left(), " bytes");

@@ -80,6 +80,7 @@ TEST(StepCodec, RoundTripAndMalformedInput) {
   b.block_size = 16;
   b.plan_id = 3;
   b.kv_seqs = {{5, 40}, {1000, 1}, {77, 0}};
+  b.kv_resident = true;
   const std::vector<RequestId> released = {9, 2, int64_t(1) << 40};
   Rng rng(3);
   for (int i = 0; i < 7; ++i) {
@@ -109,6 +110,7 @@ TEST(StepCodec, RoundTripAndMalformedInput) {
   EXPECT_EQ(d.batch.block_size, 16);
   EXPECT_EQ(d.batch.plan_id, 3);
   EXPECT_EQ(d.released, released);
+  EXPECT_TRUE(d.batch.kv_resident);
   ASSERT_EQ(d.batch.kv_seqs.size(), b.kv_seqs.size());
   for (size_t i = 0; i < b.kv_seqs.size(); ++i) {
     EXPECT_EQ(d.batch.kv_seqs[i].id, b.kv_seqs[i].id);

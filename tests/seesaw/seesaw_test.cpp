@@ -28,6 +28,7 @@
 #include "model/loader.h"
 #include "model/synth.h"
 #include "four_layer.h"
+#include "resident_check.h"
 #include "single_rank.h"
 #include "test_util.h"
 
@@ -85,11 +86,14 @@ Run run_plans(const std::vector<std::string>& plans, const std::string& policy, 
   auto check = o.after_step;
   o.after_step = [&](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
     check(rank, e, b, rel);
-    const Range layers = e.forward_of(e.current()).layout().layers;
     const KvStore& kv = e.kv();
     std::string bad;
     const std::vector<int64_t> parked = e.parked_swap_outs();  // copied to the tier: the old stage's pages
-    for (int64_t seq : kv.sequences())
+    for (int64_t seq : kv.sequences()) {
+      // The layers of the plan whose placement holds it (a decoding sequence stays in c_d's through
+      // a prefill phase under c_p: Seesaw's resident sequences).
+      const int home = holdings.ranks[size_t(rank)].home(seq);
+      const Range layers = e.forward_of(home >= 0 ? home : e.current()).layout().layers;
       for (int l = 0; l < kv.n_layers() && bad.empty() && std::count(parked.begin(), parked.end(), seq) == 0; ++l) {
         bool any = false;
         for (int h = 0; h < kv.n_kv_heads(); ++h) any = any || !kv.table(seq, l, h).empty();
@@ -97,6 +101,7 @@ Run run_plans(const std::vector<std::string>& plans, const std::string& policy, 
           bad = cat("rank ", rank, " (layers ", to_string(layers), ") ", any ? "holds" : "lacks", " KV of layer ", l,
                     " of sequence ", seq, " after step ", b.step_index);
       }
+    }
     std::lock_guard<std::mutex> lock(mu);
     ++r.stage_checks;
     if (r.stage_error.empty()) r.stage_error = bad;
@@ -294,6 +299,108 @@ TEST(SeesawPhases, PreemptionWithTheTier) {
   expect_tokens("preemption", model, prompts, want, r.run.out);
   EXPECT_GT(r.swapped_out, 0);
   EXPECT_GT(r.preemptions, 0);
+}
+
+// Resident sequences (004 4.2: "prefill again, with running sequences resident"): a sequence
+// decoding when the scheduler turns to prefill keeps its KV where c_d put it. Checked on every rank
+// from the store itself, not from a counter: after each step, every sequence that decoded under c_d
+// and is still live holds the same pages for the tokens it had (same page ids, same K and V bytes)
+// and exactly c_d's cells of them (check_holdings against c_d's placement), through every prefill
+// step under c_p; c_p's steps and switches list no resident sequence to migrate or swap out (the
+// tier's traffic is the newly prefilled sequences'). pp=2 and tp=2 place a sequence's cells
+// differently on every rank, so a migration either way would change the holdings or the pages.
+// And the greedy tokens equal the single rank's, every request finishing once.
+TEST(SeesawResident, DecodingSequencesStayInTheDecodePlacementThroughPrefill) {
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const auto prompts = random_prompts(12, 40, model->config.vocab_size, 43);
+  // Output lengths that differ, so that at each turn to prefill some sequences are mid-decode.
+  std::vector<int> n;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    n.push_back(6 + 4 * int(i % 3));
+    want.push_back(alone(model, prompts[i], n.back()));
+  }
+  for (const std::vector<std::string>& plans :
+       std::vector<std::vector<std::string>>{{"pp=2", "tp=2"}, {"pp=4", "tp=2,pp=2"}}) {
+    const std::string label = cat(plans[0], " -> ", plans[1]);
+    SCOPED_TRACE(label);
+    std::mutex mu;
+    std::vector<test::ResidentCheck> ranks(4);  // one per rank (each touched by its rank's thread)
+    std::string error;
+    std::set<int64_t> prefilled;  // rank 0: every sequence a c_p step ran
+    const PhaseRun r = run_phases(
+        plans, "seesaw", model, greedy_requests(prompts, n), 64, 16, 64,
+        [&](DistOptions& o) {
+          auto check = o.after_step;
+          o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+            check(rank, e, b, rel);
+            const std::string bad = ranks[size_t(rank)].after_step(e, b, rel);
+            std::lock_guard<std::mutex> lock(mu);
+            if (error.empty()) error = bad;
+            if (rank == 0 && b.plan_id == 0)
+              for (const ScheduledSeq& s : b.seqs) prefilled.insert(s.seq_id);
+          };
+        },
+        64);
+    int64_t resident_checks = 0;
+    for (const test::ResidentCheck& c : ranks) resident_checks += c.checks;
+    const int64_t turns_with_residents = ranks[0].turns, resumed = ranks[0].resumed;
+    expect_tokens(label, model, prompts, want, r.run.out);
+    EXPECT_EQ(r.run.out.size(), prompts.size()) << "a request lost";
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(r.swapped_out, r.swapped_in);
+    EXPECT_EQ(prefilled.size(), prompts.size()) << "every request prefilled under c_p, once each or recomputed";
+    // Several turns to prefill with sequences mid-decode, and they decode again after each phase.
+    EXPECT_GE(turns_with_residents, 3);
+    EXPECT_GE(r.phase_switches, 6);
+    EXPECT_GT(resident_checks, 0);
+    EXPECT_GT(resumed, 0);
+    // No switch moved KV between the ranks' stores.
+    for (const PlanStats& p : r.run.stats) EXPECT_EQ(p.kv_bytes_moved, 0) << p.name;
+  }
+}
+
+// Two placements at once in each store: a stage of pp=2,layers=3+1 holds 6 pages of each block
+// (3 layers x 2 KV heads), a tp=2 rank 4 (4 layers x 1 head), so with 40 pages a rank holds 6
+// blocks under c_p, 10 under c_d. Resident decoders (c_d pages) and new prefills (c_p pages) share
+// the store; the scheduler charges a c_p block 10/6 of a c_d block, so no rank runs out of pages
+// (a KvStore out of pages is a LOOM_CHECK failure), and the tokens are the single rank's.
+TEST(SeesawResident, UnevenStagesShareTheStoreWithResidentDecoders) {
+  std::shared_ptr<Model> model = load_model(four_layer_path());
+  const auto prompts = random_prompts(9, 40, model->config.vocab_size, 47);
+  std::vector<int> n;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    n.push_back(6 + 5 * int(i % 3));
+    want.push_back(alone(model, prompts[i], n.back()));
+  }
+  const ModelConfig& c = model->config;
+  const int64_t page = 2 * 16 * int64_t(c.head_dim) * 4;
+  int64_t peak_used = 0, pages = 0;
+  std::mutex mu;
+  PhaseRun r;
+  r.run = run_plans(
+      {"pp=2,layers=3+1", "tp=2"}, "seesaw", model, greedy_requests(prompts, n), 16, 40 * page,
+      [&](DistOptions& o) {
+        phase_options(o, c, 100);
+        auto check = o.after_step;
+        o.after_step = [&, check](int rank, RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
+          check(rank, e, b, rel);
+          std::lock_guard<std::mutex> lock(mu);
+          peak_used = std::max(peak_used, e.kv().used_pages());
+          pages = e.kv().num_pages();
+        };
+      },
+      [&](DistEngine& e) {
+        r.phase_switches = e.scheduler().phase_switches();
+        r.swapped_out = e.scheduler().num_swapped_out();
+      });
+  expect_tokens("uneven", model, prompts, want, r.run.out);
+  EXPECT_EQ(r.run.out.size(), prompts.size());
+  EXPECT_GE(r.phase_switches, 3);
+  EXPECT_GT(r.swapped_out, 0);
+  EXPECT_LE(peak_used, pages);
+  EXPECT_GT(peak_used, pages / 2) << "the store was never under pressure: the test shows nothing";
 }
 
 // The KV the ranks write into the tier after a pipelined prefill is the single-rank KV, bit for
@@ -589,6 +696,41 @@ std::vector<int64_t> seq_ids(const StepBatch& b) {
   std::vector<int64_t> out;
   for (const ScheduledSeq& s : b.seqs) out.push_back(s.seq_id);
   return out;
+}
+
+// Two placements in one store (scheduler.h "Resident sequences"): the pools are c_d's (the
+// resident decoders' home), and a sequence admitted for prefill under c_p is charged the c_d blocks
+// its c_p pages cost on the least roomy rank. With 6 blocks a pool under c_p and 10 under c_d (a
+// rank of P pages pays P/6 pages per c_p block, P/10 per c_d block), a prompt of 40 tokens (3
+// blocks) costs 3 * 10/6 = 5 c_d blocks while it prefills, and nothing once it left for the tier.
+TEST(SeesawScheduler, PrefillUnderCpIsChargedInTheDecodePools) {
+  SchedulerConfig c;
+  c.phases = PhaseMode::Seesaw;
+  c.tier_tokens = 1000;
+  c.pool_shapes = {KvPoolShape{1, 1, 6}, KvPoolShape{1, 1, 10}};
+  c.max_model_len = 64;
+  c.max_tokens_per_step = 40;
+  c.watermark = 0;
+  Scheduler s(c);
+  EXPECT_TRUE(s.keeps_kv_resident());
+  EXPECT_EQ(s.pools().shape().blocks_per_pool, 10);
+  for (int64_t id : {1, 2}) {
+    Request r;
+    r.id = id;
+    r.prompt.assign(40, 5);
+    r.max_tokens = 3;
+    r.stop.ignore_eos = true;
+    s.add_request(r);
+  }
+  StepBatch b = s.schedule();  // the 40-token budget holds one prompt
+  EXPECT_EQ(b.seqs.size(), 1u);
+  EXPECT_EQ(s.num_used_blocks(), 5);
+  s.on_step_done(b, tokens_for(b));  // prefilled: to the tier, its blocks free
+  EXPECT_EQ(s.num_used_blocks(), 0);
+  EXPECT_EQ(s.num_swapped(), 1);
+  // The c_p rule without the surcharge would let 10 c_p blocks in (10/6 of a stage's pages).
+  EXPECT_EQ(s.prefill_surcharge(6), 4);
+  EXPECT_EQ(s.prefill_surcharge(1), 1);
 }
 
 TEST(SeesawScheduler, AsyncSwapsRunOnlyWhatEveryRankReportedComplete) {
