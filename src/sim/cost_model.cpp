@@ -25,6 +25,7 @@ const char* collective_name(Collective c) {
     case Collective::AllGather: return "all_gather";
     case Collective::SendRecv: return "send_recv";
     case Collective::Broadcast: return "broadcast";
+    case Collective::Get: return "get";
   }
   return "?";
 }
@@ -131,6 +132,11 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
   if (!curves_.empty()) {
     auto it = curves_.find({kind, group, per_node});
     if (it != curves_.end()) return it->second.seconds(bytes);
+    // A profile without one-sided reads: a get as the measured send/recv of its size.
+    if (kind == Collective::Get) {
+      it = curves_.find({Collective::SendRecv, group, per_node});
+      if (it != curves_.end()) return it->second.seconds(bytes);
+    }
   }
   // Bytes one rank puts on its busiest link, by algorithm.
   auto wire = [&](int n) {
@@ -140,6 +146,7 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
       case Collective::AllGather: return double(n - 1) / n * bytes;
       case Collective::SendRecv: return bytes;
       case Collective::Broadcast: return bytes;  // pipelined ring / tree: the message once per link
+      case Collective::Get: return bytes;
     }
     return bytes;
   };
@@ -147,6 +154,7 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
                                    : kind == Collective::AllToAll  ? cal_.all_to_all
                                    : kind == Collective::AllGather ? cal_.all_gather
                                    : kind == Collective::Broadcast ? cal_.broadcast
+                                   : kind == Collective::Get       ? cal_.get
                                                                    : cal_.send_recv;
   // Latency of a group of n: the fixed part plus one hop per rank beyond a pair.
   auto latency = [&](const CollectiveCalibration& k, int n) { return k.latency_s + k.hop_latency_s * (n - 2); };

@@ -124,7 +124,9 @@ struct StepCost {
   std::string plan;             // PricedPlan::name of the plan that ran the step
 };
 
-enum class Collective { AllReduce, AllToAll, AllGather, SendRecv, Broadcast };
+// Get: a one-sided read of `bytes` from a peer's registered buffer (Communicator::get; SiDP's
+// weight fetch), priced with the send/recv figures where it was not measured.
+enum class Collective { AllReduce, AllToAll, AllGather, SendRecv, Broadcast, Get };
 enum class Elementwise { Norm, Add, Act, Rope, Emb };
 const char* collective_name(Collective c);
 

@@ -52,7 +52,7 @@ TEST(SimProfile, WritesMeasurementsAndAHardwareEntry) {
   for (const char* name : {"hardware.json", "mlp_tiny_f32.csv", "mlp_tiny_f32_r2.csv", "mlp_tiny_q8_0.csv",
                            "attention_tiny.csv", "step_overhead_cpu.csv", "all_reduce_cpu_local.csv",
                            "all_gather_cpu_local.csv", "all_to_all_cpu_local.csv", "send_recv_cpu_local.csv",
-                           "broadcast_cpu_local.csv"})
+                           "broadcast_cpu_local.csv", "get_cpu_local.csv"})
     EXPECT_TRUE(fs::exists(f.profile + "/" + name)) << name;
   ASSERT_TRUE(is_profile(f.profile));
   const MachineProfile p = read_profile(f.profile);
