@@ -306,6 +306,12 @@ class CostModel {
   MemoryPlan memory(const std::vector<PricedPlan>& resident) const;
 
  private:
+  // price(), with `one_micro_batch` pricing `seqs` as a single pipeline micro-batch; `stage`
+  // (optional) gets one stage slot's gemm, elementwise, attention and comm seconds and the ends'
+  // gemm and elementwise seconds (embedding, final norm, classifier).
+  StepCost price_step(const PricedPlan& plan, const std::vector<SeqWork>& seqs, bool one_micro_batch,
+                      double stage[6]) const;
+
   double link_bw(int group) const;
   // collective_s before CostModelOptions::all_reduce_time_scale.
   double collective_base_s(Collective kind, double bytes, int group, int per_node) const;

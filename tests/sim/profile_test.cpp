@@ -274,8 +274,12 @@ TEST(SimValidateEngine, LaterPlansSameRequestsEveryMetricFinite) {
     } else {
       EXPECT_EQ(e, s) << what;
     }
-    if (v.plan.policy == "sidp:cas") EXPECT_EQ(e, (std::set<std::string>{"dp=2,weights=owner,sidp=cas"})) << what;
-    if (v.plan.policy == "sidp:was") EXPECT_EQ(e, (std::set<std::string>{"dp=2,weights=owner"})) << what;
+    if (v.plan.policy == "sidp:cas") {
+      EXPECT_EQ(e, (std::set<std::string>{"dp=2,weights=owner,sidp=cas"})) << what;
+    }
+    if (v.plan.policy == "sidp:was") {
+      EXPECT_EQ(e, (std::set<std::string>{"dp=2,weights=owner"})) << what;
+    }
     if (v.plan.policy == "seesaw") {
       EXPECT_EQ(e, (std::set<std::string>{"pp=2", "tp=2"})) << what;  // prefill under c_p, decode under c_d
       EXPECT_EQ(v.cpu_kv_bytes, 2 * o.kv_cache_bytes) << what;
