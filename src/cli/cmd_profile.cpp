@@ -14,7 +14,8 @@
 //    context lengths and prefill chunks;
 //  - the engine's per-step work outside the forward pass: the shared Scheduler's schedule() and
 //    on_step_done(), greedy sampling of every sampled row, metrics;
-//  - each collective (all-reduce, all-gather, all-to-all, send/recv, broadcast) over sizes and
+//  - each collective (all-reduce, all-gather, all-to-all, send/recv, broadcast, and the one-sided
+//    get SiDP fetches weights with) over sizes and
 //    rank counts on the local backend; under `mpirun -np N loom profile --comm mpi -o DIR` the
 //    same over MPI for groups of 2..N ranks (only the collective files are written then);
 //  - the roofline (kernels/roofline.h) for the hardware entry.
@@ -601,6 +602,10 @@ void time_collectives(Communicator& c, const std::vector<int64_t>& sizes, int re
   const int n = c.size();
   const int64_t biggest = sizes.back();
   std::vector<uint8_t> send(size_t(biggest) * 2 + 64, 1), recv(size_t(biggest) * 2 + 64);
+  // SiDP's weight fetch (engine/stage_ffn_owner.cpp): rank 1 reads rank 0's registered buffer
+  // with a one-sided get while rank 0 computes on; the time is the reader's.
+  constexpr int kGetBuffer = 0x70f11e;
+  if (n == 2) c.register_buffer(kGetBuffer, send.data(), c.rank() == 0 ? send.size() : 0);
   auto record = [&](const char* name, int64_t bytes, const std::function<void()>& op) {
     c.barrier();
     op();  // warm-up
@@ -630,11 +635,19 @@ void time_collectives(Communicator& c, const std::vector<int64_t>& sizes, int re
         if (c.rank() == 0) c.send(1, 7, send.data(), size_t(bytes));
         else c.recv(0, 7, recv.data(), size_t(bytes));
       });
+    if (n == 2)
+      record("get", bytes, [&] {
+        if (c.rank() == 1) c.get(0, kGetBuffer, 0, recv.data(), size_t(bytes));
+      });
+  }
+  if (n == 2) {
+    c.barrier();
+    c.deregister_buffer(kGetBuffer);
   }
 }
 
 void write_collectives(const std::vector<CollectiveRow>& rows, const std::string& backend, const std::string& dir) {
-  for (const char* coll : {"all_reduce", "all_gather", "all_to_all", "send_recv", "broadcast"}) {
+  for (const char* coll : {"all_reduce", "all_gather", "all_to_all", "send_recv", "broadcast", "get"}) {
     const std::string path = cat(dir, "/", coll, "_cpu_", backend, ".csv");
     int written = 0;
     {

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "engine/policy.h"
+#include "engine/seesaw.h"
 #include "engine/trace.h"
 #include "model/loader.h"
 #include "model/tokenizer.h"
@@ -264,6 +265,8 @@ struct ValidateEngineArgs {
   std::vector<std::string> plans;
   std::string policy = "fixed";
   int64_t threshold = -1;
+  int64_t sidp_threshold = -1;
+  int64_t cpu_kv_bytes = 0;
   int max_num_seqs = 16;
   int max_tokens_per_step = 256;
   int64_t kv_cache_bytes = 64 << 20;
@@ -292,6 +295,8 @@ void run_validate_engine(const ValidateEngineArgs& a) {
   o.kv_cache_bytes = a.kv_cache_bytes;
   o.max_model_len = a.max_model_len;
   o.shift_threshold = a.threshold;
+  o.sidp_threshold = a.sidp_threshold;
+  o.cpu_kv_bytes = a.cpu_kv_bytes;
   // The trace, clipped to the model's context (both sides run the clipped lengths).
   RunArgs ra;
   ra.trace = a.trace;
@@ -309,7 +314,18 @@ void run_validate_engine(const ValidateEngineArgs& a) {
   apply_trace_options(&trace, clip);
   o.trace = std::move(trace);
   std::vector<sim::EnginePlan> plans;
-  for (const auto& p : a.plans) plans.push_back(sim::EnginePlan::parse(p, a.policy));
+  // A phase policy (Seesaw) runs a plan set: `--plan pp=2 --plan tp=2 --policy seesaw` compares
+  // the one set c_p = pp=2, c_d = tp=2 (as `loom serve` reads it); a PLAN@POLICY stays its own.
+  if (is_seesaw_policy(a.policy)) {
+    std::string set;
+    for (const auto& p : a.plans)
+      if (p.find('@') == std::string::npos) set += (set.empty() ? "" : "|") + p;
+    if (!set.empty()) plans.push_back(sim::EnginePlan::parse(set, a.policy));
+    for (const auto& p : a.plans)
+      if (p.find('@') != std::string::npos) plans.push_back(sim::EnginePlan::parse(p, a.policy));
+  } else {
+    for (const auto& p : a.plans) plans.push_back(sim::EnginePlan::parse(p, a.policy));
+  }
   const auto rows = sim::validate_engine(profile, o, plans, [&](const std::string& line) {
     if (!a.json) std::fprintf(stderr, "[validate-engine] %s\n", line.c_str());
   });
@@ -615,7 +631,12 @@ void register_sim(CLI::App& app) {
   ve->add_option("--rate-scale", vea->rate_scale, "Multiply the arrival rate")->capture_default_str();
   ve->add_option("--seed", vea->seed, "Seed of the synthetic arrivals, lengths and prompt ids")->capture_default_str();
   ve->add_option("--plan", vea->plans, "Plan to compare, PLAN or PLAN@POLICY (repeatable: --plan tp=2 --plan dp=2 "
-                                       "--plan sp=2@shift)");
+                                       "--plan sp=2@shift); a plan set joined by '|' ('pp=2|tp=2@seesaw'); under "
+                                       "--policy seesaw the plans without @ form one set (c_p then c_d)");
+  ve->add_option("--sidp-threshold", vea->sidp_threshold,
+                 "SiDP B_th, sequences per replica (default: from the profile's cost model)");
+  ve->add_option("--cpu-kv-bytes", vea->cpu_kv_bytes,
+                 "Seesaw's CPU KV tier per host, both sides (default: --kv-cache-bytes times the ranks)");
   ve->add_option("--policy", vea->policy, "Policy of plans without @POLICY")->capture_default_str();
   ve->add_option("--shift-threshold", vea->threshold, "Shift threshold (default: from the profile's cost model)");
   ve->add_option("--max-num-seqs", vea->max_num_seqs, "Running sequences per replica")->capture_default_str();

@@ -295,6 +295,7 @@ Collective collective_of(const std::string& op) {
   if (op == "all_to_all") return Collective::AllToAll;
   if (op == "all_gather") return Collective::AllGather;
   if (op == "broadcast") return Collective::Broadcast;
+  if (op == "get") return Collective::Get;
   fail("unknown collective '", op, "' in a measurement file");
 }
 
@@ -305,6 +306,7 @@ CollectiveCalibration& calibration_of(Calibration& cal, Collective c) {
     case Collective::AllGather: return cal.all_gather;
     case Collective::SendRecv: return cal.send_recv;
     case Collective::Broadcast: return cal.broadcast;
+    case Collective::Get: return cal.get;
   }
   return cal.all_reduce;
 }
@@ -435,7 +437,7 @@ std::vector<MeasurementFile> read_measurements(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail("measurements folder '", dir, "' does not exist");
   static const char* kPrefixes[] = {"mlp_",        "attention_", "all_reduce_", "all_gather_",
-                                    "all_to_all_", "send_recv_", "broadcast_",  "step_overhead_"};
+                                    "all_to_all_", "send_recv_", "broadcast_",  "get_", "step_overhead_"};
   std::vector<std::string> paths;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
@@ -652,6 +654,8 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
   if (intra.count(Collective::AllReduce))
     for (Collective k : {Collective::AllToAll, Collective::AllGather, Collective::Broadcast})
       if (!intra.count(k)) calibration_of(cal, k) = cal.all_reduce;
+  // A one-sided read without measurements takes the send/recv figures (one message, one link).
+  if (!intra.count(Collective::Get)) cal.get = cal.send_recv;
   if (!inter.empty()) {
     double lat_us = cal.net.latency_s * 1e6, hop_us = cal.net.hop_latency_s * 1e6;
     coordinate_search({&cal.net.bw_eff, &lat_us, &hop_us}, {{0.01, 1.0}, {0, 200}, {0, 50}}, [&] {

@@ -15,7 +15,8 @@
 //     n_q_head, n_kv_head, n_embd, num_tensor_parallel_workers (Vidur's attention profile);
 //     optional kv_bytes, act_bytes. Each of batch_size sequences computes prefill_chunk_size new
 //     tokens (1 for a decode) over kv_cache_size earlier ones.
-//   <collective>_<node>.csv for all_reduce, all_gather, all_to_all, send_recv, broadcast:
+//   <collective>_<node>.csv for all_reduce, all_gather, all_to_all, send_recv, broadcast, get (a
+//     one-sided read of a peer's registered buffer, size = bytes read; `loom profile` writes it):
 //     time_stats.<collective>.median (ms) per (num_workers, devices_per_node, size in bytes). A
 //     node name with "pairwise" is a node with NVLink between GPU pairs only.
 //   step_overhead_<name>.csv: time_stats.step_overhead.median (ms) of the engine's work per step

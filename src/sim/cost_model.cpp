@@ -25,6 +25,7 @@ const char* collective_name(Collective c) {
     case Collective::AllGather: return "all_gather";
     case Collective::SendRecv: return "send_recv";
     case Collective::Broadcast: return "broadcast";
+    case Collective::Get: return "get";
   }
   return "?";
 }
@@ -131,6 +132,11 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
   if (!curves_.empty()) {
     auto it = curves_.find({kind, group, per_node});
     if (it != curves_.end()) return it->second.seconds(bytes);
+    // A profile without one-sided reads: a get as the measured send/recv of its size.
+    if (kind == Collective::Get) {
+      it = curves_.find({Collective::SendRecv, group, per_node});
+      if (it != curves_.end()) return it->second.seconds(bytes);
+    }
   }
   // Bytes one rank puts on its busiest link, by algorithm.
   auto wire = [&](int n) {
@@ -140,6 +146,7 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
       case Collective::AllGather: return double(n - 1) / n * bytes;
       case Collective::SendRecv: return bytes;
       case Collective::Broadcast: return bytes;  // pipelined ring / tree: the message once per link
+      case Collective::Get: return bytes;
     }
     return bytes;
   };
@@ -147,6 +154,7 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
                                    : kind == Collective::AllToAll  ? cal_.all_to_all
                                    : kind == Collective::AllGather ? cal_.all_gather
                                    : kind == Collective::Broadcast ? cal_.broadcast
+                                   : kind == Collective::Get       ? cal_.get
                                                                    : cal_.send_recv;
   // Latency of a group of n: the fixed part plus one hop per rank beyond a pair.
   auto latency = [&](const CollectiveCalibration& k, int n) { return k.latency_s + k.hop_latency_s * (n - 2); };
@@ -459,6 +467,11 @@ CostModel::RankWeights CostModel::rank_weights(const PricedPlan& p) const {
 }
 
 StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs) const {
+  return price_step(pl, seqs, false, nullptr);
+}
+
+StepCost CostModel::price_step(const PricedPlan& pl, const std::vector<SeqWork>& seqs, bool one_micro_batch,
+                               double stage[6]) const {
   // SiDP: one replica's work is a lockstep step in which the other replicas are idle.
   if (pl.full.weights == WeightSource::FetchFromOwner) return price_sidp(*this, pl, {seqs});
   StepCost cost;
@@ -485,8 +498,11 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   // across micro-batches (a later piece of a prompt attends to the earlier ones, which passed every
   // stage before it: one micro-batch behind in the same pipeline), a decode row may not.
   const bool steady = p > 1 && pipeline_steady_state();
-  const int mb = steady ? p : std::max(1, std::min<int>(p, int(seqs.size())));
+  const int mb = steady ? p : one_micro_batch ? 1 : std::max(1, std::min<int>(p, int(seqs.size())));
   std::vector<SeqWork> group;
+  // Fill and drain: every micro-batch, and which one `group` is (the busiest by tokens).
+  std::vector<std::vector<SeqWork>> micro;
+  size_t busiest = 0;
   if (steady) {
     int total = 0;
     for (const auto& w : seqs) total += w.new_tokens;
@@ -520,21 +536,28 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
     }
     if (!cur.empty()) close();
   } else {
-    int total = 0;
+    // engine/rank_forward.cpp pipeline_micro_batches: k = min(p, n) contiguous parts of whole
+    // sequences, cut i ending once the running token count reaches i/k of the total (each part at
+    // least one sequence, enough left for the parts after it).
+    const int64_t n_seq = int64_t(seqs.size()), k = mb;
+    int64_t total = 0;
     for (const auto& w : seqs) total += w.new_tokens;
-    const int target = ceil_div(total, mb);
-    int acc = 0, best = -1;
-    std::vector<SeqWork> cur;
-    for (const auto& w : seqs) {
-      cur.push_back(w);
-      acc += w.new_tokens;
-      if (acc >= target) {
-        if (acc > best) best = acc, group = cur;
-        cur.clear();
-        acc = 0;
+    int64_t begin = 0, acc = 0, best = -1;
+    for (int64_t i = 1; i <= k; ++i) {
+      int64_t end = begin;
+      if (i == k) {
+        end = n_seq;
+      } else {
+        do acc += seqs[size_t(end++)].new_tokens;
+        while (end < n_seq - (k - i) && acc * k < total * i);
       }
+      micro.emplace_back(seqs.begin() + begin, seqs.begin() + end);
+      int64_t tokens = 0;
+      for (const auto& w : micro.back()) tokens += w.new_tokens;
+      if (tokens > best) best = tokens, busiest = micro.size() - 1;
+      begin = end;
     }
-    if (!cur.empty() && acc > best) group = cur;
+    group = micro[busiest];
   }
   int n = 0, sampled = 0;
   for (const auto& w : group) {
@@ -669,7 +692,21 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
   // embedding on the first and the classifier on the last stage once per micro-batch; the fill of
   // p - 1 slots is paid when the pipeline starts (StepCost::pipeline_fill_s, added by the
   // simulator at a plan switch).
-  const double slots = p > 1 ? (steady ? double(p) : double(mb + p - 1)) : 1.0;
+  // Fill and drain over stages of equal work: micro-batch i takes S_i per stage, and the step
+  // takes sum_i S_i + (p - 1) max_i S_i (the busiest passes every stage; each other one adds its
+  // own slot on the last stage, where it also runs its classifier). Uneven micro-batches (a
+  // prefill chunk beside a few decode rows) make this well below (mb + p - 1) max_i S_i.
+  double slots = p > 1 ? (steady ? double(p) : double(mb + p - 1)) : 1.0;
+  double others[6] = {0, 0, 0, 0, 0, 0};
+  if (!steady && micro.size() > 1) {
+    slots = double(p);
+    for (size_t i = 0; i < micro.size(); ++i) {
+      if (i == busiest) continue;
+      double q[6];
+      price_step(pl, micro[i], true, q);
+      for (int j = 0; j < 6; ++j) others[j] += q[j];
+    }
+  }
   const int stage_ranks = pl.ranks / p;
   const double pp_send =
       p > 1 ? (p - 1) * collective_s(Collective::SendRecv, m * d * ab, 2, per_node >= 2 * stage_ranks ? 2 : 1) : 0.0;
@@ -691,10 +728,14 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
     ends_gemm *= p;
     ends *= p;
   }
-  cost.gemm_s = stage_gemm * slots + ends_gemm;
-  cost.elementwise_s = stage_elem * slots + ends;
-  cost.attention_s = stage_attn * slots;
-  cost.comm_s = stage_comm * slots + ends_comm + pp_send;
+  if (stage) {
+    stage[0] = stage_gemm, stage[1] = stage_elem, stage[2] = stage_attn, stage[3] = stage_comm;
+    stage[4] = ends_gemm, stage[5] = ends;
+  }
+  cost.gemm_s = stage_gemm * slots + ends_gemm + others[0] + others[4];
+  cost.elementwise_s = stage_elem * slots + ends + others[1] + others[5];
+  cost.attention_s = stage_attn * slots + others[2];
+  cost.comm_s = stage_comm * slots + ends_comm + pp_send + others[3];
   cost.total_s = cost.gemm_s + cost.elementwise_s + cost.attention_s + cost.comm_s + cost.overhead_s;
   return cost;
 }

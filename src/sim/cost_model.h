@@ -124,7 +124,9 @@ struct StepCost {
   std::string plan;             // PricedPlan::name of the plan that ran the step
 };
 
-enum class Collective { AllReduce, AllToAll, AllGather, SendRecv, Broadcast };
+// Get: a one-sided read of `bytes` from a peer's registered buffer (Communicator::get; SiDP's
+// weight fetch), priced with the send/recv figures where it was not measured.
+enum class Collective { AllReduce, AllToAll, AllGather, SendRecv, Broadcast, Get };
 enum class Elementwise { Norm, Add, Act, Rope, Emb };
 const char* collective_name(Collective c);
 
@@ -304,6 +306,12 @@ class CostModel {
   MemoryPlan memory(const std::vector<PricedPlan>& resident) const;
 
  private:
+  // price(), with `one_micro_batch` pricing `seqs` as a single pipeline micro-batch; `stage`
+  // (optional) gets one stage slot's gemm, elementwise, attention and comm seconds and the ends'
+  // gemm and elementwise seconds (embedding, final norm, classifier).
+  StepCost price_step(const PricedPlan& plan, const std::vector<SeqWork>& seqs, bool one_micro_batch,
+                      double stage[6]) const;
+
   double link_bw(int group) const;
   // collective_s before CostModelOptions::all_reduce_time_scale.
   double collective_base_s(Collective kind, double bytes, int group, int per_node) const;

@@ -144,6 +144,7 @@ struct Calibration {
   double attn_latency_s = 8e-6;
   // Intra-node (NVLink/NVSwitch or PCIe) and inter-node collectives.
   CollectiveCalibration all_reduce, all_to_all, all_gather, send_recv, broadcast;
+  CollectiveCalibration get;  // one-sided read (Communicator::get); not measured: send_recv's
   CollectiveCalibration net;  // any collective that crosses nodes (bandwidth = net_bw)
   // vLLM's custom all-reduce (one kernel over NVLink peer memory, used inside an NVSwitch node
   // for messages up to 8 MiB, CUDA-graph captured) replaces NCCL's launch-bound latency for

@@ -55,7 +55,7 @@ Calibration helix_paper_calibration(double collective_latency_s) {
   k.attn_compute_eff = 1.0;
   k.attn_mem_eff = 1.0;
   k.attn_latency_s = 0.0;
-  k.all_reduce = k.all_to_all = k.all_gather = k.broadcast = k.send_recv = {collective_latency_s, 1.0, 0.0};
+  k.all_reduce = k.all_to_all = k.all_gather = k.broadcast = k.send_recv = k.get = {collective_latency_s, 1.0, 0.0};
   k.custom_all_reduce_latency_s = collective_latency_s;
   // The experiments stay inside one NVLink domain; a crossing would be priced at the NIC's
   // datasheet bandwidth with the same latency.

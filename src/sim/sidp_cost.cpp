@@ -104,7 +104,8 @@ double sidp_layer_fetch_s(const CostModel& cm, const Plan& full) {
   if (dp < 2) return 0.0;
   // Without peak shifting every non-owner reads the same owner at once: its egress is shared.
   const int readers = sidp::peak_shifting(full) ? 1 : dp - 1;
-  return cm.collective_s(Collective::SendRecv, sidp_ffn_layer_bytes(cm) * readers, 2,
+  // The engine reads the owner's layer with a one-sided get (stage_ffn_owner.cpp, Communicator::get).
+  return cm.collective_s(Collective::Get, sidp_ffn_layer_bytes(cm) * readers, 2,
                          std::min(2, cm.node().gpus_per_node));
 }
 

@@ -11,9 +11,11 @@
 #include "core/rng.h"
 #include "engine/dist_engine.h"
 #include "engine/policy.h"
+#include "engine/seesaw.h"
 #include "parallel/plan_set.h"
 #include "model/loader.h"
 #include "sim/shift_threshold.h"
+#include "sim/sidp_cost.h"
 #include "sim/simulator.h"
 
 namespace loom::sim {
@@ -55,11 +57,12 @@ struct EngineRun {
 // threads of this process, the layout policy and threshold given, every rank's KV cache of
 // kv_cache_bytes, then the requests run to completion.
 EngineRun run_on_engine(std::shared_ptr<const Model> model, const EngineValidationOptions& o, const EnginePlan& p,
-                        int threads_per_rank, int64_t shift_threshold, std::vector<Request> requests) {
+                        int threads_per_rank, int64_t shift_threshold, int64_t sidp_threshold,
+                        int64_t cpu_kv_bytes, std::vector<Request> requests) {
   DistOptions d;
   d.comm = "local";
   d.ranks = Plan::parse(p.plan).size();
-  d.plans = {p.plan};
+  d.plans = p.plans();
   d.model_path = o.model_path;
   d.load_model = [model](int) { return model; };
   d.engine.threads = threads_per_rank;
@@ -68,8 +71,10 @@ EngineRun run_on_engine(std::shared_ptr<const Model> model, const EngineValidati
   d.engine.block_size = o.block_size;
   d.engine.max_model_len = o.max_model_len;
   d.engine.kv_cache_bytes = o.kv_cache_bytes;
+  d.engine.cpu_kv_bytes = cpu_kv_bytes;
   d.policy = p.policy;
   d.shift_threshold = shift_threshold;
+  d.sidp_threshold = sidp_threshold;
   EngineRun run;
   run_distributed(d, [&](DistEngine& e) {
     run.num_kv_blocks = e.num_kv_blocks();
@@ -151,15 +156,42 @@ void check_requests(const Metrics& engine, const Metrics& sim, PlanValidation& v
 
 }  // namespace
 
+std::vector<std::string> EnginePlan::plans() const {
+  std::vector<std::string> out{plan};
+  out.insert(out.end(), more_plans.begin(), more_plans.end());
+  return out;
+}
+
+std::string EnginePlan::label() const {
+  std::string s = plan;
+  for (const auto& m : more_plans) s += "|" + m;
+  return policy == "fixed" ? s : s + " @" + policy;
+}
+
 EnginePlan EnginePlan::parse(const std::string& text, const std::string& default_policy) {
   EnginePlan p;
   const auto at = text.find('@');
-  p.plan = text.substr(0, at);
+  const std::string plans = text.substr(0, at);
   p.policy = at == std::string::npos ? default_policy : text.substr(at + 1);
+  // Nitsum's pool is not a plan of one engine: `loom serve --policy nitsum` re-plans a pool of
+  // instances (cluster/pool.h) with a control-plane rank, while the simulator prices it only in
+  // the nitsum experiments; there is no DistEngine run and no Simulator run to compare.
+  if (p.policy == "nitsum")
+    fail("validate-engine: --policy nitsum cannot be compared: Nitsum's pool (loom serve --policy nitsum) is a "
+         "pool of re-planned instances, not a plan of one engine the simulator runs");
+  std::vector<std::string> texts;
+  for (size_t b = 0;;) {
+    const auto bar = plans.find('|', b);
+    texts.push_back(plans.substr(b, bar == std::string::npos ? std::string::npos : bar - b));
+    if (bar == std::string::npos) break;
+    b = bar + 1;
+  }
   // Names a bad plan or policy up front (before any model loads).
-  const std::vector<Plan> set = PlanSet::parse({p.plan});
+  const std::vector<Plan> set = PlanSet::parse(texts);
   p.plan = set.front().to_string();
+  for (size_t i = 1; i < set.size(); ++i) p.more_plans.push_back(set[i].to_string());
   check_policy_name(p.policy);
+  if (is_seesaw_policy(p.policy)) check_seesaw_plans(p.policy, set);
   policy_plans(p.policy, set);
   return p;
 }
@@ -198,7 +230,8 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
            " tokens, the context is ", max_len, " (clip the trace)");
   // Every plan against the model before anything runs (the engine's rule and message).
   const ModelShape shape = ModelShape::from(mc, dtype_block_elems(weight_dtype));
-  for (const EnginePlan& p : plans) validate(Plan::parse(p.plan), shape);
+  for (const EnginePlan& p : plans)
+    for (const std::string& t : p.plans()) validate(Plan::parse(t), shape);
   std::vector<PlanValidation> out;
   for (const EnginePlan& p : plans) {
     const Plan plan = Plan::parse(p.plan);
@@ -214,11 +247,27 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     if (p.policy == "shift" && threshold < 0)
       threshold = derive_shift_threshold(cm, replica.sp, replica.tp, o.max_tokens_per_step).threshold;
     v.shift_threshold = p.policy == "shift" ? threshold : -1;
+    // SiDP's B_th: as the simulator derives it (sim/simulator.cpp), at the mean context of the
+    // trace's decode steps, so that both sides switch at the same batch.
+    int64_t sidp_threshold = o.sidp_threshold;
+    if (p.policy == "sidp" && sidp_threshold < 0) {
+      double rows = 0, ctx = 0;
+      for (const TraceRequest& t : o.trace)
+        rows += t.output_len, ctx += double(t.output_len) * (t.prompt_len + (t.output_len + 1) / 2.0);
+      const int context = int(std::clamp(rows > 0 ? ctx / rows : 1.0, 1.0, double(max_len)));
+      sidp_threshold = derive_sidp_threshold(cm, plan, context).threshold;
+    }
+    v.sidp_threshold = p.policy == "sidp" ? sidp_threshold : -1;
+    // Seesaw's CPU tier.
+    const int64_t cpu_kv = is_seesaw_policy(p.policy)
+                               ? (o.cpu_kv_bytes > 0 ? o.cpu_kv_bytes : o.kv_cache_bytes * plan.size())
+                               : 0;
+    v.cpu_kv_bytes = cpu_kv;
 
     // The engine.
     const auto t0 = std::chrono::steady_clock::now();
     EngineRun er = run_on_engine(model, o, p, profile.threads_per_rank, std::max<int64_t>(threshold, 0),
-                                 engine_requests(o.trace, o.seed, mc.vocab_size));
+                                 sidp_threshold, cpu_kv, engine_requests(o.trace, o.seed, mc.vocab_size));
     v.engine_wall_s = seconds_since(t0);
     v.backend = er.backend;
     v.threads_per_rank = er.threads_per_rank;
@@ -227,7 +276,10 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     // The simulator with the engine's limits and cache size.
     SimConfig sc;
     sc.plan = plan;
+    for (const std::string& t : p.more_plans) sc.more_plans.push_back(Plan::parse(t));
     sc.policy = p.policy;
+    sc.sidp_threshold = sidp_threshold;
+    sc.cpu_kv_bytes = double(cpu_kv);
     sc.dp_mode = DpMode::Lockstep;  // loom's engine steps its DP replicas together
     sc.shift_threshold = std::max<int64_t>(threshold, 0);
     sc.max_num_seqs = o.max_num_seqs;
@@ -271,6 +323,7 @@ nlohmann::json to_json(const PlanValidation& v) {
   nlohmann::json diag = nlohmann::json::array();
   for (const auto& x : v.diagnostics) diag.push_back({{"metric", x.name}, {"engine", x.engine}, {"simulated", x.simulated}});
   nlohmann::json j = {{"plan", v.plan.plan},
+                      {"plans", v.plan.plans()},
                       {"diagnostics", diag},
                       {"policy", v.plan.policy},
                       {"backend", v.backend},
@@ -289,6 +342,8 @@ nlohmann::json to_json(const PlanValidation& v) {
                       {"engine_wall_s", v.engine_wall_s},
                       {"sim_wall_s", v.sim_wall_s}};
   if (v.shift_threshold >= 0) j["shift_threshold"] = v.shift_threshold;
+  if (v.sidp_threshold >= 0) j["sidp_threshold"] = v.sidp_threshold;
+  if (v.cpu_kv_bytes > 0) j["cpu_kv_bytes"] = v.cpu_kv_bytes;
   if (!v.same_requests) j["request_mismatch"] = v.request_mismatch;
   return j;
 }
@@ -300,6 +355,8 @@ std::string to_text(const std::vector<PlanValidation>& all) {
     os << "plan " << v.plan.label() << " (" << v.ranks << " rank(s), " << v.backend << ", " << v.threads_per_rank
        << " thread(s) per rank, " << v.num_kv_blocks << " KV blocks per rank";
     if (v.shift_threshold >= 0) os << ", shift threshold " << v.shift_threshold;
+    if (v.sidp_threshold >= 0) os << ", SiDP B_th " << v.sidp_threshold;
+    if (v.cpu_kv_bytes > 0) os << ", CPU KV tier " << v.cpu_kv_bytes << " bytes";
     os << "): " << v.num_requests << " requests, " << (v.same_requests ? "same on both sides" : v.request_mismatch)
        << "\n";
     std::snprintf(b, sizeof b, "  %-18s %14s %14s %9s\n", "metric", "engine", "simulated", "error");

@@ -21,12 +21,19 @@
 
 namespace loom::sim {
 
-// One plan to compare: a plan string (parallel/plan.h) run under a layout policy.
+// One plan to compare: a plan string (parallel/plan.h) run under a layout policy, or a plan set
+// of several (Seesaw's c_p and c_d) that the policy chooses from.
 struct EnginePlan {
-  std::string plan;              // "tp=2", "dp=2", "sp=2,tp=2", ...
-  std::string policy = "fixed";  // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED
-  std::string label() const { return policy == "fixed" ? plan : plan + " @" + policy; }
-  // "PLAN" or "PLAN@POLICY" (e.g. "sp=2@shift"); `default_policy` when no @.
+  std::string plan;              // "tp=2", "dp=2", "sp=2,tp=2", "kvp=2,tpa=1", "pp=2", ...
+  std::vector<std::string> more_plans;  // the rest of the plan set (Seesaw: c_d after c_p = plan)
+  // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED | sidp | sidp:was |
+  // sidp:cas | seesaw | prefill-first | decode-first
+  std::string policy = "fixed";
+  std::vector<std::string> plans() const;  // plan, then more_plans
+  std::string label() const;               // "tp=2", "sp=2 @shift", "pp=2|tp=2 @seesaw"
+  // "PLAN" or "PLAN@POLICY" (e.g. "sp=2@shift"), several plans of one set joined by '|'
+  // ("pp=2|tp=2@seesaw"); `default_policy` when no @. Names a bad plan or policy, and a policy
+  // validate-engine cannot compare (Nitsum's pool), in one line (loom::Error) before anything loads.
   static EnginePlan parse(const std::string& text, const std::string& default_policy = "fixed");
 };
 
@@ -40,6 +47,11 @@ struct EngineValidationOptions {
   int64_t kv_cache_bytes = 64 << 20;  // per rank: both sides then hold the same number of blocks
   int max_model_len = 0;              // 0: the model's context
   int64_t shift_threshold = -1;       // policy shift; < 0: derived from the profile's cost model
+  // policy sidp: B_th in sequences per replica; < 0: derived from the profile's cost model at the
+  // trace's mean decode context (as `loom sim run` does), the same value on both sides
+  int64_t sidp_threshold = -1;
+  // Seesaw's CPU KV tier (per host, both sides); 0: kv_cache_bytes times the plan's ranks
+  int64_t cpu_kv_bytes = 0;
 };
 
 // What the two sides did with one plan.
@@ -56,6 +68,8 @@ struct PlanValidation {
   int threads_per_rank = 0;
   int64_t num_kv_blocks = 0;  // the engine's scheduler blocks under the plan (the simulator uses them)
   int64_t shift_threshold = -1;  // what both sides ran with (policy shift)
+  int64_t sidp_threshold = -1;   // what both sides ran with (policy sidp: B_th)
+  int64_t cpu_kv_bytes = 0;      // Seesaw's CPU tier both sides ran with (0: none)
   std::vector<MetricComparison> metrics;  // throughput, TTFT p50/p90, TPOT p50/p90, steps
   // Where an error comes from (not in the medians above): median step duration of decode-only
   // steps and of steps with prefill tokens, and the time between steps (scheduling, idle).

@@ -52,7 +52,7 @@ TEST(SimProfile, WritesMeasurementsAndAHardwareEntry) {
   for (const char* name : {"hardware.json", "mlp_tiny_f32.csv", "mlp_tiny_f32_r2.csv", "mlp_tiny_q8_0.csv",
                            "attention_tiny.csv", "step_overhead_cpu.csv", "all_reduce_cpu_local.csv",
                            "all_gather_cpu_local.csv", "all_to_all_cpu_local.csv", "send_recv_cpu_local.csv",
-                           "broadcast_cpu_local.csv"})
+                           "broadcast_cpu_local.csv", "get_cpu_local.csv"})
     EXPECT_TRUE(fs::exists(f.profile + "/" + name)) << name;
   ASSERT_TRUE(is_profile(f.profile));
   const MachineProfile p = read_profile(f.profile);
@@ -231,6 +231,82 @@ TEST(SimValidateEngine, SameRequestsEveryMetricFinite) {
   }
 }
 
+// The plans later issues added, through validate-engine end to end on the synthetic model:
+// Helix (kvp=2,tpa=1 and kvp=2,tpa=2), pipeline parallelism (pp=2, tp=2,pp=2), SiDP (dp=2,
+// weights=owner under sidp, sidp:was, sidp:cas) and Seesaw's plan set (pp=2 prefill, tp=2 decode).
+// The machinery: the same requests on both sides, every metric reported and finite, both sides'
+// steps named by the same plans where the policy's choice does not depend on timing.
+TEST(SimValidateEngine, LaterPlansSameRequestsEveryMetricFinite) {
+  const Fixture f = make_fixture();
+  EngineValidationOptions o;
+  o.model_path = f.model;
+  o.trace = synthesize_trace(8, ArrivalSpec::poisson(200.0), 3, LengthDist::uniform(9, 40), 4,
+                             LengthDist::uniform(2, 12), 5);
+  o.max_num_seqs = 4;
+  o.max_tokens_per_step = 32;
+  o.kv_cache_bytes = 4 << 20;
+  const std::vector<EnginePlan> plans = {
+      EnginePlan::parse("kvp=2,tpa=1"),          EnginePlan::parse("kvp=2,tpa=2"),
+      EnginePlan::parse("pp=2"),                 EnginePlan::parse("tp=2,pp=2"),
+      EnginePlan::parse("dp=2,weights=owner@sidp"), EnginePlan::parse("dp=2,weights=owner@sidp:was"),
+      EnginePlan::parse("dp=2,weights=owner@sidp:cas"), EnginePlan::parse("pp=2|tp=2@seesaw")};
+  const auto rows = validate_engine(read_profile(f.profile), o, plans);
+  ASSERT_EQ(rows.size(), plans.size());
+  for (const PlanValidation& v : rows) {
+    const std::string what = v.plan.label();
+    EXPECT_TRUE(v.same_requests) << what << ": " << v.request_mismatch;
+    EXPECT_EQ(v.num_requests, 8) << what;
+    EXPECT_EQ(v.engine_summary.num_completed, 8) << what;
+    EXPECT_EQ(v.simulated_summary.num_completed, 8) << what;
+    EXPECT_EQ(v.engine_summary.num_output_tokens, v.simulated_summary.num_output_tokens) << what;
+    EXPECT_EQ(v.ranks, Plan::parse(v.plan.plan).size()) << what;
+    ASSERT_EQ(v.metrics.size(), 6u) << what;
+    for (const auto& m : v.metrics) {
+      EXPECT_GT(m.engine, 0) << what << " " << m.name;
+      EXPECT_GT(m.simulated, 0) << what << " " << m.name;
+      EXPECT_TRUE(std::isfinite(m.error())) << what << " " << m.name;
+    }
+    std::set<std::string> e, s;
+    for (const auto& [name, n] : v.engine_plan_steps) e.insert(name);
+    for (const auto& [name, n] : v.simulated_plan_steps) s.insert(name);
+    if (v.plan.policy == "sidp") {
+      EXPECT_GT(v.sidp_threshold, 0) << what;  // derived from the profile, both sides the same
+    } else {
+      EXPECT_EQ(e, s) << what;
+    }
+    if (v.plan.policy == "sidp:cas") {
+      EXPECT_EQ(e, (std::set<std::string>{"dp=2,weights=owner,sidp=cas"})) << what;
+    }
+    if (v.plan.policy == "sidp:was") {
+      EXPECT_EQ(e, (std::set<std::string>{"dp=2,weights=owner"})) << what;
+    }
+    if (v.plan.policy == "seesaw") {
+      EXPECT_EQ(e, (std::set<std::string>{"pp=2", "tp=2"})) << what;  // prefill under c_p, decode under c_d
+      EXPECT_EQ(v.cpu_kv_bytes, 2 * o.kv_cache_bytes) << what;
+    } else {
+      EXPECT_EQ(v.cpu_kv_bytes, 0) << what;
+    }
+  }
+}
+
+// What validate-engine cannot compare is named in one line before anything loads.
+TEST(SimValidateEngine, NamesWhatItCannotCompare) {
+  try {
+    EnginePlan::parse("tp=2@nitsum");
+    FAIL() << "nitsum accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--policy nitsum cannot be compared"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  // Seesaw needs its two plans (c_p, c_d); a set of plans of different sizes is no set.
+  EXPECT_THROW(EnginePlan::parse("tp=2@seesaw"), Error);
+  EXPECT_THROW(EnginePlan::parse("tp=2|tp=4@seesaw"), Error);
+  const EnginePlan p = EnginePlan::parse("pp=2|tp=2@seesaw");
+  EXPECT_EQ(p.plans(), (std::vector<std::string>{"pp=2", "tp=2"}));
+  EXPECT_EQ(p.label(), "pp=2|tp=2 @seesaw");
+}
+
 // The command: the table, --json for scripts, and bad input named before anything runs.
 TEST(SimValidateEngine, CommandLine) {
   const Fixture f = make_fixture();
@@ -253,6 +329,13 @@ TEST(SimValidateEngine, CommandLine) {
   EXPECT_NE(out.find("same on both sides"), std::string::npos) << out;
   EXPECT_NE(test::run_command(base + " --plan tp=3 2>&1", &out), 0);
   EXPECT_NE(out.find("tp=3 does not divide num_attention_heads=4"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(base + " --plan pp=2 --plan tp=2 --policy seesaw --json 2>/dev/null", &out), 0) << out;
+  const nlohmann::json js = nlohmann::json::parse(out);
+  ASSERT_EQ(js["plans"].size(), 1u) << out;  // one plan set, c_p then c_d
+  EXPECT_EQ(js["plans"][0]["plans"], (nlohmann::json{"pp=2", "tp=2"})) << out;
+  EXPECT_TRUE(js["plans"][0]["same_requests"].get<bool>()) << out;
+  EXPECT_NE(test::run_command(base + " --plan tp=2 --policy nitsum 2>&1", &out), 0);
+  EXPECT_NE(out.find("--policy nitsum cannot be compared"), std::string::npos) << out;
   EXPECT_NE(test::run_command(base + " --plan tp=2@often 2>&1", &out), 0);
   EXPECT_NE(out.find("often"), std::string::npos) << out;
   EXPECT_NE(test::run_command(test::loom_bin() + " sim validate-engine --model " + f.model + " --profile " + f.dir +

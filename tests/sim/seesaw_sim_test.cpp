@@ -150,6 +150,23 @@ TEST(SeesawPricing, FillAndDrainOnLoomsCpuEngineSteadyStateOnGpuEngines) {
   EXPECT_DOUBLE_EQ(fd.price(Plan::parse("tp=8"), decode).total_s, ref.price(Plan::parse("tp=8"), decode).total_s);
 }
 
+// Uneven micro-batches under fill and drain (loom's CPU engine, rank_forward.cpp): a 256-token
+// prefill chunk and one decode row are two micro-batches; stage 0 runs the chunk, then the decode
+// row while stage 1 runs the chunk, then stage 1 the decode row: 2 S_chunk + S_row, not
+// (2 + 2 - 1) S_chunk. A lone sequence is one micro-batch over both stages (2 S).
+TEST(SeesawPricing, FillAndDrainUnevenMicroBatchesOverlap) {
+  CostModelOptions o;
+  o.pipeline = PipelineSchedule::FillDrain;
+  const CostModel ref = a10_70b();
+  const CostModel fd(ref.model(), ref.node(), o);
+  const Plan pp2 = Plan::parse("pp=2");
+  const SeqWork chunk{256, 256, true}, row{1, 300, true};
+  const double both = fd.price(pp2, {chunk, row}).attention_s;
+  const double chunk_alone = fd.price(pp2, {chunk}).attention_s, row_alone = fd.price(pp2, {row}).attention_s;
+  EXPECT_NEAR(both, chunk_alone + row_alone / 2, 1e-9 * both);
+  EXPECT_LT(both, 1.5 * chunk_alone * 0.9);  // well below three slots of the chunk
+}
+
 TEST(SeesawPricing, AllReduceTimeScaleTouchesOnlyAllReduces) {
   CostModelOptions o;
   o.all_reduce_time_scale = 0.1;
