@@ -103,6 +103,8 @@ struct Sequence {
   BlockTable block_table;
   int num_preemptions = 0;
   int64_t admit_order = -1;  // order of first admission (for stable tie breaks)
+  // The step (StepBatch::step_index) whose batch Scheduler::schedule() last put it in; -1: none.
+  int64_t batched_in = -1;
 
   RequestId id() const { return request.id; }
   int prompt_len() const { return request.prompt_len(); }

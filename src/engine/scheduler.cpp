@@ -323,8 +323,21 @@ ScheduledSeq Scheduler::make_entry(const Sequence& s, int n) const {
   e.num_tokens = n;
   e.is_prefill = !s.is_decode();
   e.sample = e.start + n == s.num_tokens();
+  LOOM_CHECK(e.start >= 0 && n >= 0 && e.start + n <= s.num_tokens(), "positions [", e.start, ",", e.start + n,
+             ") of ", s.num_tokens());
+  // Sequence::token_at over [start, start + n), a range at a time: the prompt's (id 0 for a
+  // synthetic prompt), then the outputs'.
   e.token_ids.reserve(size_t(n));
-  for (int p = e.start; p < e.start + n; ++p) e.token_ids.push_back(s.token_at(p));
+  const int p_len = s.prompt_len(), end = e.start + n;
+  if (e.start < p_len) {
+    const int to = std::min(end, p_len);
+    if (s.request.prompt.empty()) e.token_ids.insert(e.token_ids.end(), size_t(to - e.start), TokenId(0));
+    else e.token_ids.insert(e.token_ids.end(), s.request.prompt.begin() + e.start, s.request.prompt.begin() + to);
+  }
+  if (end > p_len) {
+    const int from = std::max(e.start, p_len);
+    e.token_ids.insert(e.token_ids.end(), s.output.begin() + (from - p_len), s.output.begin() + (end - p_len));
+  }
   e.block_ids = s.block_table.blocks();
   e.sampling = s.request.sampling;
   if (e.sample && e.sampling.has_penalties()) {
@@ -343,11 +356,12 @@ StepBatch Scheduler::schedule() {
   b.step_index = next_step_++;
   b.block_size = config_.block_size;
   int budget = config_.max_tokens_per_step;
-  std::unordered_set<const Sequence*> in_batch;
+  // In this batch already (Sequence::batched_in: no set to build per step).
+  auto in_batch = [&](const Sequence* s) { return s->batched_in == b.step_index; };
   auto add = [&](Sequence* s, int n) {
     b.seqs.push_back(make_entry(*s, n));
     const ScheduledSeq& e = b.seqs.back();
-    in_batch.insert(s);
+    s->batched_in = b.step_index;
     budget -= n;
     b.num_tokens += n;
     (e.is_prefill ? b.num_prefill_tokens : b.num_decode_tokens) += n;
@@ -377,7 +391,7 @@ StepBatch Scheduler::schedule() {
         if (want[p] > pools_.num_free(int(p))) short_pools.push_back(int(p));
       Sequence* victim = nullptr;
       for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-        if (!in_batch.count(*it) && (*it == s || holds_in(**it, short_pools))) {
+        if (!in_batch(*it) && (*it == s || holds_in(**it, short_pools))) {
           victim = *it;
           break;
         }
@@ -394,7 +408,7 @@ StepBatch Scheduler::schedule() {
 
   // 2. Continuing prefill chunks (blocks reserved at admission) (Sarathi 4: chunked prefill).
   for (Sequence* s : prefills ? std::vector<Sequence*>(running_) : std::vector<Sequence*>{}) {
-    if (in_batch.count(s) || s->is_decode() || s->num_uncomputed() <= 0) continue;
+    if (in_batch(s) || s->is_decode() || s->num_uncomputed() <= 0) continue;
     if (budget < 1 || !seq_slot_left()) break;
     const int n = may_chunk(*s) ? std::min(s->num_uncomputed(), budget) : s->num_uncomputed();
     if (n > budget) continue;
@@ -589,11 +603,13 @@ bool Scheduler::apply_stops(Sequence* s) {
 StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& result) {
   LOOM_CHECK(int(result.sampled.size()) == batch.num_sampled, "step ", batch.step_index,
              " sampled ", result.sampled.size(), " tokens, batch asks for ", batch.num_sampled);
-  std::unordered_map<RequestId, TokenId> tokens;
-  for (const SampledToken& t : result.sampled) {
-    const bool fresh = tokens.emplace(t.seq_id, t.token).second;
-    LOOM_CHECK(fresh, "two tokens for seq ", t.seq_id);
-  }
+  // The sampled tokens by sequence id (sorted: one allocation per step, not one per token).
+  std::vector<std::pair<RequestId, TokenId>> tokens;
+  tokens.reserve(result.sampled.size());
+  for (const SampledToken& t : result.sampled) tokens.emplace_back(t.seq_id, t.token);
+  std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < tokens.size(); ++i)
+    LOOM_CHECK(tokens[i].first != tokens[i - 1].first, "two tokens for seq ", tokens[i].first);
   std::unordered_map<RequestId, const TokenLogprobs*> logprobs;
   for (const TokenLogprobs& l : result.logprobs) logprobs.emplace(l.seq_id, &l);
   if (async()) apply_swaps_done(result);
@@ -611,8 +627,9 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
       if (phased() && e.is_prefill && phase_ == Phase::Prefill && s->is_decode()) offload(s);
       continue;
     }
-    auto t = tokens.find(e.seq_id);
-    LOOM_CHECK(t != tokens.end(), "no sampled token for seq ", e.seq_id);
+    auto t = std::lower_bound(tokens.begin(), tokens.end(), e.seq_id,
+                              [](const std::pair<RequestId, TokenId>& x, RequestId id) { return x.first < id; });
+    LOOM_CHECK(t != tokens.end() && t->first == e.seq_id, "no sampled token for seq ", e.seq_id);
     s->output.push_back(t->second);
     TokenEvent ev{e.seq_id, t->second, false, FinishReason::kNone, std::nullopt};
     if (auto l = logprobs.find(e.seq_id); l != logprobs.end()) ev.logprobs = *l->second;

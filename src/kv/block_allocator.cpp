@@ -99,6 +99,11 @@ void KvBlockPools::free(BlockId id) {
 std::vector<int> BlockTable::pool_needs(int n_more, const KvPoolShape& shape, int64_t seq) const {
   std::vector<int> need(size_t(shape.n_pools()), 0);
   const int extra = blocks_needed(n_more);
+  if (extra <= 0) return need;
+  if (shape.kvp == 1) {  // every block of the sequence in its replica's one pool
+    need[size_t(shape.pool_of(seq, 0))] = extra;
+    return need;
+  }
   for (int i = 0; i < extra; ++i) ++need[size_t(shape.pool_of(seq, num_blocks() + i))];
   return need;
 }

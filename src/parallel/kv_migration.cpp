@@ -117,4 +117,115 @@ KvMigration kv_migration(const KvPlacement& from, const KvPlacement& to, const s
   return mig;
 }
 
+namespace {
+
+// Index of the entry of `rank` holding (layer, head) for every cell (layer * n_kv_heads + head),
+// -1 where none does (at most one does: KvPlacement's invariant).
+void entry_of_cell(const KvPlacement& p, int rank, std::vector<int>& out) {
+  out.assign(size_t(p.n_layers()) * size_t(p.n_kv_heads()), -1);
+  if (rank >= p.n_ranks()) return;
+  const std::vector<KvEntry>& es = p.entries(rank);
+  for (size_t i = 0; i < es.size(); ++i)
+    for (int64_t l = es[i].layers.begin; l < es[i].layers.end; ++l)
+      for (int h : es[i].kv_heads) out[size_t(l) * size_t(p.n_kv_heads()) + size_t(h)] = int(i);
+}
+
+}  // namespace
+
+KvMigrationBytes kv_migration_bytes(const KvPlacement& from, const KvPlacement& to,
+                                    const std::vector<SeqExtent>& seqs, int64_t block_tokens,
+                                    int64_t bytes_per_token) {
+  if (from.n_layers() != to.n_layers() || from.n_kv_heads() != to.n_kv_heads())
+    fail("KV migration between placements of different models: ", from.n_layers(), " layers x ",
+         from.n_kv_heads(), " kv heads vs ", to.n_layers(), " x ", to.n_kv_heads());
+  if (block_tokens < 1) fail("KV migration block_tokens=", block_tokens, " must be >= 1");
+  if (bytes_per_token < 1) fail("KV migration bytes_per_token=", bytes_per_token, " must be >= 1");
+  KvMigrationBytes out;
+  const int n_ranks = std::max(from.n_ranks(), to.n_ranks());
+  const int n_heads = from.n_kv_heads();
+  const size_t n_cells = size_t(from.n_layers()) * size_t(n_heads);
+  // Classes of cells: the same (source entry, destination entry) on every rank. A class is
+  // listed by its first cell in (layer, head) order, so errors name the cell kv_migration names.
+  std::vector<std::vector<int>> sig(n_cells, std::vector<int>(2 * size_t(n_ranks), -1));
+  std::vector<int> col;
+  for (int r = 0; r < n_ranks; ++r) {
+    entry_of_cell(from, r, col);
+    for (size_t c = 0; c < n_cells; ++c) sig[c][2 * size_t(r)] = col[c];
+    entry_of_cell(to, r, col);
+    for (size_t c = 0; c < n_cells; ++c) sig[c][2 * size_t(r) + 1] = col[c];
+  }
+  struct Class {
+    size_t first_cell;
+    int64_t cells;
+  };
+  std::vector<Class> classes;
+  {
+    std::map<std::vector<int>, size_t> index;
+    for (size_t c = 0; c < n_cells; ++c) {
+      auto [it, fresh] = index.try_emplace(sig[c], classes.size());
+      if (fresh) classes.push_back(Class{c, 0});
+      ++classes[it->second].cells;
+    }
+  }
+  static const std::vector<KvEntry> kNone;
+  auto entries = [&](const KvPlacement& p, int r) -> const std::vector<KvEntry>& {
+    return r < p.n_ranks() ? p.entries(r) : kNone;
+  };
+  // Tokens moved per (src, dst), summed over sequences and cells.
+  std::vector<int64_t> pair_tokens(size_t(n_ranks) * size_t(n_ranks), 0);
+  int64_t dropped_tokens = 0;
+  std::vector<std::vector<Range>> have(n_ranks), want(n_ranks);
+  std::vector<int64_t> cuts;
+  for (const SeqExtent& seq : seqs) {
+    if (seq.n_tokens < 0) fail("sequence ", seq.id, " has n_tokens=", seq.n_tokens);
+    for (const Class& cl : classes) {
+      const std::vector<int>& s = sig[cl.first_cell];
+      cuts.assign({0, seq.n_tokens});
+      for (int r = 0; r < n_ranks; ++r) {
+        const int fe = s[2 * size_t(r)], te = s[2 * size_t(r) + 1];
+        have[r].clear();
+        want[r].clear();
+        if (fe >= 0) {
+          const TokenRule& t = entries(from, r)[size_t(fe)].tokens;
+          if (t.has_seq(seq.id)) have[r] = t.ranges(seq.n_tokens);
+        }
+        if (te >= 0) {
+          const TokenRule& t = entries(to, r)[size_t(te)].tokens;
+          if (t.has_seq(seq.id)) want[r] = t.ranges(seq.n_tokens);
+        }
+        for (const Range& x : have[r]) cuts.push_back(x.begin), cuts.push_back(x.end);
+        for (const Range& x : want[r]) cuts.push_back(x.begin), cuts.push_back(x.end);
+      }
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        const int64_t a = cuts[c], e = cuts[c + 1];
+        int src = -1;
+        for (int r = 0; r < n_ranks && src < 0; ++r)
+          if (covers(have[r], a)) src = r;
+        for (int r = 0; r < n_ranks; ++r) {
+          const bool has = covers(have[r], a), wants = covers(want[r], a);
+          if (has && !wants) dropped_tokens += (e - a) * cl.cells;
+          if (!wants || has) continue;
+          if (src < 0) {
+            const int layer = int(cl.first_cell / size_t(n_heads)), head = int(cl.first_cell % size_t(n_heads));
+            fail("KV migration: layer ", layer, " kv head ", head, " of sequence ", seq.id, " tokens [", a, ",",
+                 std::min(e, (a / block_tokens + 1) * block_tokens), ") are stored by no rank of the source placement");
+          }
+          pair_tokens[size_t(src) * size_t(n_ranks) + size_t(r)] += (e - a) * cl.cells;
+        }
+      }
+    }
+  }
+  for (int s = 0; s < n_ranks; ++s)
+    for (int d = 0; d < n_ranks; ++d) {
+      const int64_t b = pair_tokens[size_t(s) * size_t(n_ranks) + size_t(d)] * bytes_per_token;
+      if (b == 0) continue;
+      out.bytes_by_pair[{s, d}] = b;
+      out.total_bytes += b;
+    }
+  out.dropped_bytes = dropped_tokens * bytes_per_token;
+  return out;
+}
+
 }  // namespace loom

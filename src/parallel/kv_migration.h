@@ -53,6 +53,20 @@ struct KvMigration {
   std::string summary() const;  // total, dropped, then "src->dst: bytes" per pair
 };
 
+// The byte counts of kv_migration() alone (bytes_by_pair, total_bytes, dropped_bytes, equal to
+// its), without listing the moves: what a simulator prices a switch with. (layer, kv head) cells
+// that every rank of both placements stores under the same entries move alike, so each such class
+// is worked out once per sequence; block boundaries split moves but not their bytes. Throws
+// where kv_migration() throws.
+struct KvMigrationBytes {
+  std::map<std::pair<int, int>, int64_t> bytes_by_pair;  // (src, dst) -> bytes, only non-zero
+  int64_t total_bytes = 0;
+  int64_t dropped_bytes = 0;
+};
+KvMigrationBytes kv_migration_bytes(const KvPlacement& from, const KvPlacement& to,
+                                    const std::vector<SeqExtent>& seqs, int64_t block_tokens,
+                                    int64_t bytes_per_token);
+
 // Throws loom::Error when the placements are of different models (layers / kv heads), when a
 // cell the destination needs is held by no source rank, or on block_tokens / bytes_per_token < 1.
 KvMigration kv_migration(const KvPlacement& from, const KvPlacement& to, const std::vector<SeqExtent>& seqs,

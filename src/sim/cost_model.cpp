@@ -769,8 +769,8 @@ double CostModel::switch_s(const PricedPlan& from, const PricedPlan& to, const s
   // engine's dtypes; here the simulated KV element size); MLA: the one latent of kv_lora_rank +
   // qk_rope_dim values every head shares (the model's one KV head).
   const int64_t per_token = std::max<int64_t>(1, int64_t(std::llround(kv_values_per_token_head() * opt_.kv_bytes)));
-  const KvMigration mig =
-      kv_migration(kv_placement(from.full, shape_), kv_placement(to.full, shape_), seqs, block_tokens, per_token);
+  const KvMigrationBytes mig =
+      kv_migration_bytes(kv_placement(from.full, shape_), kv_placement(to.full, shape_), seqs, block_tokens, per_token);
   if (bytes) *bytes = mig.total_bytes;
   if (mig.total_bytes == 0) return 0.0;
   // Each rank's sends and receives (one message per peer), then the busiest rank.

@@ -398,5 +398,60 @@ TEST(KvMigration, RejectsMismatchedModels) {
   EXPECT_THROW(kv_migration(partial, kv_placement(Plan::make_tp(1), kStories), {{0, 4}}, 16, kBpt), Error);
 }
 
+// kv_migration_bytes (the simulator's count) against kv_migration's moves: the same bytes per pair,
+// total and dropped bytes for every ordered pair of plans (TP, DP, SP, Shift, PP, Helix with
+// several KVP blocks, GQA replication) on two models, several block sizes and lengths that end
+// inside and on block boundaries; Nitsum pool instances; and the same rejections.
+TEST(KvMigration, BytesAloneEqualTheMovesBytes) {
+  const std::vector<std::string> plans = {"tp=1", "tp=2", "tp=4", "tp=8", "dp=2", "dp=2,tp=2", "sp=2,tp=2",
+                                          "shift:sp=2,tp=2", "sp=4,tp=2", "pp=2", "pp=2,tp=2", "pp=2,tp=4",
+                                          "pp=4,tp=2", "kvp=2,tpa=2", "kvp=2,tpa=2,block=8", "kvp=4,tpa=2",
+                                          "kvp=2,tpa=4", "dp=4", "sp=8", "dp=2,pp=2,tp=2"};
+  const std::vector<SeqExtent> seqs = {{0, 33}, {1, 17}, {2, 5}, {3, 70}, {4, 0}, {5, 64}, {6, 1}};
+  auto same = [](const KvMigration& m, const KvMigrationBytes& b) {
+    return m.bytes_by_pair == b.bytes_by_pair && m.total_bytes == b.total_bytes && m.dropped_bytes == b.dropped_bytes;
+  };
+  int compared = 0, moving = 0;
+  for (const ModelShape& shape : {kStories, ModelShape{8, 2, 8, 96, 4, 64}})
+    for (const std::string& a : plans)
+      for (const std::string& b : plans) {
+        const Plan pa = Plan::parse(a), pb = Plan::parse(b);
+        if (pa.size() != pb.size()) continue;
+        KvPlacement fa, fb;
+        try {
+          fa = kv_placement(pa, shape), fb = kv_placement(pb, shape);
+        } catch (const Error&) {
+          continue;  // not valid on this model
+        }
+        for (int64_t block : {1, 4, 16}) {
+          const KvMigration m = kv_migration(fa, fb, seqs, block, kBpt);
+          const KvMigrationBytes q = kv_migration_bytes(fa, fb, seqs, block, kBpt);
+          EXPECT_TRUE(same(m, q)) << a << " -> " << b << " block " << block << ": " << m.summary() << " vs total "
+                                  << q.total_bytes << " dropped " << q.dropped_bytes;
+          ++compared;
+          moving += m.total_bytes > 0;
+        }
+      }
+  EXPECT_GT(compared, 300);
+  EXPECT_GT(moving, 150);
+  // Pool instances with sequence sets (cluster/pool.h).
+  const KvPlacement tp1 = kv_placement(Plan::make_tp(1), kStories), tp2 = kv_placement(Plan::make_tp(2), kStories);
+  const KvPlacement from = combine_placements({{&tp1, {0}, {2, 1}}, {&tp1, {1}, {3}}}, 2);
+  const KvPlacement to = combine_placements({{&tp2, {0, 1}, {1, 2, 3}}}, 2);
+  const std::vector<SeqExtent> pool_seqs{{1, 20}, {2, 7}, {3, 33}};
+  EXPECT_TRUE(same(kv_migration(from, to, pool_seqs, 16, 8), kv_migration_bytes(from, to, pool_seqs, 16, 8)));
+  EXPECT_TRUE(same(kv_migration(to, from, pool_seqs, 16, 8), kv_migration_bytes(to, from, pool_seqs, 16, 8)));
+  EXPECT_GT(kv_migration_bytes(from, to, pool_seqs, 16, 8).total_bytes, 0);
+  // Rejections.
+  EXPECT_THROW(kv_migration_bytes(kv_placement(Plan::make_tp(2), kStories), kv_placement(Plan::make_tp(2), kSynth),
+                                  {{0, 4}}, 16, kBpt),
+               Error);
+  EXPECT_THROW(kv_migration_bytes(tp2, tp2, {{0, 4}}, 0, kBpt), Error);
+  EXPECT_THROW(kv_migration_bytes(tp2, tp2, {{0, 4}}, 16, 0), Error);
+  EXPECT_THROW(kv_migration_bytes(tp2, tp2, {{0, -1}}, 16, kBpt), Error);
+  KvPlacement partial(2, 4, {{KvEntry{{0, 1}, {0, 1, 2, 3}, TokenRule{}}}});
+  EXPECT_THROW(kv_migration_bytes(partial, kv_placement(Plan::make_tp(1), kStories), {{0, 4}}, 16, kBpt), Error);
+}
+
 }  // namespace
 }  // namespace loom

@@ -36,3 +36,5 @@ endforeach()
 # Seesaw (issue 13): its experiments listed (they run in test_sim: SeesawFig10/13/14, minutes of CPU).
 add_test(NAME sim_cli_seesaw_experiments COMMAND loom sim experiment --list)
 set_tests_properties(sim_cli_seesaw_experiments PROPERTIES PASS_REGULAR_EXPRESSION "seesaw-fig10.*seesaw-fig13.*seesaw-fig14")
+# ctest -j starts the long paper-figure simulations of test_sim first (COST, tests/sim/test_costs.cmake).
+set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_CURRENT_LIST_DIR}/test_costs.cmake)
