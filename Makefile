@@ -25,13 +25,14 @@ test: build
 # allocations (tests/sanitize/lsan_openmpi.supp). SANITIZE_TARGETS / SANITIZE_LABELS choose what
 # is built and run (ctest labels = test areas, tests/CMakeLists.txt). The default is the subset
 # measured to fit CI's 30 minutes on this 2-core machine: the layers core, kernels, comm (every
-# MPI comm test under mpirun), model, kv and gpu (the device probe), with their gtest programs (figures and what is left out:
+# MPI comm test under mpirun), model, parallel, kv, engine (the scheduler, the stage forward,
+# threads-local plans) and gpu (the device probe), with their gtest programs (figures and what is left out:
 # tests/sanitize/README.md). SANITIZE_EXCLUDE: model_interop_* run the loom CLI, which would
 # pull every layer into the build. The fuzz harnesses are left out (LOOM_FUZZ=OFF): `make test`
 # already runs them built with ASan + UBSan. The whole suite:
 #   make test-sanitize SANITIZE_TARGETS=all SANITIZE_LABELS=. SANITIZE_EXCLUDE=
-SANITIZE_TARGETS ?= test_core test_kernels test_comm test_comm_mpi test_model test_kv test_gpu
-SANITIZE_LABELS ?= ^(core|kernels|comm|model|kv|gpu)$$
+SANITIZE_TARGETS ?= test_core test_kernels test_comm test_comm_mpi test_model test_parallel test_kv test_engine test_gpu
+SANITIZE_LABELS ?= ^(core|kernels|comm|model|parallel|kv|engine|gpu)$$
 SANITIZE_EXCLUDE ?= ^model_interop_
 # Precompiled headers (CMakeLists.txt LOOM_PCH), checked on the default subset's targets.
 SANITIZE_PCH ?= ON

@@ -64,13 +64,18 @@ def llama2c_tokenizer(vocab):
     return out
 
 
-def step(seqs, released=(), kv=(), step_index=7, block_size=16, plan_id=0, cmd=1):
-    b = struct.pack("<III", 0x5054534C, 2, cmd)
+def step(seqs, released=(), kv=(), step_index=7, block_size=16, plan_id=0, cmd=1, resident=0, swap_out=(),
+         swap_in=()):
+    # src/engine/step_codec.cpp, version 4: kv_resident byte, then the KV, swap-out and swap-in
+    # extent lists, then the sequences (flags 1 prefill, 2 sample; 4 and 8 add fields, unused here).
+    b = struct.pack("<III", 0x5054534C, 4, cmd)
     if cmd != 1:
         return b
     b += struct.pack("<qii", step_index, block_size, plan_id)
     b += struct.pack("<I", len(released)) + b"".join(struct.pack("<q", r) for r in released)
-    b += struct.pack("<I", len(kv)) + b"".join(struct.pack("<qq", i, n) for i, n in kv)
+    b += struct.pack("<B", resident)
+    for extents in (kv, swap_out, swap_in):
+        b += struct.pack("<I", len(extents)) + b"".join(struct.pack("<qq", i, n) for i, n in extents)
     b += struct.pack("<I", len(seqs))
     for seq_id, start, tokens, flags in seqs:
         b += struct.pack("<qiiBffiQi", seq_id, start, len(tokens), flags, 0.7, 0.9, 40, 1234, 0)
@@ -131,6 +136,8 @@ def main():
         put(out, "step_codec", "prefill-decode.bin",
             step([(3, 0, [1, 2, 3, 4], 3), (4, 9, [7], 2)], released=[1, 2], kv=[(3, 0), (4, 9)]))
         put(out, "step_codec", "chunk.bin", step([(9, 16, list(range(16)), 1)], plan_id=1))
+        put(out, "step_codec", "seesaw-swaps.bin",
+            step([(5, 40, [11], 2)], plan_id=1, resident=1, swap_out=[(6, 33)], swap_in=[(5, 40), (7, 8)]))
         for i, (ep, body) in enumerate(REQUESTS):
             put(out, "openai_request", "%d.json" % i, bytes([ep]) + json.dumps(body).encode())
     finally:
