@@ -8,6 +8,7 @@
 // is the single-rank engine's greedy TEXT, token for token, not the logits' bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -126,14 +127,24 @@ void expect_every_page_back(PoolStack& p) {
 cluster::PoolStats same_text_as_single_rank(const std::string& model, const std::string& tok, int ranks,
                                             std::vector<std::string> layouts, double window_s,
                                             const std::vector<json>& bodies, std::vector<PlanStats>* plans = nullptr) {
+  const auto t0 = Clock::now();
   const std::vector<std::string> want = single_rank_texts(model, tok, bodies);
+  // Forced layouts change every window of wall time. A build whose steps are ~10x slower (ASan +
+  // UBSan) would leave about one step per window, so no prefill could end under a P/D layout: the
+  // window is at least 8 of the single-rank run's steps (all requests batched, so about one step
+  // per output token of the longest request). In Release that is below the windows asked for.
+  int64_t steps = 1;
+  for (const json& b : bodies) steps = std::max<int64_t>(steps, b["max_tokens"].get<int64_t>() + 1);
+  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count() / double(steps);
   HoldingsCheck check;
   PoolStackOptions o;
   o.model_path = model;
   o.tokenizer_path = tok;
   o.ranks = ranks;
   o.layouts = std::move(layouts);
-  o.window_s = window_s;
+  o.window_s = std::max(window_s, 8 * step_s);
+  std::printf("control window %.1f ms (asked %.1f ms, single-rank step ~%.2f ms)\n", o.window_s * 1e3, window_s * 1e3,
+              step_s * 1e3);
   o.after_step = check.hook();
   PoolStack p(o);
   EXPECT_EQ(p.error(), "");
