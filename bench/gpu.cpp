@@ -9,9 +9,10 @@
 //   4. batched decode scaling: tokens/s at batch 1..64 relative to batch 1;
 //   5. per-operator times in the CSV format of ../shared/data/gpu-measurements/a100/mlp_*.csv
 //      (time_stats.<op>.{min,max,mean,median,std} in ms, then the model and shape columns) at
-//      the token counts and TP degrees of that file (the MLP and attention projections of one
-//      TP shard), written to $LOOM_GPU_CSV or gpu_mlp_Meta-Llama-3-8B.csv ($LOOM_GPU_CSV_EVERY=k:
-//      every k-th grid point).
+//      the token counts and TP degrees of each of that folder's files (the MLP and attention
+//      projections of one TP shard, bf16 weights), one file per model into $LOOM_GPU_CSV_DIR, so
+//      `loom sim validate --calibrate-on <a100> --hardware <this GPU> --measurements <dir>` checks
+//      the calibration transfer (see write_op_csvs for the knobs).
 // Prints ratios measured in one run; never run by CI. Exits 0 with a message without a GPU.
 #include <cuda_runtime_api.h>
 
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -124,58 +126,108 @@ double decode_step_s(DeviceForward& f, int batch, int ctx, int steps) {
   return median(t);
 }
 
-// a100 file's (num_tokens, TP) pairs, or a default grid without ../shared.
-std::vector<std::pair<int, int>> csv_grid() {
-  std::vector<std::pair<int, int>> grid;
-  std::ifstream in(std::string(LOOM_SHARED_DIR_BENCH) + "/data/gpu-measurements/a100/mlp_Meta-Llama-3-8B.csv");
-  std::string line;
-  if (in && std::getline(in, line)) {
-    std::set<std::pair<int, int>> seen;
-    while (std::getline(in, line)) {
-      std::vector<std::string> f;
-      std::stringstream ss(line);
-      std::string c;
-      while (std::getline(ss, c, ',')) f.push_back(c);
-      if (f.size() < 2) continue;
-      seen.insert({std::atoi(f[f.size() - 2].c_str()), std::atoi(f.back().c_str())});
-    }
-    grid.assign(seen.begin(), seen.end());
-    return grid;
-  }
-  for (int tp : {1, 2, 4, 8})
-    for (int t : {1, 8, 32, 128, 512, 2048, 8192}) grid.push_back({t, tp});
-  return grid;
+// One per-operator measurement file of the a100 folder: the model shape its columns give and the
+// (num_tokens, TP) grid its rows cover.
+struct CsvShape {
+  std::string name;  // mlp_<model>.csv
+  int64_t n_head = 0, n_kv_head = 0, n_embd = 0, n_expanded = 0, vocab = 0;
+  bool gated = true;
+  std::vector<std::pair<int, int>> grid;  // (tokens, tp), sorted
+};
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> f;
+  std::stringstream ss(line);
+  std::string c;
+  while (std::getline(ss, c, ',')) f.push_back(c);
+  return f;
 }
 
-void write_op_csv(const ModelConfig& c, cudaStream_t s, Gemm& g) {
-  const char* env = std::getenv("LOOM_GPU_CSV");
-  const std::string path = env && *env ? env : "gpu_mlp_Meta-Llama-3-8B.csv";
+bool read_shape(const std::string& path, CsvShape& out) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return false;
+  const auto head = split_csv(line);
+  auto col = [&](const char* n) {
+    for (std::size_t i = 0; i < head.size(); ++i)
+      if (head[i] == n) return int(i);
+    return -1;
+  };
+  const int ch = col("n_head"), ckv = col("n_kv_head"), ce = col("n_embd"), cx = col("n_expanded_embd"),
+            cv = col("vocab_size"), cg = col("use_gated_mlp"), ct = col("num_tokens"),
+            cp = col("num_tensor_parallel_workers");
+  if (ch < 0 || ckv < 0 || ce < 0 || cx < 0 || ct < 0 || cp < 0) return false;
+  std::set<std::pair<int, int>> seen;
+  while (std::getline(in, line)) {
+    const auto f = split_csv(line);
+    if (int(f.size()) != int(head.size())) continue;
+    out.n_head = std::atoll(f[std::size_t(ch)].c_str());
+    out.n_kv_head = std::atoll(f[std::size_t(ckv)].c_str());
+    out.n_embd = std::atoll(f[std::size_t(ce)].c_str());
+    out.n_expanded = std::atoll(f[std::size_t(cx)].c_str());
+    out.vocab = cv >= 0 ? std::atoll(f[std::size_t(cv)].c_str()) : 32000;
+    out.gated = cg < 0 || f[std::size_t(cg)] == "True";
+    seen.insert({std::atoi(f[std::size_t(ct)].c_str()), std::atoi(f[std::size_t(cp)].c_str())});
+  }
+  out.grid.assign(seen.begin(), seen.end());
+  return !out.grid.empty();
+}
+
+// Keeps `keep` token counts of the grid (all TPs of each), evenly spaced over the sorted distinct
+// counts, first and last included: a grid that takes minutes becomes one that takes seconds.
+void thin_grid(CsvShape& s, int keep) {
+  std::vector<int> tokens;
+  for (auto [t, tp] : s.grid)
+    if (tokens.empty() || tokens.back() != t) tokens.push_back(t);
+  if (keep <= 0 || int(tokens.size()) <= keep) return;
+  std::set<int> kept;
+  for (int i = 0; i < keep; ++i)
+    kept.insert(tokens[std::size_t(std::llround(double(i) * double(tokens.size() - 1) / double(keep - 1)))]);
+  std::vector<std::pair<int, int>> g;
+  for (auto p : s.grid)
+    if (kept.count(p.first)) g.push_back(p);
+  s.grid = std::move(g);
+}
+
+// Milliseconds of fn(): reps chosen so one operator takes about 40 ms (3..20 repetitions).
+template <class F>
+Stats op_stats(cudaStream_t s, F&& fn) {
+  const double one = median(time_ms(s, 1, fn));
+  const int reps = std::clamp(int(40.0 / std::max(one, 1e-3)), 3, 20);
+  return stats(time_ms(s, reps, fn));
+}
+
+// Per-operator times of one TP shard of `c` over its grid, written in the a100 file's format.
+void write_op_csv(const CsvShape& c, const std::string& path, cudaStream_t s, Gemm& g) {
   std::ofstream out(path);
   const char* ops[] = {"emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
                        "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add"};
   for (const char* op : ops)
     for (const char* st : {"min", "max", "mean", "median", "std"}) out << "time_stats." << op << "." << st << ",";
   out << "n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers\n";
-  const auto grid = csv_grid();
-  const int64_t D = c.d_model, hd = c.head_dim;
+  const int64_t D = c.n_embd, hd = c.n_embd / c.n_head;
+  kernels::RopeParams rp;
+  rp.head_dim = int(hd);
   std::vector<float> inv(std::size_t(hd / 2));
-  kernels::rope_inv_freq(rope_params(c), inv.data());
+  kernels::rope_inv_freq(rp, inv.data());
   DeviceBuffer dinv(inv.size() * 4);
   dinv.upload(inv.data(), inv.size() * 4);
-  // LOOM_GPU_CSV_EVERY=k keeps every k-th token count of the grid (the full grid takes minutes).
-  const char* every_env = std::getenv("LOOM_GPU_CSV_EVERY");
-  const int every = every_env && std::atoi(every_env) > 0 ? std::atoi(every_env) : 1;
-  int done = 0, index = 0;
-  for (auto [tokens, tp] : grid) {
-    if (index++ % every != 0) continue;
-    const int64_t T = tokens, Qh = c.n_heads / tp, KVh = std::max(1, c.n_kv_heads / tp), F = c.ffn_dim / tp;
-    const int64_t qkv = (Qh + 2 * KVh) * hd;
-    DeviceWeight wqkv = DeviceWeight::random(DType::BF16, qkv, D, 11, 0.02f);
-    DeviceWeight wo = DeviceWeight::random(DType::BF16, D, Qh * hd, 12, 0.02f);
-    DeviceWeight wup = DeviceWeight::random(DType::BF16, 2 * F, D, 13, 0.02f);  // gate and up fused
-    DeviceWeight wdown = DeviceWeight::random(DType::BF16, D, F, 14, 0.02f);
-    DeviceWeight emb = DeviceWeight::random(DType::BF16, 4096, D, 15, 1.0f);
-    DeviceBuffer x(std::size_t(T * D) * 4), y(std::size_t(T * std::max<int64_t>(2 * F, qkv)) * 4), nw(std::size_t(D) * 4);
+  int done = 0;
+  int last_tp = -1;
+  DeviceWeight wqkv, wo, wup, wdown;
+  DeviceWeight emb = DeviceWeight::random(DType::BF16, 4096, D, 15, 1.0f);
+  for (auto [tokens, tp] : c.grid) {
+    const int64_t T = tokens, Qh = c.n_head / tp, KVh = std::max<int64_t>(1, c.n_kv_head / tp),
+                  F = c.n_expanded / tp;
+    const int64_t qkv = (Qh + 2 * KVh) * hd, up = c.gated ? 2 * F : F;
+    if (tp != last_tp) {  // one TP shard's weights, bf16, reused over token counts
+      wqkv = DeviceWeight::random(DType::BF16, qkv, D, 11, 0.02f);
+      wo = DeviceWeight::random(DType::BF16, D, Qh * hd, 12, 0.02f);
+      wup = DeviceWeight::random(DType::BF16, up, D, 13, 0.02f);  // gate and up fused when gated
+      wdown = DeviceWeight::random(DType::BF16, D, F, 14, 0.02f);
+      last_tp = tp;
+    }
+    DeviceBuffer x(std::size_t(T * D) * 4), y(std::size_t(T * std::max<int64_t>(up, qkv)) * 4), nw(std::size_t(D) * 4);
     DeviceBuffer tok(std::size_t(T) * 4), pos(std::size_t(T) * 4);
     std::vector<int32_t> ht(static_cast<std::size_t>(T));
     for (int64_t i = 0; i < T; ++i) ht[std::size_t(i)] = int32_t(i % 4096);
@@ -183,29 +235,76 @@ void write_op_csv(const ModelConfig& c, cudaStream_t s, Gemm& g) {
     pos.upload(ht.data(), ht.size() * 4);
     fill_random(x.data(), DType::F32, T * D, 3, 1.0f, s);
     fill_random(nw.data(), DType::F32, D, 4, 1.0f, s);
-    const int reps = 20;
     std::map<std::string, Stats> r;
-    r["emb"] = stats(time_ms(s, reps, [&] { embed_rows(emb.data(), DType::BF16, D, tok.as<int32_t>(), T, x.as<float>(), s); }));
-    r["input_layernorm"] = stats(time_ms(s, reps, [&] { rmsnorm(y.as<float>(), x.as<float>(), nw.as<float>(), T, D, 1e-5f, s); }));
+    r["emb"] = op_stats(s, [&] { embed_rows(emb.data(), DType::BF16, D, tok.as<int32_t>(), T, x.as<float>(), s); });
+    r["input_layernorm"] = op_stats(s, [&] { rmsnorm(y.as<float>(), x.as<float>(), nw.as<float>(), T, D, 1e-5f, s); });
     r["post_attention_layernorm"] = r["input_layernorm"];
-    r["attn_pre_proj"] = stats(time_ms(s, reps, [&] { g.matmul(x.as<float>(), T, D, wqkv, y.as<float>(), qkv); }));
-    r["attn_rope"] = stats(time_ms(s, reps, [&] {
+    r["attn_pre_proj"] = op_stats(s, [&] { g.matmul(x.as<float>(), T, D, wqkv, y.as<float>(), qkv); });
+    r["attn_rope"] = op_stats(s, [&] {
       rope(y.as<float>(), T, qkv, int(Qh + KVh), int(hd), pos.as<int32_t>(), dinv.as<float>(), false, s);
-    }));
-    r["attn_post_proj"] = stats(time_ms(s, reps, [&] { g.matmul(y.as<float>(), T, Qh * hd, wo, x.as<float>(), D); }));
-    r["mlp_up_proj"] = stats(time_ms(s, reps, [&] { g.matmul(x.as<float>(), T, D, wup, y.as<float>(), 2 * F); }));
-    r["mlp_act"] = stats(time_ms(s, reps, [&] { swiglu(y.as<float>(), y.as<float>(), y.as<float>() + T * F, T * F, s); }));
-    r["mlp_down_proj"] = stats(time_ms(s, reps, [&] { g.matmul(y.as<float>(), T, F, wdown, x.as<float>(), D); }));
-    r["add"] = stats(time_ms(s, reps, [&] { add_inplace(x.as<float>(), y.as<float>(), T * D, s); }));
+    });
+    r["attn_post_proj"] = op_stats(s, [&] { g.matmul(y.as<float>(), T, Qh * hd, wo, x.as<float>(), D); });
+    r["mlp_up_proj"] = op_stats(s, [&] { g.matmul(x.as<float>(), T, D, wup, y.as<float>(), up); });
+    r["mlp_act"] = op_stats(s, [&] { swiglu(y.as<float>(), y.as<float>(), y.as<float>() + T * F, T * F, s); });
+    r["mlp_down_proj"] = op_stats(s, [&] { g.matmul(y.as<float>(), T, F, wdown, x.as<float>(), D); });
+    r["add"] = op_stats(s, [&] { add_inplace(x.as<float>(), y.as<float>(), T * D, s); });
     for (const char* op : ops) {
       const Stats& st = r[op];
       out << st.min << "," << st.max << "," << st.mean << "," << st.median << "," << st.std << ",";
     }
-    out << c.n_heads << "," << c.n_kv_heads << "," << D << "," << c.ffn_dim << "," << c.vocab_size << ",True," << T
-        << "," << tp << "\n";
+    out << c.n_head << "," << c.n_kv_head << "," << D << "," << c.n_expanded << "," << c.vocab << ","
+        << (c.gated ? "True" : "False") << "," << T << "," << tp << "\n";
     ++done;
   }
-  std::printf("per-operator CSV: %d rows (token counts x TP of the a100 file) -> %s\n", done, path.c_str());
+  std::printf("  %-36s %4d rows -> %s\n", c.name.c_str(), done, path.c_str());
+}
+
+// Every mlp_*.csv of the a100 folder ($LOOM_GPU_CSV_FROM, else ../shared's) measured on this GPU
+// into $LOOM_GPU_CSV_DIR (default .), same names, same columns; $LOOM_GPU_CSV_TOKENS=k keeps k
+// token counts per file (default 24; 0 = all). Without the folder: the llama-3.1-8b shape on a
+// default grid.
+void write_op_csvs(cudaStream_t s, Gemm& g) {
+  std::string from;
+  if (const char* e = std::getenv("LOOM_GPU_CSV_FROM")) from = e;
+  else if (const char* sh = std::getenv("LOOM_SHARED")) from = std::string(sh) + "/data/gpu-measurements/a100";
+  else from = std::string(LOOM_SHARED_DIR_BENCH) + "/data/gpu-measurements/a100";
+  const char* dir_env = std::getenv("LOOM_GPU_CSV_DIR");
+  const std::string dir = dir_env && *dir_env ? dir_env : ".";
+  const char* keep_env = std::getenv("LOOM_GPU_CSV_TOKENS");
+  const int keep = keep_env ? std::atoi(keep_env) : 24;
+  std::vector<CsvShape> shapes;
+  if (std::filesystem::is_directory(from)) {
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(from)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("mlp_", 0) == 0 && e.path().extension() == ".csv") files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      CsvShape sh;
+      sh.name = std::filesystem::path(f).filename().string();
+      if (read_shape(f, sh)) shapes.push_back(std::move(sh));
+    }
+  }
+  if (shapes.empty()) {
+    const ModelConfig c = synth_shape("llama-3.1-8b").config;
+    CsvShape sh;
+    sh.name = "mlp_Meta-Llama-3-8B.csv";
+    sh.n_head = c.n_heads, sh.n_kv_head = c.n_kv_heads, sh.n_embd = c.d_model, sh.n_expanded = c.ffn_dim;
+    sh.vocab = c.vocab_size;
+    for (int tp : {1, 2, 4, 8})
+      for (int t : {1, 8, 32, 128, 512, 2048, 8192}) sh.grid.push_back({t, tp});
+    std::sort(sh.grid.begin(), sh.grid.end());
+    shapes.push_back(std::move(sh));
+  }
+  std::filesystem::create_directories(dir);
+  std::printf("per-operator CSVs (shapes and grids of %s, %d token counts each):\n", from.c_str(), keep);
+  for (auto& sh : shapes) {
+    thin_grid(sh, keep);
+    // Sorted by TP first so one shard's weights serve every token count.
+    std::sort(sh.grid.begin(), sh.grid.end(), [](auto a, auto b) { return std::pair(a.second, a.first) < std::pair(b.second, b.first); });
+    write_op_csv(sh, dir + "/" + sh.name, s, g);
+  }
 }
 
 }  // namespace
@@ -264,6 +363,6 @@ int main() {
     const double t = decode_step_s(f, b, ctx, 10);
     std::printf("  %5d  %9.0f  %6.2f\n", b, double(b) / t, (double(b) / t) / (1.0 / t1));
   }
-  write_op_csv(c, stream.get(), gemm);
+  write_op_csvs(stream.get(), gemm);
   return 0;
 }
