@@ -34,6 +34,36 @@ bool covers(const std::vector<Range>& ranges, int64_t pos) {
   return it != ranges.end() && it->contains(pos);
 }
 
+// The one walk over a (sequence, layer, head) cell both functions below make: `cuts` (holding 0,
+// n_tokens and any extra cut points; sorted and made unique here) gains every end of every rank's
+// have/want ranges, so each segment [a, e) between two cuts has one holder set; for every rank
+// that wants a segment it does not have, move(src, dst, a, e) with src the lowest holder (-1:
+// none). Returns the tokens ranks hold and do not want (dropped).
+template <class Move>
+int64_t walk_segments(const std::vector<std::vector<Range>>& have, const std::vector<std::vector<Range>>& want,
+                      std::vector<int64_t>& cuts, Move&& move) {
+  const int n_ranks = int(have.size());
+  for (int r = 0; r < n_ranks; ++r) {
+    for (const Range& x : have[size_t(r)]) cuts.push_back(x.begin), cuts.push_back(x.end);
+    for (const Range& x : want[size_t(r)]) cuts.push_back(x.begin), cuts.push_back(x.end);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  int64_t dropped = 0;
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const int64_t a = cuts[c], e = cuts[c + 1];
+    int src = -1;
+    for (int r = 0; r < n_ranks && src < 0; ++r)
+      if (covers(have[size_t(r)], a)) src = r;
+    for (int r = 0; r < n_ranks; ++r) {
+      const bool has = covers(have[size_t(r)], a), wants = covers(want[size_t(r)], a);
+      if (has && !wants) dropped += e - a;
+      if (wants && !has) move(src, r, a, e);
+    }
+  }
+  return dropped;
+}
+
 }  // namespace
 
 KvMigration kv_migration(const KvPlacement& from, const KvPlacement& to, const std::vector<SeqExtent>& seqs,
@@ -51,42 +81,23 @@ KvMigration kv_migration(const KvPlacement& from, const KvPlacement& to, const s
 
   std::vector<std::vector<Range>> have(n_ranks), want(n_ranks);
   std::vector<int64_t> cuts;
-  std::vector<int> holders;
   for (const SeqExtent& seq : seqs) {
     if (seq.n_tokens < 0) fail("sequence ", seq.id, " has n_tokens=", seq.n_tokens);
     for (int layer = 0; layer < from.n_layers(); ++layer) {
       for (int head = 0; head < from.n_kv_heads(); ++head) {
-        // Segments on which every rank's have/want is constant: cut at every range end and at
-        // every block boundary.
+        // Moves are per block: cut at every block boundary too.
         cuts.assign({0, seq.n_tokens});
         for (int64_t b = block_tokens; b < seq.n_tokens; b += block_tokens) cuts.push_back(b);
         for (int r = 0; r < n_ranks; ++r) {
           have[r] = from.stored_ranges(r, layer, head, seq);
           want[r] = to.stored_ranges(r, layer, head, seq);
-          for (const Range& x : have[r]) cuts.push_back(x.begin), cuts.push_back(x.end);
-          for (const Range& x : want[r]) cuts.push_back(x.begin), cuts.push_back(x.end);
         }
-        std::sort(cuts.begin(), cuts.end());
-        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-        for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-          const int64_t a = cuts[c], e = cuts[c + 1];
-          holders.clear();
-          for (int r = 0; r < n_ranks; ++r)
-            if (covers(have[r], a)) holders.push_back(r);
-          for (int r = 0; r < n_ranks; ++r) {
-            const bool has = covers(have[r], a), wants = covers(want[r], a);
-            if (has && !wants) dropped_tokens += e - a;
-            if (!wants || has) continue;
-            if (holders.empty())
-              fail("KV migration: layer ", layer, " kv head ", head, " of sequence ", seq.id, " tokens [", a, ",", e,
-                   ") are stored by no rank of the source placement");
-            // Prefer the destination itself (handled above: it moves nothing), then the lowest rank.
-            const int src = holders.front();
-            const int64_t block = a / block_tokens;
-            KvMove m{src, r, layer, head, seq.id, block, Range{a, e}};
-            mig.moves.push_back(m);
-          }
-        }
+        dropped_tokens += walk_segments(have, want, cuts, [&](int src, int dst, int64_t a, int64_t e) {
+          if (src < 0)
+            fail("KV migration: layer ", layer, " kv head ", head, " of sequence ", seq.id, " tokens [", a, ",", e,
+                 ") are stored by no rank of the source placement");
+          mig.moves.push_back(KvMove{src, dst, layer, head, seq.id, a / block_tokens, Range{a, e}});
+        });
       }
     }
   }
@@ -193,28 +204,16 @@ KvMigrationBytes kv_migration_bytes(const KvPlacement& from, const KvPlacement& 
           const TokenRule& t = entries(to, r)[size_t(te)].tokens;
           if (t.has_seq(seq.id)) want[r] = t.ranges(seq.n_tokens);
         }
-        for (const Range& x : have[r]) cuts.push_back(x.begin), cuts.push_back(x.end);
-        for (const Range& x : want[r]) cuts.push_back(x.begin), cuts.push_back(x.end);
       }
-      std::sort(cuts.begin(), cuts.end());
-      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-        const int64_t a = cuts[c], e = cuts[c + 1];
-        int src = -1;
-        for (int r = 0; r < n_ranks && src < 0; ++r)
-          if (covers(have[r], a)) src = r;
-        for (int r = 0; r < n_ranks; ++r) {
-          const bool has = covers(have[r], a), wants = covers(want[r], a);
-          if (has && !wants) dropped_tokens += (e - a) * cl.cells;
-          if (!wants || has) continue;
-          if (src < 0) {
-            const int layer = int(cl.first_cell / size_t(n_heads)), head = int(cl.first_cell % size_t(n_heads));
-            fail("KV migration: layer ", layer, " kv head ", head, " of sequence ", seq.id, " tokens [", a, ",",
-                 std::min(e, (a / block_tokens + 1) * block_tokens), ") are stored by no rank of the source placement");
-          }
-          pair_tokens[size_t(src) * size_t(n_ranks) + size_t(r)] += (e - a) * cl.cells;
+      // No block cuts: bytes need only the segments; an error names the block kv_migration names.
+      dropped_tokens += cl.cells * walk_segments(have, want, cuts, [&](int src, int dst, int64_t a, int64_t e) {
+        if (src < 0) {
+          const int layer = int(cl.first_cell / size_t(n_heads)), head = int(cl.first_cell % size_t(n_heads));
+          fail("KV migration: layer ", layer, " kv head ", head, " of sequence ", seq.id, " tokens [", a, ",",
+               std::min(e, (a / block_tokens + 1) * block_tokens), ") are stored by no rank of the source placement");
         }
-      }
+        pair_tokens[size_t(src) * size_t(n_ranks) + size_t(dst)] += (e - a) * cl.cells;
+      });
     }
   }
   for (int s = 0; s < n_ranks; ++s)
