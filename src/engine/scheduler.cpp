@@ -152,10 +152,11 @@ std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& ba
     batch.preempted.insert(batch.preempted.end(), ids.begin(), ids.end());
     std::erase_if(batch.swap_in, [&](const SeqExtent& e) { return std::find(ids.begin(), ids.end(), e.id) != ids.end(); });
   }
-  for (ScheduledSeq& e : batch.seqs) {
-    const Sequence* s = find(e.seq_id);
-    if (s) e.block_ids = s->block_table.blocks();
-  }
+  if (config_.record_block_ids)
+    for (ScheduledSeq& e : batch.seqs) {
+      const Sequence* s = find(e.seq_id);
+      if (s) e.block_ids = s->block_table.blocks();
+    }
   return ids;
 }
 
@@ -338,7 +339,7 @@ ScheduledSeq Scheduler::make_entry(const Sequence& s, int n) const {
     const int from = std::max(e.start, p_len);
     e.token_ids.insert(e.token_ids.end(), s.output.begin() + (from - p_len), s.output.begin() + (end - p_len));
   }
-  e.block_ids = s.block_table.blocks();
+  if (config_.record_block_ids) e.block_ids = s.block_table.blocks();
   e.sampling = s.request.sampling;
   if (e.sample && e.sampling.has_penalties()) {
     std::unordered_map<TokenId, int32_t> counts;

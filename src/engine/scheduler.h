@@ -113,6 +113,10 @@ struct SchedulerConfig {
   PhaseMode phases = PhaseMode::None;  // Seesaw phases (see the top); None: mixed steps
   int64_t tier_tokens = 0;             // CPU KV tier capacity in tokens of the whole model's KV
   bool async_swaps = false;            // swaps complete when StepResult says so (see the top)
+  // Copy each sequence's block table into ScheduledSeq::block_ids every step. Executors find KV
+  // pages by sequence id and do not read them; tests that check the block accounting turn it on
+  // (the copy was 14% of a long simulation).
+  bool record_block_ids = false;
 
   // Throws loom::Error naming the field when a value is out of range.
   void validate() const;

@@ -30,7 +30,8 @@ struct ScheduledSeq {
   bool sample = false;
   std::vector<TokenId> token_ids;   // [num_tokens]: the tokens at positions [start, start+n)
   // The scheduler's KV blocks covering at least [0, start + num_tokens) (its accounting; ranks find
-  // their pages by sequence id, so these do not travel in the step descriptor).
+  // their pages by sequence id, so these do not travel in the step descriptor). Filled only with
+  // SchedulerConfig::record_block_ids; empty otherwise.
   std::vector<BlockId> block_ids;
   SamplingParams sampling;          // used by the executor when `sample`
   // With sampling.has_penalties() and `sample`: each distinct output token so far and its count

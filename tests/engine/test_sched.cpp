@@ -64,6 +64,7 @@ SchedulerConfig cfg(int block_size, int num_blocks, int budget, int max_seqs, in
   c.max_model_len = max_len;
   c.enable_chunked_prefill = chunked;
   c.watermark = watermark;
+  c.record_block_ids = true;  // TableExecutor writes K/V through the block tables
   return c;
 }
 
