@@ -3,6 +3,9 @@
 // Shift config, PP; `weights=resident|full`) runs through the same RankEngine (rank_engine.h) and
 // the same step path (plan_executor.h); a layout policy (policy.h) names each step's plan.
 //
+// SiDP under WaS is the exception: its replicas schedule and step on their own, rank 0 keeping one
+// scheduler per replica and stepping them over channels (engine/sidp_replicas.h).
+//
 // Ranks: plan rank = global rank (plan.h). World rank 0 owns the one Scheduler and EngineLoop; DP
 // replicas are a token share of each step (a replica's ranks compute the sequences with
 // id % dp == its index, plan.h TokenShare), so the replicas step together and a plan set may mix
@@ -44,6 +47,8 @@
 #include "parallel/plan_set.h"
 
 namespace loom {
+
+class SidpReplicas;
 
 struct DistOptions {
   std::string comm = "local";  // single | local | mpi (comm/world.h)
@@ -113,9 +118,13 @@ class DistEngine : public EngineHandle {
   std::vector<PlanStats> plan_stats() const override = 0;
   // World rank 0's traffic with Seesaw's CPU KV tier (zeros without one).
   virtual TierStats tier_stats() const { return {}; }
+  // SiDP replicas stepping on their own (sidp_replicas.h): their loop; null for every other engine.
+  virtual SidpReplicas* sidp_replicas() { return nullptr; }
 
+  // The scheduler; SiDP replicas stepping on their own (sidp_replicas.h) have one each: replica 0's.
   virtual Scheduler& scheduler() = 0;
-  EngineLoop& loop() override = 0;
+  // The loop: an EngineLoop over the one scheduler, or SiDP's replicas (sidp_replicas.h).
+  LiveLoop& loop() override = 0;
   Clock& clock() override = 0;
   Metrics& metrics() override = 0;
 

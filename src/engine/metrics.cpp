@@ -219,7 +219,7 @@ nlohmann::json Metrics::to_json(bool with_requests, bool with_steps) const {
   }
   if (with_steps) {
     nlohmann::json arr = nlohmann::json::array();
-    for (const StepMetrics& m : steps_)
+    for (const StepMetrics& m : steps_) {
       arr.push_back({{"index", m.index},
                      {"start_s", m.start_s},
                      {"end_s", m.end_s},
@@ -230,6 +230,11 @@ nlohmann::json Metrics::to_json(bool with_requests, bool with_steps) const {
                      {"kv_blocks_used", m.kv_blocks_used},
                      {"num_preempted", m.num_preempted},
                      {"plan", m.plan}});
+      if (m.replica >= 0) {
+        arr.back()["replica"] = m.replica;
+        arr.back()["lockstep"] = m.lockstep;
+      }
+    }
     j["steps"] = std::move(arr);
   }
   return j;
