@@ -273,7 +273,7 @@ void run_rank(const DistOptions& o, Communicator& world, const std::function<voi
   set_up(o, world, st, std::move(tier));
   // SiDP under WaS: replicas step on their own over channels {0, j} (sidp_replicas.h).
   std::vector<std::unique_ptr<Communicator>> channels;
-  if (sidp_independent(st.plans, o.policy)) channels = split_replica_channels(world);
+  if (!o.sidp_lockstep && sidp_independent(st.plans, o.policy)) channels = split_replica_channels(world);
   if (world.rank() != 0) {
     std::function<void(const StepBatch&)> hook;
     if (o.follower_before_step) hook = [&o, r = world.rank()](const StepBatch& b) { o.follower_before_step(r, b); };

@@ -89,6 +89,9 @@ struct DistOptions {
   // on world rank 0 (required then).
   int64_t sidp_threshold = -1;
   std::function<int64_t(const Model&, const Plan&, int threads_per_rank)> default_sidp_threshold;
+  // SiDP under WaS: replicas step on their own (sidp_replicas.h). true: they step in lockstep on one
+  // descriptor as every other DP plan does (the engine before that; benches compare the two).
+  bool sidp_lockstep = false;
   // Shift 3.3.2 weights of a base / shift pair: "separate" (copies of both shards) or "slice".
   std::string shift_weights = "separate";
   // KV migration buffer per round (bytes); 0: the default (kv_transfer.h).

@@ -123,7 +123,7 @@ TEST_F(SidpReplicasStories, WasTokensOfTheSingleRankEngineAndPlainDpWithOwnSteps
 }
 
 // Uneven load: replica 1 gets one long request and its rank is slow (50 ms before each step);
-// the others get short ones. Each rank's own record: the step counts differ, the short replicas
+// the others get short ones (and then idle for longer than the communicator's timeout). Each rank's own record: the step counts differ, the short replicas
 // take only the steps their requests need, and they are done before the slow replica has run
 // three steps (in lockstep every rank would run every step, each waiting for the slow one).
 TEST_F(SidpReplicasStories, UnevenReplicasStepAtTheirOwnPace) {
@@ -146,6 +146,9 @@ TEST_F(SidpReplicasStories, UnevenReplicasStepAtTheirOwnPace) {
     for (const Request& r : rs) want.push_back(alone(model_, r.prompt, r.max_tokens));
     Recorded rec;
     DistOptions o = options(D, cat("dp=", D, ",weights=owner"), "sidp:was", model_, &rec);
+    // The fast replicas then wait about 2 s for their next command, twice the communicator's
+    // timeout: rank 0 keeps their channels alive.
+    o.comm_options.timeout_s = 1;
     o.follower_before_step = [&rec, kSlow](int r, const StepBatch&) {
       if (r == 1) std::this_thread::sleep_for(kSlow);
       std::lock_guard<std::mutex> lk(rec.mu);
