@@ -258,5 +258,63 @@ TEST_F(SidpReplicasStories, PolicyWasCasWasKeepsTheSingleRankTokens) {
   }
 }
 
+// A follower failing mid-run fails the job with its error (every replica's sequences finish,
+// run() throws, the followers return), well inside the communicator's timeout.
+TEST_F(SidpReplicasStories, FollowerFailingMidRunFailsTheJob) {
+  DistOptions o = options(3, "dp=3,weights=owner", "sidp:was", model_, nullptr);
+  o.comm_options.timeout_s = 20;
+  o.follower_before_step = [](int rank, const StepBatch& b) {
+    if (rank == 2 && b.step_index == 3) throw Error("rank 2 broke at its step 3");
+  };
+  const auto t0 = SteadyClock::now();
+  const std::string err = test::error_of([&] {
+    run_distributed(o, [&](DistEngine& e) {
+      e.run(greedy_requests(prompts_, 20));
+      ADD_FAILURE() << "run() returned although a rank failed";
+    });
+  });
+  const double s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  EXPECT_NE(err.find("rank 2 broke at its step 3"), std::string::npos) << err;
+  EXPECT_LT(s, 10.0);
+}
+
+// A request cancelled while its replica steps on its own finishes as aborted; the others of every
+// replica keep the single-rank tokens.
+TEST_F(SidpReplicasStories, CancelOnAReplicaSteppingAlone) {
+  const int D = 2, n = 30;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts_) want.push_back(alone(model_, p, n));
+  DistOptions o = options(D, "dp=2,weights=owner", "sidp:was", model_, nullptr);
+  std::map<int64_t, Sequence> done;
+  run_distributed(o, [&](DistEngine& e) {
+    LiveLoop& loop = e.loop();
+    int tokens_of_3 = 0;
+    loop.on_token = [&](const TokenEvent& ev) {
+      if (ev.seq_id == 3 && ++tokens_of_3 == 5) loop.cancel(3);
+    };
+    loop.on_finish = [&](const Sequence& s) { done.emplace(s.id(), s); };
+    for (Request r : greedy_requests(prompts_, n)) {
+      r.arrival_s = e.clock().now();
+      loop.submit(r);
+    }
+    for (int i = 0; i < 100000 && !loop.idle(); ++i) loop.step();
+    ASSERT_TRUE(loop.idle());
+    loop.on_token = nullptr;
+    loop.on_finish = nullptr;
+  });
+  ASSERT_EQ(done.size(), prompts_.size());
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    const Sequence& s = done.at(int64_t(i) + 1);
+    if (s.id() == 3) {
+      EXPECT_EQ(s.finish_reason, FinishReason::kAbort);
+      EXPECT_GE(s.output.size(), 5u);
+      EXPECT_LT(s.output.size(), size_t(n));
+      EXPECT_TRUE(std::equal(s.output.begin(), s.output.end(), want[i].begin())) << "cancelled sequence's prefix";
+    } else {
+      EXPECT_EQ(s.output, want[i]) << "sequence " << s.id();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom
