@@ -35,7 +35,8 @@
 //   - WaS (replicas independent): one observation per round of D replica steps (any replicas'),
 //     effective batch = the running sequences of every replica / D ("how many sequences remain
 //     active per engine"); a round in which some replica's step carried prompt chunks does not
-//     count. So the window is kSidpWindow rounds, about kSidpWindow steps of each busy replica.
+//     count. So the window is kSidpWindow rounds of D replica steps (kSidpWindow steps of each
+//     replica when all are busy; kSidpWindow x D steps of the last busy one in a one-replica tail).
 //     When the policy says CaS, rank 0 launches no more replica steps; once the last one in flight
 //     has come back, every replica is at a step boundary and the group steps in lockstep.
 //   - CaS (lockstep): every step, each replica's scheduler builds its part (a replica with nothing
