@@ -73,7 +73,8 @@ struct DistOptions {
   std::function<void(int world_rank, const StepBatch&)> follower_before_step;
 
   // Called on every rank after each step it ran (RankEngine::after_step; tests check each rank's
-  // KV store against the placement here). Runs on the rank's thread.
+  // KV store against the placement here). Runs on the rank's thread (world rank 0 of SiDP replicas
+  // stepping on their own: replica 0's worker thread, sidp_replicas.h).
   std::function<void(int world_rank, RankEngine&, const StepBatch&, const std::vector<RequestId>& released)> after_step;
   // Called on every rank with its RankEngine options before the RankEngine is built (tests and
   // benches: tier copy hooks, overlap_swaps).
