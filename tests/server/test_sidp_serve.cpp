@@ -17,6 +17,7 @@ using nlohmann::json;
 
 struct Served {
   std::vector<std::string> texts;  // per request, in request order
+  json logprobs;                   // request 1's
   std::string streamed;            // the streaming request's text, chunk by chunk
   int stream_chunks = 0;
   bool stream_done = false;
@@ -55,10 +56,10 @@ Served serve(const std::string& plan, int ranks, const std::string& policy) {
         httplib::Client c("127.0.0.1", port);
         c.set_read_timeout(30, 0);
         int st = 0;
-        const json r = post_json(c, "/v1/completions",
-                                 {{"prompt", prompts[i]}, {"max_tokens", 6 + 7 * int(i)}, {"temperature", 0},
-                                  {"ignore_eos", true}},
-                                 &st);
+        json body = {{"prompt", prompts[i]}, {"max_tokens", 6 + 7 * int(i)}, {"temperature", 0}, {"ignore_eos", true}};
+        if (i == 1) body["logprobs"] = 2;  // carried back from the replica's rank with its tokens
+        const json r = post_json(c, "/v1/completions", body, &st);
+        if (st == 200 && i == 1) out.logprobs = r["choices"][0]["logprobs"];
         if (st == 200) out.texts[i] = r["choices"][0]["text"].get<std::string>();
         else out.texts[i] = "status " + std::to_string(st) + ": " + r.dump();
       });
@@ -111,6 +112,23 @@ TEST(ServeSidp, ReplicasOnTheirOwnServeAndStreamTheOneRankText) {
   for (size_t i = 0; i < one.texts.size(); ++i) {
     EXPECT_FALSE(one.texts[i].empty()) << i;
     EXPECT_EQ(sidp.texts[i], one.texts[i]) << "request " << i;
+  }
+  // Logprobs of request 1 (served by replica 0 or 1 by its id): the same top tokens, values within
+  // 1e-4 (the replicas' batches differ from the one rank's: the kernels' row blocking may round
+  // differently).
+  ASSERT_TRUE(one.logprobs.is_object()) << one.logprobs.dump();
+  ASSERT_TRUE(sidp.logprobs.is_object()) << sidp.logprobs.dump();
+  EXPECT_EQ(sidp.logprobs["tokens"], one.logprobs["tokens"]);
+  const json &a = one.logprobs["token_logprobs"], &b = sidp.logprobs["token_logprobs"];
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 0u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i].get<double>(), b[i].get<double>(), 1e-4) << i;
+  ASSERT_EQ(one.logprobs["top_logprobs"].size(), sidp.logprobs["top_logprobs"].size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::vector<std::string> ka, kb;
+    for (const auto& [k, v] : one.logprobs["top_logprobs"][i].items()) ka.push_back(k);
+    for (const auto& [k, v] : sidp.logprobs["top_logprobs"][i].items()) kb.push_back(k);
+    EXPECT_EQ(ka, kb) << "top tokens at " << i;
   }
   EXPECT_TRUE(sidp.stream_done);
   EXPECT_EQ(sidp.streamed, one.streamed);
