@@ -261,11 +261,12 @@ void Metrics::write_requests_csv(std::ostream& os) const {
 
 void Metrics::write_steps_csv(std::ostream& os) const {
   os << "index,start_s,end_s,num_tokens,num_seqs,num_prefill_tokens,num_decode_tokens,"
-        "kv_blocks_used,num_preempted,plan\n";
+        "kv_blocks_used,num_preempted,replica,lockstep,plan\n";  // plan last: its name has commas
   for (const StepMetrics& m : steps_)
     os << m.index << ',' << m.start_s << ',' << m.end_s << ',' << m.num_tokens << ','
        << m.num_seqs << ',' << m.num_prefill_tokens << ',' << m.num_decode_tokens << ','
-       << m.kv_blocks_used << ',' << m.num_preempted << ',' << m.plan << '\n';
+       << m.kv_blocks_used << ',' << m.num_preempted << ',' << m.replica << ',' << int(m.lockstep) << ','
+       << m.plan << '\n';
 }
 
 }  // namespace loom
