@@ -6,6 +6,8 @@
 // engine.h kv_budget_bytes). Printed as ratios from one run: KV blocks, job
 // throughput, and how many steps ran in each mode. On a shared CPU a "fetch" is a memcpy from the
 // same RAM: the timing says nothing about NVLink (PAPERS-NOTES 1.3); the KV ratio is exact.
+// Then sidp:was with the replicas stepping on their own (engine/sidp_replicas.h) against the same
+// replicas in lockstep (DistOptions::sidp_lockstep): job throughput and each replica's steps.
 //
 // Usage: bench_sidp [replicas] [requests] [B_th]   (defaults 4 48 2)
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "engine/dist_engine.h"
+#include "engine/sidp_replicas.h"
 #include "model/loader.h"
 #include "model/synth.h"
 
@@ -27,10 +30,12 @@ struct Figures {
   int kv_blocks = 0;
   double tok_s = 0;
   std::vector<PlanStats> plans;
+  std::vector<int64_t> own_steps;  // SiDP replicas on their own: each replica's steps
+  int64_t group_steps = 0;
 };
 
 Figures measure(const std::string& model, const std::string& plan, const std::string& policy, int D, int n, int64_t th,
-                int64_t rank_memory) {
+                int64_t rank_memory, bool lockstep = false) {
   DistOptions o;
   o.comm = "local";
   o.plan = plan;
@@ -41,6 +46,7 @@ Figures measure(const std::string& model, const std::string& plan, const std::st
   o.engine.threads = 1;
   o.engine.max_num_seqs = 64;
   o.engine.rank_memory_bytes = rank_memory;
+  o.sidp_lockstep = lockstep;
   Figures f;
   run_distributed(o, [&](DistEngine& e) {
     std::vector<Request> rs;
@@ -61,6 +67,11 @@ Figures measure(const std::string& model, const std::string& plan, const std::st
     f.tok_s = double(tokens) / s;
     f.kv_blocks = e.num_kv_blocks();
     f.plans = e.plan_stats();
+    f.group_steps = int64_t(e.metrics().steps().size());
+    if (SidpReplicas* r = e.sidp_replicas()) {
+      f.own_steps = r->own_steps();
+      f.group_steps = r->group_steps();
+    }
   });
   return f;
 }
@@ -88,6 +99,8 @@ int main(int argc, char** argv) {
   }();
   const Figures dp = measure(path, "dp=" + std::to_string(D), "fixed", D, n, -1, memory);
   const Figures sd = measure(path, "dp=" + std::to_string(D) + ",weights=owner", "sidp", D, n, th, memory);
+  const Figures own = measure(path, "dp=" + std::to_string(D) + ",weights=owner", "sidp:was", D, n, -1, memory);
+  const Figures lock = measure(path, "dp=" + std::to_string(D) + ",weights=owner", "sidp:was", D, n, -1, memory, true);
   unlink(path.c_str());
   rmdir(dir);
   std::printf("bench_sidp (local backend, %d replicas x 1 thread, %d requests, 1 in 10 long, B_th %lld seqs/replica)\n",
@@ -96,7 +109,14 @@ int main(int argc, char** argv) {
               dp.kv_blocks);
   std::printf("  throughput: SiDP / plain DP = x%.2f (one run, shared machine)\n", sd.tok_s / dp.tok_s);
   for (const PlanStats& p : sd.plans)
-    std::printf("  SiDP mode %s: %lld steps\n", p.name.find("sidp=cas") != std::string::npos ? "CaS" : "WaS",
-                (long long)p.steps);
+    std::printf("  SiDP mode %s: %lld steps (%s)\n", p.name.find("sidp=cas") != std::string::npos ? "CaS" : "WaS",
+                (long long)p.steps,
+                p.name.find("sidp=cas") != std::string::npos ? "lockstep steps of the group"
+                                                             : "each replica's own steps, summed");
+  std::string per;
+  for (size_t r = 0; r < own.own_steps.size(); ++r) per += (r ? ", " : "") + std::to_string(own.own_steps[r]);
+  std::printf("  sidp:was, replicas on their own / in lockstep: throughput x%.2f (one run each); steps per replica "
+              "%s on their own, %lld for every replica in lockstep\n",
+              own.tok_s / lock.tok_s, per.c_str(), (long long)lock.group_steps);
   return 0;
 }

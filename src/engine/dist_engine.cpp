@@ -9,6 +9,7 @@
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
 #include "engine/sidp.h"
+#include "engine/sidp_replicas.h"
 #include "kv/kv_tier.h"
 #include "kv/block_allocator.h"
 #include "model/loader.h"
@@ -205,13 +206,20 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   }
 }
 
-// World rank 0: scheduler, loop and executor over its RankEngine; the driver's DistEngine.
+// World rank 0: scheduler, loop and executor over its RankEngine (or SiDP's replicas, each with
+// its own); the driver's DistEngine.
 class Leader final : public DistEngine {
  public:
-  Leader(RankState& st, Communicator& world, const std::string& policy)
-      : st_(st),
-        policy_name_(policy),
-        core_(*st.rank, world, st.config, make_layout_policy(policy, st.plans, st.policy), st.plans.max_dp()) {}
+  Leader(RankState& st, Communicator& world, const std::string& policy,
+         std::vector<std::unique_ptr<Communicator>> channels, double keepalive_s)
+      : st_(st), policy_name_(policy) {
+    if (!channels.empty())
+      replicas_ = std::make_unique<SidpReplicas>(*st.rank, std::move(channels), st.config,
+                                                 make_layout_policy(policy, st.plans, st.policy), keepalive_s);
+    else
+      core_ = std::make_unique<EngineCore>(*st.rank, world, st.config, make_layout_policy(policy, st.plans, st.policy),
+                                           st.plans.max_dp());
+  }
 
   const ModelConfig& model_config() const override { return st_.model->config; }
   std::shared_ptr<const Model> model() const override { return st_.model; }
@@ -221,43 +229,61 @@ class Leader final : public DistEngine {
   int world_size() const override { return st_.world_size; }
   int num_replicas() const override { return st_.plans.plan(0).dp; }
   int threads_per_rank() const override { return st_.threads; }
-  int num_kv_blocks() const override { return const_cast<EngineCore&>(core_).scheduler().num_blocks(); }
+  int num_kv_blocks() const override { return replicas_ ? replicas_->num_blocks() : core_->scheduler().num_blocks(); }
   const EngineConfig& config() const override { return st_.config; }
   const std::vector<std::string>& start_info() const override { return st_.info; }
-  std::string policy() const override { return core_.control().policy().describe(); }
-  std::vector<PlanStats> plan_stats() const override { return core_.executor().stats(); }
-  std::string fault() const override { return core_.executor().broken() ? core_.executor().error() : std::string(); }
+  std::string policy() const override {
+    return replicas_ ? replicas_->policy().describe() : core_->control().policy().describe();
+  }
+  std::vector<PlanStats> plan_stats() const override {
+    return replicas_ ? replicas_->plan_stats() : core_->executor().stats();
+  }
+  std::string fault() const override {
+    if (replicas_) return replicas_->fault();
+    return core_->executor().broken() ? core_->executor().error() : std::string();
+  }
   TierStats tier_stats() const override { return st_.rank->tier_stats(); }
-  Scheduler& scheduler() override { return core_.scheduler(); }
-  EngineLoop& loop() override { return core_.loop(); }
-  Clock& clock() override { return core_.clock(); }
-  Metrics& metrics() override { return core_.metrics(); }
+  Scheduler& scheduler() override { return replicas_ ? replicas_->scheduler(0) : core_->scheduler(); }
+  LiveLoop& loop() override { return replicas_ ? static_cast<LiveLoop&>(*replicas_) : core_->loop(); }
+  Clock& clock() override { return replicas_ ? replicas_->clock() : core_->clock(); }
+  Metrics& metrics() override { return replicas_ ? replicas_->metrics() : core_->metrics(); }
+  SidpReplicas* sidp_replicas() override { return replicas_.get(); }
 
   std::vector<Sequence> run(std::vector<Request> requests) override {
     std::map<RequestId, int> seen;
     for (const Request& r : requests)
       if (!seen.emplace(r.id, 0).second) fail("request id ", r.id, " is given twice");
-    return core_.run(std::move(requests));
+    return replicas_ ? replicas_->run(std::move(requests)) : core_->run(std::move(requests));
   }
-  void shut_down() { core_.executor().stop(); }
+  void shut_down() {
+    if (replicas_) replicas_->shut_down();
+    else core_->executor().stop();
+  }
 
  private:
   RankState& st_;
   std::string policy_name_ = "fixed";
-  EngineCore core_;
+  std::unique_ptr<EngineCore> core_;
+  std::unique_ptr<SidpReplicas> replicas_;
 };
 
 void run_rank(const DistOptions& o, Communicator& world, const std::function<void(DistEngine&)>& driver,
               std::shared_ptr<KvTierArena> tier) {
   RankState st;
   set_up(o, world, st, std::move(tier));
+  // SiDP under WaS: replicas step on their own over channels {0, j} (sidp_replicas.h).
+  std::vector<std::unique_ptr<Communicator>> channels;
+  if (!o.sidp_lockstep && sidp_independent(st.plans, o.policy)) channels = split_replica_channels(world);
   if (world.rank() != 0) {
     std::function<void(const StepBatch&)> hook;
     if (o.follower_before_step) hook = [&o, r = world.rank()](const StepBatch& b) { o.follower_before_step(r, b); };
-    follow_steps(world, *st.rank, hook);
+    if (!channels.empty()) follow_replica(*channels[size_t(world.rank())], *st.rank, hook);
+    else follow_steps(world, *st.rank, hook);
     return;
   }
-  Leader leader(st, world, o.policy);
+  // A keep-alive well inside the communicator's timeout.
+  const double keepalive_s = std::clamp(o.comm_options.timeout_s / 4, 0.05, 5.0);
+  Leader leader(st, world, o.policy, std::move(channels), keepalive_s);
   driver(leader);
   leader.shut_down();
 }

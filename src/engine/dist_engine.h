@@ -3,6 +3,9 @@
 // Shift config, PP; `weights=resident|full`) runs through the same RankEngine (rank_engine.h) and
 // the same step path (plan_executor.h); a layout policy (policy.h) names each step's plan.
 //
+// SiDP under WaS is the exception: its replicas schedule and step on their own, rank 0 keeping one
+// scheduler per replica and stepping them over channels (engine/sidp_replicas.h).
+//
 // Ranks: plan rank = global rank (plan.h). World rank 0 owns the one Scheduler and EngineLoop; DP
 // replicas are a token share of each step (a replica's ranks compute the sequences with
 // id % dp == its index, plan.h TokenShare), so the replicas step together and a plan set may mix
@@ -45,6 +48,8 @@
 
 namespace loom {
 
+class SidpReplicas;
+
 struct DistOptions {
   std::string comm = "local";  // single | local | mpi (comm/world.h)
   int ranks = 1;               // world size; mpi: 0 = as many as mpirun started (else must match)
@@ -68,7 +73,8 @@ struct DistOptions {
   std::function<void(int world_rank, const StepBatch&)> follower_before_step;
 
   // Called on every rank after each step it ran (RankEngine::after_step; tests check each rank's
-  // KV store against the placement here). Runs on the rank's thread.
+  // KV store against the placement here). Runs on the rank's thread (world rank 0 of SiDP replicas
+  // stepping on their own: replica 0's worker thread, sidp_replicas.h).
   std::function<void(int world_rank, RankEngine&, const StepBatch&, const std::vector<RequestId>& released)> after_step;
   // Called on every rank with its RankEngine options before the RankEngine is built (tests and
   // benches: tier copy hooks, overlap_swaps).
@@ -84,6 +90,9 @@ struct DistOptions {
   // on world rank 0 (required then).
   int64_t sidp_threshold = -1;
   std::function<int64_t(const Model&, const Plan&, int threads_per_rank)> default_sidp_threshold;
+  // SiDP under WaS: replicas step on their own (sidp_replicas.h). true: they step in lockstep on one
+  // descriptor as every other DP plan does (the engine before that; benches compare the two).
+  bool sidp_lockstep = false;
   // Shift 3.3.2 weights of a base / shift pair: "separate" (copies of both shards) or "slice".
   std::string shift_weights = "separate";
   // KV migration buffer per round (bytes); 0: the default (kv_transfer.h).
@@ -113,9 +122,13 @@ class DistEngine : public EngineHandle {
   std::vector<PlanStats> plan_stats() const override = 0;
   // World rank 0's traffic with Seesaw's CPU KV tier (zeros without one).
   virtual TierStats tier_stats() const { return {}; }
+  // SiDP replicas stepping on their own (sidp_replicas.h): their loop; null for every other engine.
+  virtual SidpReplicas* sidp_replicas() { return nullptr; }
 
+  // The scheduler; SiDP replicas stepping on their own (sidp_replicas.h) have one each: replica 0's.
   virtual Scheduler& scheduler() = 0;
-  EngineLoop& loop() override = 0;
+  // The loop: an EngineLoop over the one scheduler, or SiDP's replicas (sidp_replicas.h).
+  LiveLoop& loop() override = 0;
   Clock& clock() override = 0;
   Metrics& metrics() override = 0;
 

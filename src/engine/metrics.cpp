@@ -219,7 +219,7 @@ nlohmann::json Metrics::to_json(bool with_requests, bool with_steps) const {
   }
   if (with_steps) {
     nlohmann::json arr = nlohmann::json::array();
-    for (const StepMetrics& m : steps_)
+    for (const StepMetrics& m : steps_) {
       arr.push_back({{"index", m.index},
                      {"start_s", m.start_s},
                      {"end_s", m.end_s},
@@ -230,6 +230,11 @@ nlohmann::json Metrics::to_json(bool with_requests, bool with_steps) const {
                      {"kv_blocks_used", m.kv_blocks_used},
                      {"num_preempted", m.num_preempted},
                      {"plan", m.plan}});
+      if (m.replica >= 0) {
+        arr.back()["replica"] = m.replica;
+        arr.back()["lockstep"] = m.lockstep;
+      }
+    }
     j["steps"] = std::move(arr);
   }
   return j;
@@ -256,11 +261,12 @@ void Metrics::write_requests_csv(std::ostream& os) const {
 
 void Metrics::write_steps_csv(std::ostream& os) const {
   os << "index,start_s,end_s,num_tokens,num_seqs,num_prefill_tokens,num_decode_tokens,"
-        "kv_blocks_used,num_preempted,plan\n";
+        "kv_blocks_used,num_preempted,replica,lockstep,plan\n";  // plan last: its name has commas
   for (const StepMetrics& m : steps_)
     os << m.index << ',' << m.start_s << ',' << m.end_s << ',' << m.num_tokens << ','
        << m.num_seqs << ',' << m.num_prefill_tokens << ',' << m.num_decode_tokens << ','
-       << m.kv_blocks_used << ',' << m.num_preempted << ',' << m.plan << '\n';
+       << m.kv_blocks_used << ',' << m.num_preempted << ',' << m.replica << ',' << int(m.lockstep) << ','
+       << m.plan << '\n';
 }
 
 }  // namespace loom

@@ -78,8 +78,10 @@ class SidpPolicy final : public LayoutPolicy {
     // active per engine (the start of an offline job: every replica full, a few prompts a step).
     // §4.3 (S11) decides on "how many sequences remain active per engine" in "a tail regime":
     // such a step is evidence of neither, the counts stand.
-    if (b.num_prefill_tokens > 0) return cas_mode_ ? cas_ : was_;
-    const double eff = double(b.seqs.size()) / double(dp_);
+    return choose_effective(double(b.seqs.size()) / double(dp_), b.num_prefill_tokens > 0);
+  }
+  int choose_effective(double eff, bool prompt_chunks) override {
+    if (prompt_chunks) return cas_mode_ ? cas_ : was_;
     if (eff < double(th_)) {
       ++below_, above_ = 0;
     } else if (eff > (1.0 + h_) * double(th_)) {

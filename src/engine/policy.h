@@ -71,6 +71,15 @@ class LayoutPolicy {
   virtual ~LayoutPolicy() = default;
   virtual int choose(const StepBatch& batch) = 0;  // the plan id for this step
   virtual std::string describe() const = 0;        // "fixed", "shift(threshold=N)", "cycle:4", ...
+  // SiDP replicas stepping on their own (sidp_replicas.h): the plan for the whole group from one
+  // observation of its effective batch per replica (`prompt_chunks`: some replica's recent step
+  // carried prompt chunks, so the observation does not count, as choose() skips such steps).
+  // sidp: the same hysteresis state as choose(); the other policies: their first plan.
+  virtual int choose_effective(double per_replica, bool prompt_chunks) {
+    (void)per_replica;
+    (void)prompt_chunks;
+    return 0;
+  }
   // Shapes the scheduler the policy drives (Seesaw: phased steps and the CPU tier's tokens);
   // default: nothing. Throws loom::Error naming the value when `env` cannot serve the policy.
   virtual void configure(SchedulerConfig& sc, const PolicyEnv& env) const {

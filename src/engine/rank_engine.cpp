@@ -275,6 +275,49 @@ void RankEngine::prepare_swaps(const StepBatch& batch) {
   overlap_ = SwapOverlap{swaps_->out_pending(), swaps_->in_pending()};
 }
 
+StepResult RankEngine::step_replica(const StepBatch& batch, const std::vector<RequestId>& released) {
+  LOOM_CHECK(batch.block_size == options_.block_size, "step ", batch.step_index, " uses KV blocks of ",
+             batch.block_size, " tokens, this rank's store ", options_.block_size);
+  LOOM_CHECK(batch.swap_out.empty() && batch.swap_in.empty() && batch.kv_seqs.empty(), "step ", batch.step_index,
+             ": a replica's own step moves no KV");
+  if (batch.plan_id < 0 || batch.plan_id >= plans_.size())
+    fail("step ", batch.step_index, ": plan id ", batch.plan_id, " outside the set of ", plans_.size());
+  const Plan& plan = plans_.plan(batch.plan_id);
+  LOOM_CHECK(plan.size() == plan.dp && plans_.same_placement(current_, batch.plan_id) &&
+                 !instances_[size_t(batch.plan_id)]->lazy && !instances_[size_t(current_)]->lazy,
+             "step ", batch.step_index, ": plan ", plans_.name(batch.plan_id), " cannot step one replica alone");
+  release(released);
+  if (swaps_) swaps_->reap(*kv_);
+  last_switch_ = switch_to(batch.plan_id, {}, false);  // the same placement: only the id flips
+  StepResult res;
+  if (batch.seqs.empty()) return res;  // a release only: no forward, no step
+  to_forward_batch(batch, fb_);
+  Instance& in = *instances_[size_t(current_)];
+  const int n_rows = in.forward->forward(fb_, &logits_);
+  const int vocab = model_->config.vocab_size;
+  const int me = world_.rank();
+  const int my_replica = in.sampler_replica[size_t(me)];
+  const int dp = plan.dp;
+  LOOM_CHECK(my_replica >= 0, "rank ", me, " samples no replica under ", plans_.name(current_));
+  int row = 0;
+  for (const ScheduledSeq& s : batch.seqs) {
+    LOOM_CHECK(int(((s.seq_id % dp) + dp) % dp) == my_replica, "step ", batch.step_index, ": sequence ", s.seq_id,
+               " is not of replica ", my_replica);
+    if (!s.sample) continue;
+    LOOM_CHECK(row < n_rows, "step ", batch.step_index, ": ", n_rows, " logit rows for more samples");
+    const float* row_logits = logits_.data() + int64_t(row) * vocab;
+    res.sampled.push_back({s.seq_id, sample_token(row_logits, vocab, s.sampling, s.start + s.num_tokens, s.output_counts)});
+    if (s.sampling.logprobs >= 0) {
+      TokenLogprobs& l = res.logprobs.emplace_back();
+      l.seq_id = s.seq_id;
+      token_logprobs(row_logits, vocab, res.sampled.back().token, s.sampling.logprobs, &l);
+    }
+    ++row;
+  }
+  if (after_step) after_step(*this, batch, released);
+  return res;
+}
+
 StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>& released, SwitchResult* sw) {
   LOOM_CHECK(batch.block_size == options_.block_size, "step ", batch.step_index, " uses KV blocks of ",
              batch.block_size, " tokens, this rank's store ", options_.block_size);

@@ -158,6 +158,12 @@ class RankEngine {
   // Collective: one step of a decoded descriptor (see the top). The result holds every sampled
   // token on world rank 0; elsewhere it is unspecified. `sw` (optional) gets the switch it made.
   StepResult step(const StepBatch& batch, const std::vector<RequestId>& released, SwitchResult* sw = nullptr);
+  // Not collective: one step of this rank's own replica alone (SiDP replicas stepping on their own
+  // under WaS, sidp_replicas.h). `batch` lists only sequences of this rank's replica; the plan must
+  // be a one-rank-per-replica plan of the current plan's KV placement (no migration, no re-shard,
+  // no CPU tier), and nothing is gathered: the result holds this rank's sampled tokens. A batch
+  // without sequences only releases.
+  StepResult step_replica(const StepBatch& batch, const std::vector<RequestId>& released);
   // Collective: one forward pass of the current plan (logits on the sampler of replica 0 when it is
   // this rank; tests and the single-sequence generator).
   int forward(const ForwardBatch& batch, std::vector<float>* logits);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -88,6 +89,18 @@ class WasFfn final : public OwnerBase {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    if (std::uncaught_exceptions() > 0) {
+      // This rank is failing (its error is on its way to the world, which fails its peers). It
+      // cannot wait for them here: that would hold the error back until the communicator's
+      // timeout. Its owner buffer and fetch communicator are left allocated, so a peer's
+      // one-sided read in flight stays valid (and no collective window free runs) until the job
+      // ends.
+      static std::mutex kept_mu;
+      static auto* kept = new std::vector<std::pair<std::shared_ptr<sidp::OwnerWeights>, Communicator*>>;
+      std::lock_guard<std::mutex> lk(kept_mu);
+      kept->emplace_back(own_, fetch_.release());  // reachable, never freed
+      return;
+    }
     // No rank frees its owner buffer while another's prefetch thread may still read it.
     try {
       fetch_->barrier();

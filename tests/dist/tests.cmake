@@ -86,3 +86,21 @@ if(LOOM_MPI)
   loom_mpi_generate_tests(PREFIX dist_mpi_gqa_ MODEL ${loom_dist_gqa} TOKENS 8 FIXTURE dist_gqa
                           RUNS "sidp2 2 dp=2,weights=owner" "sidp2cas 2 dp=2,weights=owner,sidp=cas")
 endif()
+if(LOOM_MPI AND TARGET loom_engine)
+  # SiDP replicas under mpirun (tests/dist/mpi/sidp_main.cpp): under WaS each process steps its own
+  # replica (uneven load: the fast replicas finish without waiting for the slow one, then idle past
+  # the communicator's timeout), and --policy sidp across WaS -> CaS -> WaS; single-rank tokens.
+  add_executable(test_sidp_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/sidp_main.cpp ${CMAKE_SOURCE_DIR}/tests/test_util.cpp)
+  target_include_directories(test_sidp_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(test_sidp_mpi PRIVATE loom_engine GTest::gtest GTest::gtest_main)
+  target_compile_definitions(test_sidp_mpi PRIVATE LOOM_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared"
+                             LOOM_BIN="$<TARGET_FILE:loom>" LOOM_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  foreach(np 2 3)
+    add_test(NAME dist_mpi_sidp_uneven_np${np}
+             COMMAND ${loom_mpirun} -np ${np} $<TARGET_FILE:test_sidp_mpi> --gtest_filter=SidpMpi.Uneven*)
+    add_test(NAME dist_mpi_sidp_policy_np${np}
+             COMMAND ${loom_mpirun} -np ${np} $<TARGET_FILE:test_sidp_mpi> --gtest_filter=SidpMpi.Policy*)
+    set_tests_properties(dist_mpi_sidp_uneven_np${np} dist_mpi_sidp_policy_np${np} PROPERTIES TIMEOUT 180
+                         ENVIRONMENT "${loom_mpi_env}")
+  endforeach()
+endif()
