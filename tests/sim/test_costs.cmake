@@ -1,7 +1,8 @@
 # Read by ctest after the discovered gtest lists (TEST_INCLUDE_FILES, tests/sim/tests.cmake): the
 # paper-figure simulations of test_sim get a COST, so `ctest -j` starts them first (descending cost)
 # instead of last on a busy runner. Only the order matters: the values are their seconds on 2 cores
-# before the simulator speed-ups of 2026-11. A name that no longer exists is ignored by ctest.
+# before the simulator speed-ups of 2026-11. ctest ignores a name that no longer exists, so
+# sim_costs_name_existing_tests (check_costs.sh) fails when one does not.
 set_tests_properties(SeesawFig10.FactorsInBandsAndSeesawAboveTheBestFixedPlanEverywhere PROPERTIES COST 263)
 set_tests_properties(SidpExperiments.HeadlineKvCapacityAndThroughputAgainstBands PROPERTIES COST 79)
 set_tests_properties(SeesawFig13.BestFixedPlanMovesFromPp8ToTp2Pp4ToTp4Pp2AndSeesawIsAboveAll PROPERTIES COST 68)

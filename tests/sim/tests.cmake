@@ -38,3 +38,6 @@ add_test(NAME sim_cli_seesaw_experiments COMMAND loom sim experiment --list)
 set_tests_properties(sim_cli_seesaw_experiments PROPERTIES PASS_REGULAR_EXPRESSION "seesaw-fig10.*seesaw-fig13.*seesaw-fig14")
 # ctest -j starts the long paper-figure simulations of test_sim first (COST, tests/sim/test_costs.cmake).
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_CURRENT_LIST_DIR}/test_costs.cmake)
+add_test(NAME sim_costs_name_existing_tests
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/check_costs.sh $<TARGET_FILE:test_sim> ${CMAKE_CURRENT_LIST_DIR}/test_costs.cmake)
+set_tests_properties(sim_costs_name_existing_tests PROPERTIES PASS_REGULAR_EXPRESSION "costs name existing tests")
