@@ -6,6 +6,7 @@
 
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/op_timing.h"
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
 #include "engine/sidp.h"
@@ -250,6 +251,7 @@ class Leader final : public DistEngine {
 void run_rank(const DistOptions& o, Communicator& world, const std::function<void(DistEngine&)>& driver,
               std::shared_ptr<KvTierArena> tier) {
   RankState st;
+  optime::set_rank(world.rank());
   set_up(o, world, st, std::move(tier));
   if (world.rank() != 0) {
     std::function<void(const StepBatch&)> hook;
