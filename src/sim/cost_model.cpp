@@ -205,6 +205,13 @@ CostModel::AttentionWork CostModel::attention_work(const std::vector<SeqWork>& s
 }
 
 double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim) const {
+  if (cal_.measured && opt_.kernels == StepKernels::LoomCpu && !seqs.empty()) {
+    std::vector<MeasuredOps::Work> w;
+    w.reserve(seqs.size());
+    for (const SeqWork& s : seqs) w.push_back({s.new_tokens, s.context_len});
+    const double t = cal_.measured->attention_s(w, q_heads, kv_heads, head_dim > 0 ? head_dim : model_.head_dim);
+    if (t >= 0) return t;
+  }
   const AttentionWork w = attention_work(seqs, q_heads, kv_heads, head_dim);
   const double peak = node_.gpu.flops(SimDType::BF16) * cal_.attn_compute_eff;
   const double bw = node_.gpu.hbm_bw * cal_.attn_mem_eff;

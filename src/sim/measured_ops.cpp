@@ -106,11 +106,71 @@ double MeasuredOps::scaled_gemm_s(double m, double k, double n) const {
   return best_s < 0 ? -1.0 : best_s * n / best_cols;
 }
 
+double MeasuredOps::attention_s(const std::vector<Work>& seqs, int q_heads, int kv_heads, int head_dim) const {
+  const auto it = attention.find({q_heads, kv_heads, head_dim});
+  if (it == attention.end()) return -1.0;
+  const Attention& a = it->second;
+  int decodes = 0;
+  for (const Work& w : seqs) decodes += w.new_tokens <= 1 ? 1 : 0;
+  // The two measured batches around the step's decode batch (or the nearest one).
+  const LogCurve *lo = nullptr, *hi = nullptr;
+  double f = 0;
+  if (decodes > 0) {
+    if (a.decode_per_seq.empty()) return -1.0;
+    auto up = a.decode_per_seq.lower_bound(decodes);
+    if (up == a.decode_per_seq.end()) {
+      lo = hi = &std::prev(up)->second;
+    } else if (up->first == decodes || up == a.decode_per_seq.begin()) {
+      lo = hi = &up->second;
+    } else {
+      const auto down = std::prev(up);
+      lo = &down->second, hi = &up->second;
+      f = (std::log(double(decodes)) - std::log(double(down->first))) /
+          (std::log(double(up->first)) - std::log(double(down->first)));
+    }
+  }
+  double total = 0;
+  for (const Work& w : seqs) {
+    if (w.new_tokens <= 1) {
+      const double x = std::max(1, w.context);
+      total += std::exp((1 - f) * std::log(lo->seconds(x)) + f * std::log(hi->seconds(x)));
+      continue;
+    }
+    if (a.prefill.empty()) return -1.0;
+    const double before = std::max(0, w.context - w.new_tokens);
+    // Linear in the earlier tokens between the two measured counts around `before` (the last
+    // two beyond them), never below the fewest's.
+    auto up = a.prefill.upper_bound(int(before));
+    if (up == a.prefill.end()) up = std::prev(up);
+    if (up == a.prefill.begin() && std::next(up) != a.prefill.end()) up = std::next(up);
+    if (up == a.prefill.begin()) {
+      total += up->second.seconds(w.new_tokens);
+      continue;
+    }
+    const auto down = std::prev(up);
+    const double t0 = down->second.seconds(w.new_tokens), t1 = up->second.seconds(w.new_tokens);
+    const double g = (before - down->first) / double(up->first - down->first);
+    total += std::max(a.prefill.begin()->second.seconds(w.new_tokens), t0 + g * (t1 - t0));
+  }
+  return total;
+}
+
 MeasuredOps measured_ops(const std::vector<const MeasurementFile*>& files) {
   std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> gemm, gate_up;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<std::pair<double, double>>> qkv;
   std::map<int, std::vector<std::pair<double, double>>> elem;
+  std::map<std::tuple<int, int, int>, std::map<int, std::vector<std::pair<double, double>>>> dec, pre;
   for (const MeasurementFile* f : files) {
+    if (f->kind == MeasurementFile::Attention) {
+      for (const OpSample& s : f->samples) {
+        const std::tuple<int, int, int> heads{s.q_heads, s.kv_heads, s.head_dim};
+        if (s.new_tokens <= 1)
+          dec[heads][s.batch].push_back({double(s.context), s.measured_s / std::max(1, s.batch)});
+        else if (s.batch == 1)
+          pre[heads][s.context - s.new_tokens].push_back({double(s.new_tokens), s.measured_s});
+      }
+      continue;
+    }
     if (f->kind != MeasurementFile::Mlp || f->kernels != StepKernels::LoomCpu) continue;
     for (const OpSample& s : f->samples) {
       switch (s.kind) {
@@ -132,6 +192,10 @@ MeasuredOps measured_ops(const std::vector<const MeasurementFile*>& files) {
   for (auto& [k, p] : gate_up) out.gate_up[k] = LogCurve::from_points(std::move(p));
   for (auto& [k, p] : qkv) out.qkv[k] = LogCurve::from_points(std::move(p));
   for (auto& [k, p] : elem) out.elementwise[k] = LogCurve::from_points(std::move(p));
+  for (auto& [heads, by_batch] : dec)
+    for (auto& [b, p] : by_batch) out.attention[heads].decode_per_seq[b] = LogCurve::from_points(std::move(p));
+  for (auto& [heads, by_before] : pre)
+    for (auto& [b, p] : by_before) out.attention[heads].prefill[b] = LogCurve::from_points(std::move(p));
   return out;
 }
 

@@ -43,8 +43,19 @@ struct MeasuredOps {
   std::map<std::pair<int64_t, int64_t>, LogCurve> gate_up;
   // Element-wise kernels by kind (Elementwise as int: Norm, Add, Act, Rope, Emb) over bytes.
   std::map<int, LogCurve> elementwise;
+  // One layer's paged attention (KV scatter + kernel, as engine/stage_attention.cpp runs it) of one
+  // rank's heads, from the attention files: decode as seconds per sequence over the context, one
+  // curve per measured batch size; prefill as seconds per chunk over the chunk's tokens, one curve
+  // per measured number of earlier tokens.
+  struct Attention {
+    std::map<int, LogCurve> decode_per_seq;  // batch -> over context (new token included)
+    std::map<int, LogCurve> prefill;         // earlier tokens -> over chunk tokens
+  };
+  std::map<std::tuple<int, int, int>, Attention> attention;  // (q heads, kv heads, head_dim)
 
-  bool empty() const { return gemm.empty() && qkv.empty() && gate_up.empty() && elementwise.empty(); }
+  bool empty() const {
+    return gemm.empty() && qkv.empty() && gate_up.empty() && elementwise.empty() && attention.empty();
+  }
   // Seconds, or a negative value when the shape (kind) was not measured.
   double gemm_s(double m, double k, double n) const;
   double qkv_s(double m, double d, double q_cols, double kv_cols) const;
@@ -55,6 +66,15 @@ struct MeasuredOps {
   // columns. ASSUMPTION: at equal m and k, a CPU matmul's time is proportional to its output
   // columns (it streams one weight row per output column; both terms of the roofline scale so).
   double scaled_gemm_s(double m, double k, double n) const;
+  // One layer's attention of a step's sequences (new tokens, context) on a rank of these heads:
+  // decode rows each at its context, at the step's decode batch (log-interpolated between the
+  // measured batches, clamped to their range); each prefill chunk at its size, linear in its
+  // earlier tokens between (and beyond, on the last two) the measured counts. Negative when the
+  // heads (or a phase the step has) were not measured.
+  struct Work {
+    int new_tokens = 1, context = 1;
+  };
+  double attention_s(const std::vector<Work>& seqs, int q_heads, int kv_heads, int head_dim) const;
 };
 
 // The operators of the mlp files (loom_cpu kernels) given, by shape and kind.
