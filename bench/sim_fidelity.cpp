@@ -17,10 +17,16 @@
 //             uniform 32..192 + 8..48 tokens at 12 requests/s); default both
 // The profile of the model's shapes is measured right before the rounds (so both sides see the
 // same load on a shared machine) into $LOOM_BENCH_DIR (default /tmp/loom-bench)/profile-<model>;
-// LOOM_BENCH_REUSE_PROFILE=1 reuses one that is there.
+// LOOM_BENCH_REUSE_PROFILE=1 reuses one that is there. The layer operators are timed in the
+// engine's order (loom profile --op-order engine); LOOM_BENCH_CLOCK=cpu times them with the rank
+// thread's CPU clock (loom profile --clock cpu: what they cost a core of their own, whatever the
+// machine's load while profiling; the engine's wall clock then adds the load of its own runs).
+// LOOM_OP_TIMING=1 (or cpu) adds, per plan, the engine's time by operator class beside the
+// simulator's priced parts (sim/validate_engine.h op_breakdown), for the first round.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -67,7 +73,9 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(profile);
     const std::string cmd = std::string(LOOM_BIN) + " profile -o " + profile + " --model " + model +
                             " --shapes '' --dtypes f32 --tokens 1,2,4,8,16,32,64,128,256 --tp 1,2 --ranks 2"
-                            " --concurrent 1,2 --reps 5";
+                            " --concurrent 1,2 --reps 5" +
+                            (std::getenv("LOOM_BENCH_CLOCK") ? std::string(" --clock ") + std::getenv("LOOM_BENCH_CLOCK")
+                                                             : std::string());
     std::printf("profiling this machine: %s\n", cmd.c_str());
     std::fflush(stdout);
     if (std::system(cmd.c_str()) != 0) {
@@ -125,6 +133,9 @@ int main(int argc, char** argv) {
       }
       const double med = percentile(abs_errors, 50), worst = *std::max_element(abs_errors.begin(), abs_errors.end());
       const bool goal_plan = in_goal(plans[p]);
+      for (const auto& m : runs[0][p].op_breakdown)
+        std::printf("%-26s   (%-16s engine %9.4f s, simulated %9.4f s)\n", plans[p].label().c_str(), m.name.c_str(),
+                    m.engine, m.simulated);
       std::printf("%-26s median |error| %.1f%%, max %.1f%%%s%s\n", plans[p].label().c_str(), med * 100, worst * 100,
                   goal_plan ? (med <= 0.10 && worst <= 0.25 ? "  [goal met]" : "  [goal missed]")
                   : plans[p].plan == "tp=1" ? "  (reference)"

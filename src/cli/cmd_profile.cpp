@@ -71,6 +71,8 @@ struct ProfileArgs {
   std::string comm = "local";
   int reps = 0;        // 0: 9 (quick: 5)
   std::string concurrent;  // ranks computing at once during the operator measurements
+  std::string op_order = "engine";  // engine | isolated (profile_mlp)
+  std::string clock = "wall";       // wall | cpu (operators)
   int budget_mib = 1024;   // weight copies of all concurrent ranks
   bool quick = false;
 };
@@ -103,6 +105,18 @@ std::vector<int> int_list(const std::string& flag, const std::string& s) {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// --clock cpu: the layer operators and attention timed with the rank thread's CPU clock (what the
+// operator costs a core of its own, whatever else the machine runs; a rank of one thread computes
+// on its own thread), for a profile on a shared machine. Collectives and the step overhead keep
+// the steady clock (a collective's time is mostly waiting).
+bool g_cpu_clock = false;
+double op_now_s() {
+  if (!g_cpu_clock) return now_s();
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 std::string ms(double s) {
@@ -195,9 +209,9 @@ class ConcurrentRanks {
     std::vector<double> t(static_cast<size_t>(reps));
     for (int i = 0; i < reps; ++i) {
       sync_.arrive_and_wait();
-      const double t0 = now_s();
+      const double t0 = op_now_s();
       fn();
-      t[size_t(i)] = (now_s() - t0) / per;
+      t[size_t(i)] = (op_now_s() - t0) / per;
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -208,6 +222,42 @@ class ConcurrentRanks {
     const double med = percentile(slowest_, 50);
     sync_.arrive_and_wait();
     if (rank == 0) slowest_.clear();
+    sync_.arrive_and_wait();
+    return med;
+  }
+
+  // Times several operators run in one pass (`fn(acc)` adds each operator's seconds of the pass
+  // into acc[op], which starts at zero), after one warm-up pass, `reps` times on every rank;
+  // returns per operator the median over reps of the slowest rank's time, divided by `per`.
+  // Every rank must call it.
+  std::vector<double> time_each(int rank, int reps, int per, int n_ops,
+                                const std::function<void(std::vector<double>&)>& fn) {
+    std::vector<double> acc(size_t(n_ops), 0.0);
+    sync_.arrive_and_wait();
+    fn(acc);
+    std::vector<std::vector<double>> t(static_cast<size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
+      sync_.arrive_and_wait();
+      acc.assign(size_t(n_ops), 0.0);
+      fn(acc);
+      t[size_t(i)] = acc;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (slowest_each_.size() < size_t(reps)) slowest_each_.assign(size_t(reps), std::vector<double>(size_t(n_ops), 0.0));
+      for (int i = 0; i < reps; ++i)
+        for (int o = 0; o < n_ops; ++o)
+          slowest_each_[size_t(i)][size_t(o)] = std::max(slowest_each_[size_t(i)][size_t(o)], t[size_t(i)][size_t(o)] / per);
+    }
+    sync_.arrive_and_wait();
+    std::vector<double> med(static_cast<size_t>(n_ops));
+    for (int o = 0; o < n_ops; ++o) {
+      std::vector<double> v;
+      for (int i = 0; i < reps; ++i) v.push_back(slowest_each_[size_t(i)][size_t(o)]);
+      med[size_t(o)] = percentile(v, 50);
+    }
+    sync_.arrive_and_wait();
+    if (rank == 0) slowest_each_.clear();
     sync_.arrive_and_wait();
     return med;
   }
@@ -233,6 +283,7 @@ class ConcurrentRanks {
   std::barrier<> sync_;
   std::mutex mu_;
   std::vector<double> slowest_;
+  std::vector<std::vector<double>> slowest_each_;
 };
 
 // ---- layer operators ----
@@ -257,6 +308,7 @@ int layer_copies(const ModelConfig& c, int64_t shard_bytes, int ranks, int64_t b
 struct ProfileSetup {
   std::vector<int> tokens, tps;
   int reps = 5, threads = 1;
+  bool isolated = false;  // --op-order isolated
   int64_t budget = int64_t(1) << 30;  // bytes of weight copies, all ranks together
   std::string dir;
 };
@@ -330,7 +382,19 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
             for (const LayerShard& L : layers) op(L);
           };
         };
+        // --op-order engine (the default): one timed pass runs the layer's operators in the
+        // engine's order over every layer copy (engine/rank_forward.cpp: norm, Wq/Wk/Wv, RoPE,
+        // W_O, add, norm, W_gate/W_up, SwiGLU, W_down, add), each operator's time its own, so that
+        // every matmul finds the caches as a step leaves them: the other operators' weights in
+        // between, the whole model streamed per step. --op-order isolated times each operator
+        // over the layer copies on its own (its matrices alone cycle through the caches: a
+        // working set of one operator, which the last-level cache may hold, unlike a step's).
+        std::vector<std::pair<const char*, std::function<void(const LayerShard&)>>> seq;
         auto put = [&](const char* name, const std::function<void(const LayerShard&)>& op) {
+          if (!ps.isolated && std::string(name) != "emb") {
+            seq.emplace_back(name, op);
+            return;
+          }
           const double sec = cr.time(rank, ps.reps, copies, each(op));
           if (rank == 0) rows[mi][name] = sec;
         };
@@ -368,6 +432,28 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
           const float* pp = proj.data();
           for (int64_t i = 0; i < m * d; ++i) xp[i] += pp[i] * 1e-3f;
         });
+        if (!seq.empty()) {
+          // The engine's order within a layer; the add after W_O and after W_down.
+          static const char* kOrder[] = {"input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "add",
+                                         "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add"};
+          std::vector<int> order;
+          for (const char* name : kOrder)
+            for (size_t o = 0; o < seq.size(); ++o)
+              if (std::string(seq[o].first) == name) order.push_back(int(o));
+          const int n_ops = int(seq.size());
+          std::vector<int> runs(size_t(n_ops), 0);  // calls of each operator per layer
+          for (int o : order) ++runs[size_t(o)];
+          const std::vector<double> sec = cr.time_each(rank, ps.reps, copies, n_ops, [&](std::vector<double>& acc) {
+            for (const LayerShard& L : layers)
+              for (int o : order) {
+                const double t0 = op_now_s();
+                seq[size_t(o)].second(L);
+                acc[size_t(o)] += op_now_s() - t0;
+              }
+          });
+          if (rank == 0)
+            for (int o = 0; o < n_ops; ++o) rows[mi][seq[size_t(o)].first] = sec[size_t(o)] / runs[size_t(o)];
+        }
       }
     });
     for (size_t mi = 0; mi < ps.tokens.size(); ++mi) {
@@ -760,6 +846,11 @@ void run_profile(const ProfileArgs& a) {
   ps.tps = tps;
   ps.reps = reps;
   ps.threads = a.threads;
+  if (a.op_order != "engine" && a.op_order != "isolated")
+    fail("--op-order must be engine or isolated, got '", a.op_order, "'");
+  ps.isolated = a.op_order == "isolated";
+  if (a.clock != "wall" && a.clock != "cpu") fail("--clock must be wall or cpu, got '", a.clock, "'");
+  g_cpu_clock = a.clock == "cpu";
   ps.budget = int64_t(a.budget_mib) << 20;
   ps.dir = a.out;
   const std::vector<int> concurrency = int_list("--concurrent", !a.concurrent.empty() ? a.concurrent : "1,2");
@@ -811,6 +902,8 @@ void run_profile(const ProfileArgs& a) {
                   {"dtypes", split_list(a.dtypes)},
                   {"reps", reps},
                   {"quick", a.quick},
+                  {"op_order", a.op_order},
+                  {"clock", a.clock},
                   {"seconds", now_s() - t_start}};
   std::ofstream f(a.out + "/hardware.json");
   f << j.dump(2) << "\n";
@@ -837,6 +930,14 @@ void register_profile(CLI::App& app) {
                   "local (everything), or mpi: under mpirun, the collectives over MPI only")
       ->capture_default_str();
   sub->add_option("--reps", a->reps, "Timed runs per point (median; default 9, quick 5)");
+  sub->add_option("--op-order", a->op_order,
+                  "Layer operators timed in the engine's order within each layer (engine), or each on its own "
+                  "over the layer copies (isolated: warmer caches than a step finds)")
+      ->capture_default_str();
+  sub->add_option("--clock", a->clock,
+                  "Clock of the operator timings: wall, or cpu (the rank thread's CPU time: what an operator "
+                  "costs a core of its own on a shared machine)")
+      ->capture_default_str();
   sub->add_option("--concurrent", a->concurrent,
                   "Ranks computing at once while operators are timed (the plans' rank counts; default 1,2)");
   sub->add_option("--budget-mib", a->budget_mib,

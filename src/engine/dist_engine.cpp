@@ -6,6 +6,7 @@
 
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/op_timing.h"
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
 #include "engine/sidp.h"
@@ -270,6 +271,7 @@ class Leader final : public DistEngine {
 void run_rank(const DistOptions& o, Communicator& world, const std::function<void(DistEngine&)>& driver,
               std::shared_ptr<KvTierArena> tier) {
   RankState st;
+  optime::set_rank(world.rank());
   set_up(o, world, st, std::move(tier));
   // SiDP under WaS: replicas step on their own over channels {0, j} (sidp_replicas.h).
   std::vector<std::unique_ptr<Communicator>> channels;

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "core/op_timing.h"
 
 namespace loom {
 
@@ -71,6 +72,7 @@ LoopStats EngineLoop::stats() const {
 }
 
 std::optional<EngineLoop::Pending> EngineLoop::begin_step() {
+  optime::Scope timed(optime::Op::Schedule);
   inject_due();
   Pending p;
   p.batch = sched_.schedule();
@@ -98,6 +100,7 @@ std::optional<EngineLoop::Pending> EngineLoop::begin_step() {
 }
 
 void EngineLoop::end_step(Pending& p, const StepResult* result, const std::string& error) {
+  optime::Scope timed(optime::Op::Schedule);
   StepMetrics& sm = p.metrics;
   sm.end_s = clock_.now();
   metrics_.on_step(sm);

@@ -5,11 +5,13 @@
 #include <exception>
 
 #include "core/error.h"
+#include "core/op_timing.h"
 #include "engine/step_codec.h"
 
 namespace loom {
 
 void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::vector<uint8_t>& inl) {
+  optime::Scope timed(optime::Op::Descriptor);
   constexpr size_t kHead = sizeof(uint64_t), kRoom = StepLeader::kInlineBytes - kHead;
   inl.resize(StepLeader::kInlineBytes);
   const bool root = group.rank() == 0;
@@ -58,6 +60,7 @@ StepResult PlanExecutor::execute(const StepBatch& batch) {
   std::vector<RequestId> released;
   released.swap(pending_release_);
   SwitchResult sw;
+  optime::Scope timed(optime::Op::Step);
   const int before = rank_.current();
   StepResult r = leader_.run(batch, released, [&] { return rank_.step(batch, released, &sw); });
   PlanStats& st = stats_[size_t(batch.plan_id)];

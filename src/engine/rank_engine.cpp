@@ -5,10 +5,12 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "comm/single.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/op_timing.h"
 #include "core/rng.h"
 #include "kernels/kernels.h"
 
@@ -343,6 +345,7 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
   const int my_replica = in.sampler_replica[size_t(me)];
   const int dp = plans_.plan(current_).dp;
   StepResult res;
+  std::optional<optime::Scope> sampling(std::in_place, optime::Op::Sampling);
   if (my_replica >= 0) {
     int row = 0;
     for (const ScheduledSeq& s : batch.seqs) {
@@ -359,6 +362,7 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
       ++row;
     }
   }
+  sampling.reset();
   if (after_step) after_step(*this, batch, released);
   // Tokens to world rank 0 when another rank samples (DP replicas, the last pipeline stage), and the
   // tier copies' completion while any is in flight (the same decision on every rank: tasks are
@@ -406,6 +410,7 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
   size_t total = 0;
   for (size_t b : bytes) total += b;
   std::vector<uint8_t> all_bytes(total);
+  optime::Scope gather_timed(optime::Op::Sampling);
   world_.all_gather_v_bytes(mine.data(), all_bytes.data(), bytes);
   StepResult all;
   int64_t out_all = INT64_MAX, in_all = INT64_MAX;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/op_timing.h"
 
 namespace loom {
 
@@ -117,6 +118,7 @@ int RankForward::forward_micro(const ForwardBatch& batch, std::vector<float>* lo
   float* x = x_.data();
   Communicator& pp = ctx_.groups->get("pp");
   if (first_stage_) {
+    optime::Scope timed(optime::Op::Elementwise);
     // Embedding of the rank's rows; padded rows (SP) are zeros and stay so through rmsnorm.
     std::memset(x, 0, size_t(m * d) * sizeof(float));
     for (int64_t g = rows.slice.real.begin; g < rows.slice.real.end; ++g) {
@@ -125,20 +127,29 @@ int RankForward::forward_micro(const ForwardBatch& batch, std::vector<float>* lo
       dequantize_row(model.tok_embd.dtype, model.tok_embd.row(tok), x + (g - rows.slice.padded.begin) * d, d);
     }
   } else {
+    optime::Scope timed(optime::Op::Collective);
     pp.recv(L.pp - 1, kTagActivations, x, size_t(m * d) * sizeof(float));
   }
 
   for (int64_t l = L.layers.begin; l < L.layers.end; ++l) {
     const LayerWeights& LW = model.layers[size_t(l)];
-    kernels::rmsnorm(xn_.data(), x, LW.attn_norm.f32(), m, d, c.rms_eps);
+    {
+      optime::Scope timed(optime::Op::Elementwise);
+      kernels::rmsnorm(xn_.data(), x, LW.attn_norm.f32(), m, d, c.rms_eps);
+    }
     attn_->forward(int(l), rows, xn_.data(), proj_.data());
-    for (int64_t i = 0; i < m * d; ++i) x[i] += proj_[size_t(i)];
-    kernels::rmsnorm(xn_.data(), x, LW.ffn_norm.f32(), m, d, c.rms_eps);
+    {
+      optime::Scope timed(optime::Op::Elementwise);
+      for (int64_t i = 0; i < m * d; ++i) x[i] += proj_[size_t(i)];
+      kernels::rmsnorm(xn_.data(), x, LW.ffn_norm.f32(), m, d, c.rms_eps);
+    }
     ffn_->forward(int(l), m, xn_.data(), proj_.data());
+    optime::Scope timed(optime::Op::Elementwise);
     for (int64_t i = 0; i < m * d; ++i) x[i] += proj_[size_t(i)];
   }
 
   if (!last_stage_) {
+    optime::Scope timed(optime::Op::Collective);
     pp.send(L.pp + 1, kTagActivations, x, size_t(m * d) * sizeof(float));
     return 0;
   }
@@ -163,11 +174,16 @@ int RankForward::forward_micro(const ForwardBatch& batch, std::vector<float>* lo
   float* out_rows = xn_.data();
   if (s > 1) {
     gathered_.resize(size_t(n_out * d));
+    optime::Scope timed(optime::Op::Collective);
     ctx_.groups->get("sp").all_gather_v(xn_.data(), gathered_.data(), counts);
     out_rows = gathered_.data();
   }
   if (!sampler_ || !logits) return 0;
-  kernels::rmsnorm(out_rows, out_rows, model.out_norm.f32(), n_out, d, c.rms_eps);
+  {
+    optime::Scope timed(optime::Op::Elementwise);
+    kernels::rmsnorm(out_rows, out_rows, model.out_norm.f32(), n_out, d, c.rms_eps);
+  }
+  optime::Scope timed(optime::Op::Matmul);
   const size_t before = logits->size();  // logits of earlier micro-batches stay in front
   logits->resize(before + size_t(n_out) * size_t(c.vocab_size));
   kernels::matmul(out_rows, n_out, d, output_, logits->data() + before, c.vocab_size, ctx_.pool, false, ctx_.numerics);

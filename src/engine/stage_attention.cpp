@@ -3,8 +3,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
+#include "core/op_timing.h"
 #include "engine/stage.h"
 
 namespace loom {
@@ -57,6 +59,7 @@ kernels::RopeParams rope_params(const ModelConfig& c) {
 void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std::vector<int>& q_heads,
                          const std::vector<int>& kv_heads, int group_size, const float* q, int64_t ldq,
                          const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo, ThreadPool* pool) {
+  optime::Scope timed(optime::Op::Attention);
   const int64_t dh = kv.head_dim(), B = kv.block_size();
   const float scale = 1.0f / std::sqrt(float(dh));
   // Scatter the new K/V rows into their pages: [block_size][head_dim] per (layer, kv head, block).
@@ -131,9 +134,13 @@ void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t
                  const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool,
                  kernels::Numerics numerics) {
   const int64_t q_dim = hq * dh, kv_dim = hk * dh;
-  kernels::matmul(xn, m, d, W.wq, q, q_dim, pool, false, numerics);
-  kernels::matmul(xn, m, d, W.wk, k, kv_dim, pool, false, numerics);
-  kernels::matmul(xn, m, d, W.wv, v, kv_dim, pool, false, numerics);
+  {
+    optime::Scope timed(optime::Op::Matmul);
+    kernels::matmul(xn, m, d, W.wq, q, q_dim, pool, false, numerics);
+    kernels::matmul(xn, m, d, W.wk, k, kv_dim, pool, false, numerics);
+    kernels::matmul(xn, m, d, W.wv, v, kv_dim, pool, false, numerics);
+  }
+  optime::Scope timed(optime::Op::Elementwise);
   if (W.bq) {
     kernels::add_bias(q, m, q_dim, W.bq, q_dim);
     kernels::add_bias(k, m, kv_dim, W.bk, kv_dim);
@@ -158,6 +165,7 @@ kernels::KvView page_view(const KvStore& kv, const int32_t* pages) {
 namespace {
 
 void all_reduce(Communicator& g, float* data, int64_t n) {
+  optime::Scope timed(optime::Op::Collective);
   if (g.size() > 1) g.all_reduce_sum(data, size_t(n));
 }
 
@@ -185,7 +193,10 @@ class HeadParallelAttention final : public AttentionStage {
     project_qkv(W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool, c_.numerics);
     store_kv_and_attend(rows, layer, *c_.kv, c_.layout.q_heads, c_.layout.kv_heads, cfg.group_size(), q_.data(),
                         q_dim, k_.data(), v_.data(), kv_dim, att_.data(), q_dim, pool);
-    kernels::matmul(att_.data(), n, q_dim, W.wo, out, d, pool, false, c_.numerics);
+    {
+      optime::Scope timed(optime::Op::Matmul);
+      kernels::matmul(att_.data(), n, q_dim, W.wo, out, d, pool, false, c_.numerics);
+    }
     all_reduce(reduce_, out, n * d);
   }
 
@@ -252,6 +263,7 @@ class UlyssesAttention final : public AttentionStage {
     // [j*hqa, (j+1)*hqa)), then k and v of its KV heads (GQA replication in the send buffer,
     // Shift 3.2.1).  // send [s][m][row]
     const size_t chunk = size_t(m * row);
+    std::optional<optime::Scope> pack(std::in_place, optime::Op::Elementwise);
     for (int64_t j = 0; j < s; ++j) {
       const int64_t kv_local = peer_kv_local_[size_t(j)];
       float* dst = send_.data() + j * int64_t(chunk);
@@ -261,7 +273,12 @@ class UlyssesAttention final : public AttentionStage {
         std::memcpy(dst + qa_dim + ka_dim, v_.data() + t * kv_dim + kv_local * dh, size_t(ka_dim) * sizeof(float));
       }
     }
-    sp_.all_to_all(send_.data(), recv_.data(), chunk);
+    pack.reset();
+    {
+      optime::Scope timed(optime::Op::Collective);
+      sp_.all_to_all(send_.data(), recv_.data(), chunk);
+    }
+    pack.emplace(optime::Op::Elementwise);
     // Chunk i came from SP rank i: padded tokens [i*m, (i+1)*m).  // [n', ...]
     for (int64_t i = 0; i < s; ++i) {
       const float* src = recv_.data() + i * int64_t(chunk);
@@ -272,19 +289,28 @@ class UlyssesAttention final : public AttentionStage {
         std::memcpy(va_.data() + g * ka_dim, src + qa_dim + ka_dim, size_t(ka_dim) * sizeof(float));
       }
     }
+    pack.reset();
     // Line 5: the n real tokens' K/V into the cache (the same heads TP(P) in the shift order stores
     // on this rank, Shift 3.3.1), causal attention per sequence.
     store_kv_and_attend(rows, layer, *c_.kv, L.q_heads, L.kv_heads, cfg.group_size(), qa_.data(), qa_dim,
                         ka_.data(), va_.data(), ka_dim, att_.data(), qa_dim, pool);
     std::memset(att_.data() + n * qa_dim, 0, size_t((n_pad - n) * qa_dim) * sizeof(float));
     // Line 6: back to the token split; from SP rank i come TP-local heads [i*hqa, (i+1)*hqa).
-    sp_.all_to_all(att_.data(), recv_.data(), size_t(m * qa_dim));
+    {
+      optime::Scope timed(optime::Op::Collective);
+      sp_.all_to_all(att_.data(), recv_.data(), size_t(m * qa_dim));
+    }
+    pack.emplace(optime::Op::Elementwise);
     for (int64_t t = 0; t < m; ++t)
       for (int64_t i = 0; i < s; ++i)
         std::memcpy(att_slice_.data() + t * q_dim + i * qa_dim, recv_.data() + (i * m + t) * qa_dim,
                     size_t(qa_dim) * sizeof(float));
+    pack.reset();
     // Lines 7-8: Wo (TP column shard), all-reduce over TP.
-    kernels::matmul(att_slice_.data(), m, q_dim, W.wo, out, d, pool, false, c_.numerics);
+    {
+      optime::Scope timed(optime::Op::Matmul);
+      kernels::matmul(att_slice_.data(), m, q_dim, W.wo, out, d, pool, false, c_.numerics);
+    }
     all_reduce(reduce_, out, m * d);
   }
 

@@ -1,6 +1,7 @@
 // FFN stages (stage.h): tensor-parallel SwiGLU (Megatron column then row split; a group of one is
 // the local FFN), and the factory.
 #include "core/error.h"
+#include "core/op_timing.h"
 #include "engine/stage.h"
 #include "engine/stage_ffn_owner.h"
 
@@ -25,10 +26,20 @@ class TensorParallelFfn final : public FfnStage {
       rows_ = m;
     }
     ThreadPool* pool = c_.pool;
-    kernels::matmul(xn, m, d, W.w_gate, gate_.data(), f, pool, false, c_.numerics);
-    kernels::matmul(xn, m, d, W.w_up, up_.data(), f, pool, false, c_.numerics);
-    kernels::swiglu(gate_.data(), gate_.data(), up_.data(), m * f);
-    kernels::matmul(gate_.data(), m, f, W.w_down, out, d, pool, false, c_.numerics);
+    {
+      optime::Scope timed(optime::Op::Matmul);
+      kernels::matmul(xn, m, d, W.w_gate, gate_.data(), f, pool, false, c_.numerics);
+      kernels::matmul(xn, m, d, W.w_up, up_.data(), f, pool, false, c_.numerics);
+    }
+    {
+      optime::Scope timed(optime::Op::Elementwise);
+      kernels::swiglu(gate_.data(), gate_.data(), up_.data(), m * f);
+    }
+    {
+      optime::Scope timed(optime::Op::Matmul);
+      kernels::matmul(gate_.data(), m, f, W.w_down, out, d, pool, false, c_.numerics);
+    }
+    optime::Scope timed(optime::Op::Collective);
     if (reduce_.size() > 1) reduce_.all_reduce_sum(out, size_t(m * d));
   }
 

@@ -8,6 +8,7 @@
 #include "parallel/plan_set.h"
 #include "parallel/sharding.h"
 #include "sim/helix.h"
+#include "sim/measured_ops.h"
 #include "sim/sidp_cost.h"
 
 namespace loom::sim {
@@ -69,6 +70,8 @@ double CostModel::qkv_proj_s(double m, double d, double q_cols, double kv_cols, 
   const SimDType dt = opt_.weight_dtype;
   const double wb = weight_bytes(), ab = opt_.act_bytes;
   if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, q_cols + 2 * kv_cols, dt, wb, ab, ws);
+  if (cal_.measured && m > 0)
+    if (const double t = cal_.measured->qkv_s(m, d, q_cols, kv_cols); t >= 0) return t;
   // Measured as the three calls together: the working set is all three matrices.
   if (ws <= 0) ws = d * (q_cols + 2 * kv_cols) * wb;
   return gemm_s(m, d, q_cols, dt, wb, ab, ws) + 2 * gemm_s(m, d, kv_cols, dt, wb, ab, ws);
@@ -78,6 +81,8 @@ double CostModel::gate_up_s(double m, double d, double ffn, double ws) const {
   const SimDType dt = opt_.weight_dtype;
   const double wb = weight_bytes(), ab = opt_.act_bytes;
   if (opt_.kernels == StepKernels::FusedGpu) return gemm_s(m, d, 2 * ffn, dt, wb, ab, ws);
+  if (cal_.measured && m > 0)
+    if (const double t = cal_.measured->gate_up_s(m, d, ffn); t >= 0) return t;
   if (ws <= 0) ws = 2 * d * ffn * wb;
   return 2 * gemm_s(m, d, ffn, dt, wb, ab, ws);
 }
@@ -85,6 +90,8 @@ double CostModel::gate_up_s(double m, double d, double ffn, double ws) const {
 double CostModel::gemm_s(double m, double k, double n, SimDType compute, double weight_bytes, double act_bytes,
                          double working_set) const {
   if (m <= 0 || k <= 0 || n <= 0) return 0.0;
+  if (cal_.measured && opt_.kernels == StepKernels::LoomCpu)
+    if (const double t = cal_.measured->gemm_s(m, k, n); t >= 0) return t;
   const auto& g = cal_.gemm;
   double eff = g.eff_max * m / (m + g.m_half);
   if (compute != SimDType::BF16) eff *= cal_.low_precision_gemm_factor;
@@ -101,6 +108,8 @@ double CostModel::gemm_s(double m, double k, double n, SimDType compute, double 
 }
 
 double CostModel::elementwise_s(Elementwise kind, double bytes) const {
+  if (cal_.measured && opt_.kernels == StepKernels::LoomCpu && bytes > 0)
+    if (const double t = cal_.measured->elementwise_s(int(kind), bytes); t >= 0) return t;
   const ElementwiseCalibration* c = &cal_.norm;
   switch (kind) {
     case Elementwise::Norm: c = &cal_.norm; break;
@@ -196,6 +205,13 @@ CostModel::AttentionWork CostModel::attention_work(const std::vector<SeqWork>& s
 }
 
 double CostModel::attention_s(const std::vector<SeqWork>& seqs, int q_heads, int kv_heads, int head_dim) const {
+  if (cal_.measured && opt_.kernels == StepKernels::LoomCpu && !seqs.empty()) {
+    std::vector<MeasuredOps::Work> w;
+    w.reserve(seqs.size());
+    for (const SeqWork& s : seqs) w.push_back({s.new_tokens, s.context_len});
+    const double t = cal_.measured->attention_s(w, q_heads, kv_heads, head_dim > 0 ? head_dim : model_.head_dim);
+    if (t >= 0) return t;
+  }
   const AttentionWork w = attention_work(seqs, q_heads, kv_heads, head_dim);
   const double peak = node_.gpu.flops(SimDType::BF16) * cal_.attn_compute_eff;
   const double bw = node_.gpu.hbm_bw * cal_.attn_mem_eff;
@@ -681,8 +697,13 @@ StepCost CostModel::price_step(const PricedPlan& pl, const std::vector<SeqWork>&
   double ends = elementwise_s(Elementwise::Emb, m * d * ab * 2) +
                 (norm_rows > 0 ? elementwise_s(Elementwise::Norm, norm_rows * d * ab * 2) : 0.0);
   double ends_gemm = 0.0;
-  if (sampled > 0)
+  if (sampled > 0) {
     ends_gemm = cpu ? gemm_s(sampled, d, V, dt, wb, ab, ws) : gemm_s(sampled_rank, d, V / t, dt, wb, ab, ws);
+    // The classifier's shape is not among the measured operators: scaled from the measured
+    // GEMMs of the same d (MeasuredOps::scaled_gemm_s).
+    if (cpu && cal_.measured && cal_.measured->gemm_s(sampled, d, V) < 0)
+      if (const double c = cal_.measured->scaled_gemm_s(sampled, d, V); c >= 0) ends_gemm = c;
+  }
   double ends_comm = s > 1 && sampled > 0 ? collective_s(Collective::AllGather, sampled * d * ab, s, s) : 0.0;
 
   // Pipeline. Fill and drain: mb micro-batches through p stages within the step, mb + p - 1

@@ -15,12 +15,15 @@
 // find_gpu and parse_node take such a path wherever they take a catalog name.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace loom::sim {
+
+struct MeasuredOps;  // sim/measured_ops.h
 
 // Weight / compute precision of a simulated deployment.
 enum class SimDType { BF16, FP8, FP4 };
@@ -161,6 +164,10 @@ struct Calibration {
   // FP8/FP4 GEMMs reach a lower fraction of their (doubled) peak than BF16 ones; multiplies
   // eff_max for those precisions.
   double low_precision_gemm_factor = 0.85;
+  // The profiled machine's operator times as measured (sim/measured_ops.h; set by
+  // profile_calibration): where a step runs a measured shape, the cost model of loom's CPU
+  // engine (StepKernels::LoomCpu) prices it from these instead of the efficiencies above.
+  std::shared_ptr<const MeasuredOps> measured;
 };
 
 // The calibration the cost model uses for `gpu` (the A100 fit, carried as efficiencies).

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "sim/measured_ops.h"
 
 namespace loom::sim {
 
@@ -122,6 +123,8 @@ Calibration profile_calibration(const MachineProfile& profile, DType weight_dtyp
   // swamp a CPU step).
   start.step_overhead_s = 0;
   Calibration cal = fit_calibration(use, profile.hardware, start);
+  auto measured = std::make_shared<MeasuredOps>(measured_ops(use));
+  if (!measured->empty()) cal.measured = std::move(measured);
   cal.fitted_on = cat("loom profile ", profile.dir, " (", dt, " weights, ", concurrency, " concurrent rank(s), ",
                       backend, " collectives, ", profile.threads_per_rank, " thread(s) per rank)");
   return cal;

@@ -45,7 +45,8 @@ MachineProfile read_profile(const std::string& dir);
 // `model` with weights of `weight_dtype` on `ranks` ranks of the profiled machine talking over
 // `backend` ("local" or "mpi"): a calibration fitted on the profile's mlp files of that dtype,
 // its attention, step-overhead and `backend` collective files, plus that backend's measured
-// collective curves. Throws loom::Error naming the dtypes / backends the profile has when the
+// collective curves; the operators of the measured shapes (the model's own, if it was profiled)
+// are priced as measured (Calibration::measured, sim/measured_ops.h), the fit prices the rest. Throws loom::Error naming the dtypes / backends the profile has when the
 // asked one is missing.
 // `concurrent_ranks`: ranks computing at once on the machine (all replicas of a DP plan); 0: ranks.
 CostModel profile_cost_model(const MachineProfile& profile, const ModelConfig& model, DType weight_dtype, int ranks,

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/op_timing.h"
 #include "core/rng.h"
 #include "engine/dist_engine.h"
 #include "engine/policy.h"
@@ -265,6 +266,7 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     v.cpu_kv_bytes = cpu_kv;
 
     // The engine.
+    if (optime::enabled()) optime::reset();
     const auto t0 = std::chrono::steady_clock::now();
     EngineRun er = run_on_engine(model, o, p, profile.threads_per_rank, std::max<int64_t>(threshold, 0),
                                  sidp_threshold, cpu_kv, engine_requests(o.trace, o.seed, mc.vocab_size));
@@ -272,6 +274,11 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     v.backend = er.backend;
     v.threads_per_rank = er.threads_per_rank;
     v.num_kv_blocks = er.num_kv_blocks;
+    optime::Totals rank0;
+    if (optime::enabled())
+      for (const optime::Totals& t : optime::snapshot())
+        if (t.rank == 0) rank0 = t;
+    StepCost priced;
 
     // The simulator with the engine's limits and cache size.
     SimConfig sc;
@@ -287,6 +294,10 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     sc.block_size = o.block_size;
     sc.max_model_len = max_len;
     sc.num_blocks = er.num_kv_blocks / plan.dp;  // the engine's blocks under the plan, all replicas
+    sc.on_step = [&priced](const PricedPlan&, const std::vector<std::vector<SeqWork>>&, const StepCost& c) {
+      priced.gemm_s += c.gemm_s, priced.attention_s += c.attention_s, priced.elementwise_s += c.elementwise_s;
+      priced.comm_s += c.comm_s, priced.overhead_s += c.overhead_s, priced.total_s += c.total_s;
+    };
     const auto t1 = std::chrono::steady_clock::now();
     const SimResult sr = Simulator(cm, sc).run(o.trace);
     v.sim_wall_s = seconds_since(t1);
@@ -295,6 +306,23 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     v.simulated_summary = sr.summary;
     v.metrics = compare(v.engine_summary, v.simulated_summary);
     v.diagnostics = step_diagnostics(er.metrics, sr.metrics);
+    if (optime::enabled()) {
+      using optime::Op;
+      auto s = [&](Op op) { return rank0.seconds[size_t(op)]; };
+      double steps_e = 0, steps_s = 0;
+      for (const StepMetrics& st : er.metrics.steps()) steps_e += st.end_s - st.start_s;
+      for (const StepMetrics& st : sr.metrics.steps()) steps_s += st.end_s - st.start_s;
+      v.op_breakdown = {{"matmul_s", s(Op::Matmul), priced.gemm_s},
+                        {"attention_s", s(Op::Attention), priced.attention_s},
+                        {"elementwise_s", s(Op::Elementwise), priced.elementwise_s},
+                        {"comm_s", s(Op::Collective) + s(Op::Descriptor), priced.comm_s},
+                        {"overhead_s", s(Op::Schedule) + s(Op::Sampling) + s(Op::Step), priced.overhead_s},
+                        {"sum_of_steps_s", steps_e, steps_s},
+                        {"(schedule_s)", s(Op::Schedule), std::nan("")},
+                        {"(sampling_s)", s(Op::Sampling), std::nan("")},
+                        {"(step_other_s)", s(Op::Step), std::nan("")},
+                        {"(descriptor_s)", s(Op::Descriptor), std::nan("")}};
+    }
     v.engine_plan_steps = steps_per_plan(er.metrics);
     v.simulated_plan_steps = steps_per_plan(sr.metrics);
     check_requests(er.metrics, sr.metrics, v);
@@ -322,6 +350,11 @@ nlohmann::json to_json(const PlanValidation& v) {
   };
   nlohmann::json diag = nlohmann::json::array();
   for (const auto& x : v.diagnostics) diag.push_back({{"metric", x.name}, {"engine", x.engine}, {"simulated", x.simulated}});
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& x : v.op_breakdown)
+    ops.push_back({{"metric", x.name},
+                   {"engine", x.engine},
+                   {"simulated", std::isnan(x.simulated) ? nlohmann::json(nullptr) : nlohmann::json(x.simulated)}});
   nlohmann::json j = {{"plan", v.plan.plan},
                       {"plans", v.plan.plans()},
                       {"diagnostics", diag},
@@ -341,6 +374,7 @@ nlohmann::json to_json(const PlanValidation& v) {
                       {"simulated_steps_per_plan", steps(v.simulated_plan_steps)},
                       {"engine_wall_s", v.engine_wall_s},
                       {"sim_wall_s", v.sim_wall_s}};
+  if (!ops.empty()) j["op_breakdown"] = ops;
   if (v.shift_threshold >= 0) j["shift_threshold"] = v.shift_threshold;
   if (v.sidp_threshold >= 0) j["sidp_threshold"] = v.sidp_threshold;
   if (v.cpu_kv_bytes > 0) j["cpu_kv_bytes"] = v.cpu_kv_bytes;
@@ -371,6 +405,12 @@ std::string to_text(const std::vector<PlanValidation>& all) {
     os << b;
     for (const auto& m : v.diagnostics) {
       std::snprintf(b, sizeof b, "  (%-16s %14.3f %14.3f %8.1f%%)\n", m.name.c_str(), m.engine, m.simulated,
+                    m.error() * 100);
+      os << b;
+    }
+    if (!v.op_breakdown.empty()) os << "  by operator class (LOOM_OP_TIMING; world rank 0, seconds over the run):\n";
+    for (const auto& m : v.op_breakdown) {
+      std::snprintf(b, sizeof b, "    %-18s %12.4f %12.4f %8.1f%%\n", m.name.c_str(), m.engine, m.simulated,
                     m.error() * 100);
       os << b;
     }

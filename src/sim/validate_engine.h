@@ -74,6 +74,12 @@ struct PlanValidation {
   // Where an error comes from (not in the medians above): median step duration of decode-only
   // steps and of steps with prefill tokens, and the time between steps (scheduling, idle).
   std::vector<MetricComparison> diagnostics;
+  // With LOOM_OP_TIMING=1 (core/op_timing.h): seconds over the whole run by operator class, world
+  // rank 0's engine time (exclusive; collectives include waiting for the slower ranks) against
+  // the simulator's priced StepCost parts: matmul / gemm, attention, elementwise, comm (engine:
+  // collectives + the step descriptor), overhead (engine: scheduling, sampling and the token
+  // gather, and the rest of the executor's step), and the sum of step durations. Empty when off.
+  std::vector<MetricComparison> op_breakdown;
   // The requests both sides completed: same ids, prompt lengths and output lengths.
   int64_t num_requests = 0;
   bool same_requests = false;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -343,6 +344,57 @@ TEST(SimValidateEngine, CommandLine) {
                               &out),
             0);
   EXPECT_NE(out.find("hardware.json"), std::string::npos) << out;
+}
+
+// LOOM_OP_TIMING: validate-engine sets the engine's time by operator class beside the simulator's
+// priced parts; the classes timed inside the steps fit in the steps' wall time; off, nothing.
+TEST(SimValidateEngine, OperatorBreakdown) {
+  const Fixture f = make_fixture();
+  std::string out;
+  const std::string args = " sim validate-engine --model " + f.model + " --profile " + f.profile +
+                           " --synthetic batch --num-requests 4 --prompt-len 24 --output-len 6"
+                           " --max-num-seqs 4 --max-tokens-per-step 32 --kv-cache-bytes 4000000 --plan tp=2 --json";
+  ASSERT_EQ(test::run_command("LOOM_OP_TIMING=1 " + test::loom_bin() + args + " 2>/dev/null", &out), 0) << out;
+  const nlohmann::json p = nlohmann::json::parse(out)["plans"][0];
+  ASSERT_TRUE(p.contains("op_breakdown")) << out;
+  std::map<std::string, std::pair<double, double>> ops;
+  for (const auto& m : p["op_breakdown"])
+    ops[m["metric"]] = {m["engine"].get<double>(), m["simulated"].is_number() ? m["simulated"].get<double>() : -1};
+  for (const char* k : {"matmul_s", "attention_s", "elementwise_s", "comm_s", "overhead_s", "sum_of_steps_s"}) {
+    ASSERT_TRUE(ops.count(k)) << k << " " << out;
+    EXPECT_GT(ops[k].first, 0) << k;   // tp=2: every class ran, the all-reduces included
+    EXPECT_GT(ops[k].second, 0) << k;  // and was priced
+  }
+  // Matmuls, attention and element-wise ops run inside the steps on rank 0 (comm_s also holds the
+  // stop command's broadcast after the last step).
+  const double inside = ops["matmul_s"].first + ops["attention_s"].first + ops["elementwise_s"].first;
+  EXPECT_LE(inside, ops["sum_of_steps_s"].first * 1.001) << out;
+  ASSERT_EQ(test::run_command(test::loom_bin() + args + " 2>/dev/null", &out), 0) << out;
+  EXPECT_FALSE(nlohmann::json::parse(out)["plans"][0].contains("op_breakdown")) << out;
+}
+
+// loom profile --clock and --op-order: recorded in the hardware entry, bad values named.
+TEST(SimProfile, ClockAndOperatorOrder) {
+  const Fixture f = make_fixture();
+  std::ifstream in(f.profile + "/hardware.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["profile"]["clock"], "wall");
+  EXPECT_EQ(j["profile"]["op_order"], "engine");
+  std::string out;
+  const std::string cmd = test::loom_bin() + " profile --quick -o " + f.dir + "/p2 --model " + f.model +
+                          " --shapes '' --dtypes f32 --tokens 1,4 --tp 1 --ranks 2 --concurrent 1 --reps 3"
+                          " --budget-mib 16 --clock cpu --op-order isolated 2>&1";
+  ASSERT_EQ(test::run_command(cmd, &out), 0) << out;
+  std::ifstream in2(f.dir + "/p2/hardware.json");
+  const nlohmann::json j2 = nlohmann::json::parse(in2);
+  EXPECT_EQ(j2["profile"]["clock"], "cpu");
+  EXPECT_EQ(j2["profile"]["op_order"], "isolated");
+  const MachineProfile prof = read_profile(f.dir + "/p2");
+  EXPECT_FALSE(prof.files.empty());
+  EXPECT_NE(test::run_command(test::loom_bin() + " profile -o " + f.dir + "/p3 --clock gpu 2>&1", &out), 0);
+  EXPECT_NE(out.find("--clock must be wall or cpu"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(test::loom_bin() + " profile -o " + f.dir + "/p3 --op-order random 2>&1", &out), 0);
+  EXPECT_NE(out.find("--op-order must be engine or isolated"), std::string::npos) << out;
 }
 
 }  // namespace
