@@ -4,6 +4,11 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# Ninja where installed: the Makefile generator compiles no file of a layer before the library
+# of the layer below is archived, so on 2 cores one long file (or link) leaves the other core
+# idle; Ninja only orders the links. A build folder keeps the generator it was made with.
+GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),Ninja)
+generator_for = $(if $(GENERATOR),$(if $(wildcard $(1)/CMakeCache.txt),,-G '$(GENERATOR)'))
 
 .PHONY: run test test-release test-sanitize build deps bench clean
 
@@ -11,7 +16,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) $(call generator_for,$(BUILD)) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: build
@@ -38,7 +43,7 @@ RELEASE_ONLY_TARGETS ?= test_sim
 
 test: deps
 	@echo "make test: Release build ($(BUILD)): the tests of RELEASE_ONLY (Makefile); then ASan + UBSan build ($(BUILD)-asan): every other test"
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) $(call generator_for,$(BUILD)) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target $(RELEASE_ONLY_TARGETS)
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900 --no-tests=error -R '$(RELEASE_ONLY)'
 	@$(MAKE) --no-print-directory test-sanitize
@@ -69,7 +74,7 @@ endif
 test-sanitize: deps
 	@$(if $(sanitize_compilers),echo "make test-sanitize: compiler $(SANITIZE_CXX)",\
 	  echo "make test-sanitize: clang++ not found: building with the default compiler (g++), about 1.6x the CPU time (apt-get install clang)")
-	@cmake -S . -B $(BUILD)-asan $(sanitize_compilers) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_BENCH=OFF -DLOOM_FUZZ=ON -DLOOM_PCH=$(SANITIZE_PCH) $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD)-asan $(call generator_for,$(BUILD)-asan) $(sanitize_compilers) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_BENCH=OFF -DLOOM_FUZZ=ON -DLOOM_PCH=$(SANITIZE_PCH) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS) --target $(SANITIZE_TARGETS)
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS) --timeout 900 --no-tests=error -L '$(SANITIZE_LABELS)' \
 	  $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
