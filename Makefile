@@ -25,7 +25,8 @@ run: build
 # `make test` runs every test once, each in one of two builds:
 #   1. Release ($(BUILD)): only the tests of RELEASE_ONLY below (only test_sim is built for them);
 #   2. ASan + UBSan ($(BUILD)-asan, `make test-sanitize`): every other test of every area, MPI
-#      runs, servers, the CLI and the fuzz harnesses' corpora included.
+#      runs, servers, the CLI and the fuzz harnesses' corpora included; the benchmarks are
+#      compiled there (at -O0, never run) so CI still catches one that stops compiling.
 # Nothing runs twice; CI (`.ci/run`) is `make test` (times: tests/sanitize/README.md).
 # `make test-release` runs the whole suite in the Release build instead (no sanitizers): quicker
 # on a developer machine, and what `make test` was before issue 19.
@@ -74,7 +75,7 @@ endif
 test-sanitize: deps
 	@$(if $(sanitize_compilers),echo "make test-sanitize: compiler $(SANITIZE_CXX)",\
 	  echo "make test-sanitize: clang++ not found: building with the default compiler (g++), about 1.6x the CPU time (apt-get install clang)")
-	@cmake -S . -B $(BUILD)-asan $(call generator_for,$(BUILD)-asan) $(sanitize_compilers) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_BENCH=OFF -DLOOM_FUZZ=ON -DLOOM_PCH=$(SANITIZE_PCH) $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD)-asan $(call generator_for,$(BUILD)-asan) $(sanitize_compilers) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_BENCH=ON -DLOOM_FUZZ=ON -DLOOM_PCH=$(SANITIZE_PCH) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS) --target $(SANITIZE_TARGETS)
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS) --timeout 900 --no-tests=error -L '$(SANITIZE_LABELS)' \
 	  $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
