@@ -14,7 +14,7 @@ packages=(
 )
 # Tools that may already come from elsewhere than Debian (a newer npm, say): install the
 # Debian package only when the command itself is missing.
-declare -A by_command=([node]=nodejs [npm]=npm [mpirun]=openmpi-bin)
+declare -A by_command=([node]=nodejs [npm]=npm [mpirun]=openmpi-bin [ninja]=ninja-build)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -931,7 +931,8 @@ class Control final : public PoolEngine, public LiveLoop {
     PendingChange change;
     change.plan = *next;
     change.t_start = now;
-    for (const auto& [a, b] : ranges) {
+    for (const auto& range : ranges) {
+      const int a = range.first, b = range.second;  // not a structured binding: clang 14 cannot capture those
       auto inside = [&](const std::vector<InstanceSpec>& v) {
         std::vector<std::string> s;
         for (const InstanceSpec& x : v)

@@ -577,7 +577,8 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
     }
     double lat_us = c->latency_s * 1e6;
     // Above 1: activations served from cache (a CPU's small tensors).
-    coordinate_search({&c->bw_eff, &lat_us}, {{0.01, 20.0}, {0, 20}}, [&] {
+    // Init-capture: clang 14 cannot capture a structured binding (`samples`) by name.
+    coordinate_search({&c->bw_eff, &lat_us}, {{0.01, 20.0}, {0, 20}}, [&, &samples = samples] {
       c->latency_s = lat_us * 1e-6;
       return median_error(samples, gpu, cal);
     });
@@ -641,7 +642,7 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
     std::vector<double*> params = {&c->bw_eff, &lat_us};
     std::vector<std::pair<double, double>> bounds = {{0.01, 2.0}, {0, 200}};
     if (several_groups) params.push_back(&hop_us), bounds.push_back({0, 50});
-    coordinate_search(params, bounds, [&] {
+    coordinate_search(params, bounds, [&, &samples = samples] {  // init-capture: clang 14
       c->latency_s = lat_us * 1e-6;
       c->hop_latency_s = hop_us * 1e-6;
       return median_error(samples, gpu, cal);

@@ -98,10 +98,10 @@ cluster::ProfileTable nitsum_profile_table(const std::function<CostModel(int tp)
     const double O = std::max(1.0, lengths[i].second);
     const int ctx = L + int(O / 2);
     for (size_t k = 0; k < tps.size(); ++k) {
-      const auto& [cm, pp] = priced[k];
+      const auto& [cm, pp] = priced[k];  // captured by init-capture below: clang 14 cannot capture a binding
       cluster::StageProfile s;
-      auto prefill_s = [&](int b) { return cm.price(pp, std::vector<SeqWork>(size_t(b), SeqWork{L, L, true})).total_s; };
-      auto decode_s = [&](int b) { return cm.price(pp, std::vector<SeqWork>(size_t(b), SeqWork{1, ctx, true})).total_s; };
+      auto prefill_s = [&, &cm = cm, &pp = pp](int b) { return cm.price(pp, std::vector<SeqWork>(size_t(b), SeqWork{L, L, true})).total_s; };
+      auto decode_s = [&, &cm = cm, &pp = pp](int b) { return cm.price(pp, std::vector<SeqWork>(size_t(b), SeqWork{1, ctx, true})).total_s; };
       const double p1 = prefill_s(1);
       if (p1 <= ttft) {
         int best_b = 1;
