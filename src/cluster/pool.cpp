@@ -14,6 +14,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "comm/byte_message.h"
 #include "comm/world.h"
 #include "core/byte_io.h"
 #include "core/clock.h"
@@ -159,20 +160,6 @@ bool is_pool_command(const std::vector<uint8_t>& b) {
   return magic == kPoolMagic;
 }
 
-// A byte message with its length first (send/recv need equal sizes on both sides).
-void send_message(Communicator& c, int dst, int tag, const std::vector<uint8_t>& b) {
-  const uint64_t n = b.size();
-  c.send(dst, tag, &n, sizeof n);
-  if (n) c.send(dst, tag, b.data(), b.size());
-}
-std::vector<uint8_t> recv_message(Communicator& c, int src, int tag) {
-  uint64_t n = 0;
-  c.recv(src, tag, &n, sizeof n);
-  if (n > (uint64_t(1) << 32)) fail("pool reply of ", n, " bytes");
-  std::vector<uint8_t> b(size_t(n), 0);
-  if (n) c.recv(src, tag, b.data(), b.size());
-  return b;
-}
 
 // Tokens and logprobs (step_codec.h).
 std::vector<uint8_t> encode_tokens(const StepResult& r) { return encode_sampled(r); }
@@ -1110,8 +1097,8 @@ class Control final : public PoolEngine, public LiveLoop {
       try {
         if (!fault().empty() && job.kind != Job::kStop) fail(fault());
         broadcast_descriptor(*ch.cmd, job.wire, inl);
-        if (job.kind == Job::kStep) d.result = decode_tokens(recv_message(*ch.cmd, 1, kTagTokens));
-        if (job.kind == Job::kCommand && !keepalive) d.reply = decode_reply(recv_message(*ch.cmd, 1, kTagReply));
+        if (job.kind == Job::kStep) d.result = decode_tokens(recv_message(*ch.cmd, 1, kTagTokens, "pool tokens"));
+        if (job.kind == Job::kCommand && !keepalive) d.reply = decode_reply(recv_message(*ch.cmd, 1, kTagReply, "pool reply"));
       } catch (const std::exception& e) {
         d.error = cat("pool group ", c_.group_name(ch.group), ": ", e.what());
       }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "comm/byte_message.h"
 #include "core/error.h"
 #include "engine/dist_engine.h"
 #include "engine/step_codec.h"
@@ -17,20 +18,6 @@ namespace {
 enum Wire : uint8_t { kWireStop = 0, kWireKeepAlive = 1, kWireOwn = 2, kWireGroup = 3, kWireRelease = 4 };
 constexpr int kTagTokens = 143;  // an own step's tokens, rank j -> rank 0 on channel j
 
-void send_message(Communicator& c, int dst, int tag, const std::vector<uint8_t>& b) {
-  const uint64_t n = b.size();
-  c.send(dst, tag, &n, sizeof n);
-  if (n) c.send(dst, tag, b.data(), b.size());
-}
-
-std::vector<uint8_t> recv_message(Communicator& c, int src, int tag) {
-  uint64_t n = 0;
-  c.recv(src, tag, &n, sizeof n);
-  if (n > (uint64_t(1) << 32)) fail("a replica's tokens of ", n, " bytes");
-  std::vector<uint8_t> b(size_t(n), 0);
-  if (n) c.recv(src, tag, b.data(), b.size());
-  return b;
-}
 
 std::vector<uint8_t> wire_of(uint8_t kind, const StepBatch* batch, const std::vector<RequestId>& released) {
   std::vector<uint8_t> body;
@@ -233,7 +220,7 @@ void SidpReplicas::work(Replica& r) {
       } else {
         broadcast_descriptor(*r.channel, job.wire, inl);
         if (job.kind == Kind::kOwn) {
-          const std::vector<uint8_t> tokens = recv_message(*r.channel, 1, kTagTokens);
+          const std::vector<uint8_t> tokens = recv_message(*r.channel, 1, kTagTokens, "a replica's tokens");
           d.result = decode_sampled(tokens.data(), tokens.size());
         }
       }
