@@ -7,18 +7,24 @@
 // TPOT p50/p90 and step count. Goal (tp=2, dp=2, shift): median |error| <= 10%, no metric worse
 // than 25% (printed, not asserted: timings on a shared machine are noisy).
 //
-// Each workload runs `rounds` times on the engine; the error is taken against the median of the
-// engine's values over the rounds (the simulator is deterministic).
+// Paired rounds: each round measures a fresh profile of this machine, then runs every workload on
+// the engine; a round's error is its simulation (calibrated by that round's profile) against its
+// engine runs, and the error reported is the median over the rounds. Why: this machine's own speed
+// drifts by 10-30% within minutes (a shared host: two profiles a minute apart differed by up to
+// 39% on one shape, back-to-back tp=2 engine runs by 25%), so a profile measured once, minutes
+// before the last engine run, says more about the drift than about the simulator.
 //
 // Usage: bench_sim_fidelity [MODEL] [ROUNDS] [WORKLOAD...]
 //   LOOM_BENCH_PLANS=goal runs only tp=1, tp=2, dp=2 and shift (default: every plan)
 //   MODEL     a synthetic shape name (default small, f32) or a model file
 //   WORKLOAD  batch (16 requests of 128 + 32 tokens at t = 0) and/or poisson (24 requests of
-//             uniform 32..192 + 8..48 tokens at 12 requests/s); default both
-// The profile of the model's shapes is measured right before the rounds (so both sides see the
-// same load on a shared machine) into $LOOM_BENCH_DIR (default /tmp/loom-bench)/profile-<model>;
-// LOOM_BENCH_REUSE_PROFILE=1 reuses one that is there. The layer operators are timed in the
-// engine's order (loom profile --op-order engine); LOOM_BENCH_CLOCK=cpu times them with the rank
+//             uniform 32..192 + 8..48 tokens at 12 requests/s: more than tp=1 serves here)
+//             and/or light (the poisson requests at 4 requests/s: under every plan's capacity, so
+//             TTFT and TPOT are those of small steps, not of a queue that grows all run long, as
+//             at 12/s, where TTFT integrates any throughput error); default all three
+// The profiles of the model's shapes go to $LOOM_BENCH_DIR (default /tmp/loom-bench)/
+// profile-<model>-r<N>; LOOM_BENCH_REUSE_PROFILE=1 reuses $LOOM_BENCH_DIR/profile-<model> for every
+// round instead. The layer operators are timed in the engine's order (loom profile --op-order engine); LOOM_BENCH_CLOCK=cpu times them with the rank
 // thread's CPU clock (loom profile --clock cpu: what they cost a core of their own, whatever the
 // machine's load while profiling; the engine's wall clock then adds the load of its own runs).
 // LOOM_OP_TIMING=1 (or cpu) adds, per plan, the engine's time by operator class beside the
@@ -33,6 +39,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "core/error.h"
 #include "engine/metrics.h"
 #include "sim/validate_engine.h"
 
@@ -51,8 +58,28 @@ Workload workload(const std::string& name) {
   if (name == "poisson")
     return {name, synthesize_trace(24, ArrivalSpec::poisson(12.0), 11, LengthDist::uniform(32, 192), 12,
                                    LengthDist::uniform(8, 48), 13)};
-  std::fprintf(stderr, "unknown workload '%s' (batch, poisson)\n", name.c_str());
+  if (name == "light")
+    return {name, synthesize_trace(24, ArrivalSpec::poisson(4.0), 11, LengthDist::uniform(32, 192), 12,
+                                   LengthDist::uniform(8, 48), 13)};
+  std::fprintf(stderr, "unknown workload '%s' (batch, poisson, light)\n", name.c_str());
   std::exit(2);
+}
+
+// Measures this machine into `dir` (loom profile over the model's shapes); false on failure.
+bool measure_profile(const std::string& dir, const std::string& model) {
+  std::filesystem::remove_all(dir);
+  const std::string cmd = std::string(LOOM_BIN) + " profile -o " + dir + " --model " + model +
+                          " --shapes '' --dtypes f32 --tokens 1,2,4,8,16,32,64,128,256 --tp 1,2 --ranks 2"
+                          " --concurrent 1,2 --reps 5" +
+                          (std::getenv("LOOM_BENCH_CLOCK") ? std::string(" --clock ") + std::getenv("LOOM_BENCH_CLOCK")
+                                                           : std::string());
+  std::printf("profiling this machine: %s\n", cmd.c_str());
+  std::fflush(stdout);
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "loom profile failed\n");
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -62,28 +89,15 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 3;
   std::vector<std::string> workloads;
   for (int i = 3; i < argc; ++i) workloads.push_back(argv[i]);
-  if (workloads.empty()) workloads = {"batch", "poisson"};
+  if (workloads.empty()) workloads = {"batch", "poisson", "light"};
 
   const bool file = std::filesystem::exists(model_arg);
   const std::string model = file ? model_arg : bench::ensure_model(model_arg, DType::F32);
   const std::string stem = std::filesystem::path(model).stem().string();
   const std::string profile = bench::bench_dir() + "/profile-" + stem;
-  const char* reuse = std::getenv("LOOM_BENCH_REUSE_PROFILE");
-  if (!(reuse && std::string(reuse) == "1" && sim::is_profile(profile))) {
-    std::filesystem::remove_all(profile);
-    const std::string cmd = std::string(LOOM_BIN) + " profile -o " + profile + " --model " + model +
-                            " --shapes '' --dtypes f32 --tokens 1,2,4,8,16,32,64,128,256 --tp 1,2 --ranks 2"
-                            " --concurrent 1,2 --reps 5" +
-                            (std::getenv("LOOM_BENCH_CLOCK") ? std::string(" --clock ") + std::getenv("LOOM_BENCH_CLOCK")
-                                                             : std::string());
-    std::printf("profiling this machine: %s\n", cmd.c_str());
-    std::fflush(stdout);
-    if (std::system(cmd.c_str()) != 0) {
-      std::fprintf(stderr, "loom profile failed\n");
-      return 1;
-    }
-  }
-  const sim::MachineProfile prof = sim::read_profile(profile);
+  const char* reuse_env = std::getenv("LOOM_BENCH_REUSE_PROFILE");
+  const bool reuse = reuse_env && std::string(reuse_env) == "1" && sim::is_profile(profile);
+
   std::vector<sim::EnginePlan> plans = {sim::EnginePlan::parse("tp=1"), sim::EnginePlan::parse("tp=2"),
                                         sim::EnginePlan::parse("dp=2"), sim::EnginePlan::parse("sp=2@shift")};
   const char* which = std::getenv("LOOM_BENCH_PLANS");
@@ -93,54 +107,74 @@ int main(int argc, char** argv) {
   auto in_goal = [](const sim::EnginePlan& p) {
     return p.label() == "tp=2" || p.label() == "dp=2" || p.label() == "sp=2 @shift";
   };
-  std::printf("model %s, profile %s (%s kernels, %d thread(s) per rank), %d round(s)\n", model.c_str(),
-              profile.c_str(), prof.kernel_path.c_str(), prof.threads_per_rank, rounds);
+  std::printf("model %s, %d round(s), %s\n", model.c_str(), rounds,
+              reuse ? cat("one profile reused: ", profile).c_str()
+                    : "each round: a fresh profile of this machine, then every workload's engine runs");
 
+  std::vector<sim::EngineValidationOptions> opts;
   for (const std::string& wname : workloads) {
-    const Workload w = workload(wname);
     sim::EngineValidationOptions o;
     o.model_path = model;
-    o.trace = w.trace;
+    o.trace = workload(wname).trace;
     o.max_num_seqs = 16;
     o.max_tokens_per_step = 256;
     o.kv_cache_bytes = int64_t(64) << 20;
-    bench::print_load(("before " + wname).c_str());
-    // engine values per (plan, metric) over the rounds; the simulated ones (deterministic)
-    std::vector<std::vector<sim::PlanValidation>> runs;
-    for (int r = 0; r < rounds; ++r) runs.push_back(sim::validate_engine(prof, o, plans));
-    bench::print_load(("after " + wname).c_str());
-    std::printf("\nworkload %s: %zu requests; error = (simulated - engine) / engine, engine = median of %d round(s)\n",
-                wname.c_str(), w.trace.size(), rounds);
+    opts.push_back(std::move(o));
+  }
+  // runs[w][r]: round r of workload w, simulated with round r's profile.
+  std::vector<std::vector<std::vector<sim::PlanValidation>>> runs(workloads.size());
+  for (int r = 0; r < rounds; ++r) {
+    const std::string dir = reuse ? profile : cat(profile, "-r", r);
+    if (!reuse && !measure_profile(dir, model)) return 1;
+    const sim::MachineProfile prof = sim::read_profile(dir);
+    if (r == 0)
+      std::printf("profile: %s kernels, %d thread(s) per rank\n", prof.kernel_path.c_str(), prof.threads_per_rank);
+    for (size_t w = 0; w < workloads.size(); ++w) {
+      bench::print_load(cat("round ", r, ", before ", workloads[w]).c_str());
+      runs[w].push_back(sim::validate_engine(prof, opts[w], plans));
+    }
+  }
+  bench::print_load("after the rounds");
+
+  for (size_t w = 0; w < workloads.size(); ++w) {
+    const std::string& wname = workloads[w];
+    const auto& wr = runs[w];
+    std::printf("\nworkload %s: %zu requests; per round error = (simulated - engine) / engine, the simulator "
+                "calibrated by that round's profile%s; error = median over %d round(s)\n",
+                wname.c_str(), opts[w].trace.size(), reuse ? " (one profile, reused)" : "", rounds);
     std::printf("%-26s %-17s %12s %12s %9s   %s\n", "plan", "metric", "engine", "simulated", "error", "rounds' errors");
     std::vector<double> goal_errors;
     for (size_t p = 0; p < plans.size(); ++p) {
       std::vector<double> abs_errors;
-      for (size_t m = 0; m < runs[0][p].metrics.size(); ++m) {
-        std::vector<double> eng;
+      for (size_t m = 0; m < wr[0][p].metrics.size(); ++m) {
+        std::vector<double> eng, simv, err;
         std::string each;
-        for (const auto& run : runs) {
-          eng.push_back(run[p].metrics[m].engine);
+        for (const auto& run : wr) {
+          const sim::MetricComparison& c = run[p].metrics[m];
+          eng.push_back(c.engine);
+          simv.push_back(c.simulated);
+          err.push_back(c.error());
           char b[32];
-          std::snprintf(b, sizeof b, "%s%+.0f%%", each.empty() ? "" : " ", run[p].metrics[m].error() * 100);
+          std::snprintf(b, sizeof b, "%s%+.0f%%", each.empty() ? "" : " ", c.error() * 100);
           each += b;
         }
-        sim::MetricComparison c = runs[0][p].metrics[m];
-        c.engine = percentile(eng, 50);
-        const double e = c.error();
+        const double e = percentile(err, 50);
         abs_errors.push_back(std::abs(e));
-        std::printf("%-26s %-17s %12.3f %12.3f %8.1f%%   %s\n", plans[p].label().c_str(), c.name.c_str(), c.engine,
-                    c.simulated, e * 100, each.c_str());
+        std::printf("%-26s %-17s %12.3f %12.3f %8.1f%%   %s\n", plans[p].label().c_str(),
+                    wr[0][p].metrics[m].name.c_str(), percentile(eng, 50), percentile(simv, 50), e * 100, each.c_str());
       }
       const double med = percentile(abs_errors, 50), worst = *std::max_element(abs_errors.begin(), abs_errors.end());
       const bool goal_plan = in_goal(plans[p]);
-      for (const auto& m : runs[0][p].op_breakdown)
+      for (const auto& m : wr[0][p].op_breakdown)
         std::printf("%-26s   (%-16s engine %9.4f s, simulated %9.4f s)\n", plans[p].label().c_str(), m.name.c_str(),
                     m.engine, m.simulated);
+      bool same = true;
+      for (const auto& run : wr) same = same && run[p].same_requests;
       std::printf("%-26s median |error| %.1f%%, max %.1f%%%s%s\n", plans[p].label().c_str(), med * 100, worst * 100,
                   goal_plan ? (med <= 0.10 && worst <= 0.25 ? "  [goal met]" : "  [goal missed]")
                   : plans[p].plan == "tp=1" ? "  (reference)"
                                             : "  (reported)",
-                  runs[0][p].same_requests ? "" : "  REQUESTS DIFFER");
+                  same ? "" : "  REQUESTS DIFFER");
       if (goal_plan) goal_errors.insert(goal_errors.end(), abs_errors.begin(), abs_errors.end());
     }
     std::printf("workload %s, tp=2 / dp=2 / shift over sp=2: median |error| %.1f%%, max %.1f%% (goal 10%% / 25%%)\n",

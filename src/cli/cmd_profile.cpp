@@ -20,6 +20,7 @@
 //    same over MPI for groups of 2..N ranks (only the collective files are written then);
 //  - the roofline (kernels/roofline.h) for the hardware entry.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -262,6 +263,25 @@ class ConcurrentRanks {
     return med;
   }
 
+  // The TP layer's sync point (engine/rank_forward.cpp: the all-reduce after W_O and after W_down):
+  // every rank waits here for the slowest, spinning (as the local backend's collectives first
+  // do), and gets back the seconds it waited. A TP step lasts, segment by segment, as long as its
+  // slowest rank (an unlucky core, an interrupt), which the slowest rank's total over a whole pass
+  // understates: per segment the maxima add up, not the totals. Wall clock only.
+  double segment_sync() {
+    const double t0 = now_s();
+    const uint64_t gen = seg_gen_.load(std::memory_order_acquire);
+    if (seg_arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == ranks_) {
+      seg_arrived_.store(0, std::memory_order_relaxed);
+      seg_gen_.store(gen + 1, std::memory_order_release);
+    } else {
+      for (int i = 0; seg_gen_.load(std::memory_order_acquire) == gen; ++i)
+        if (i > 64) std::this_thread::yield();
+    }
+    return now_s() - t0;
+  }
+  int ranks() const { return ranks_; }
+
   void run(const std::function<void(int rank, ThreadPool* pool)>& body) {
     std::vector<std::thread> th;
     for (int r = 0; r < ranks_; ++r)
@@ -281,6 +301,8 @@ class ConcurrentRanks {
  private:
   int ranks_, threads_;
   std::barrier<> sync_;
+  std::atomic<int> seg_arrived_{0};
+  std::atomic<uint64_t> seg_gen_{0};
   std::mutex mu_;
   std::vector<double> slowest_;
   std::vector<std::vector<double>> slowest_each_;
@@ -443,12 +465,31 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
           const int n_ops = int(seq.size());
           std::vector<int> runs(size_t(n_ops), 0);  // calls of each operator per layer
           for (int o : order) ++runs[size_t(o)];
+          // TP shards computed by concurrent ranks (t > 1) meet at the layer's two all-reduces,
+          // after W_O and after W_down (each followed by its residual add): there every rank waits
+          // for the slowest, and what it waited is charged to the segment's operators in
+          // proportion to their times (the step of a TP plan is the sum of the segments' slowest
+          // ranks; the all-reduce itself is priced from the collective measurements). Not under
+          // --clock cpu (waiting costs no CPU) nor for tp=1 rows (DP replicas and SP's all-to-all
+          // ranks read them; those meet elsewhere).
+          const bool tp_sync = t > 1 && cr.ranks() > 1 && !g_cpu_clock;
+          std::vector<double> seg(size_t(n_ops), 0.0);
           const std::vector<double> sec = cr.time_each(rank, ps.reps, copies, n_ops, [&](std::vector<double>& acc) {
             for (const LayerShard& L : layers)
               for (int o : order) {
                 const double t0 = op_now_s();
                 seq[size_t(o)].second(L);
-                acc[size_t(o)] += op_now_s() - t0;
+                const double dt = op_now_s() - t0;
+                acc[size_t(o)] += dt;
+                if (!tp_sync) continue;
+                seg[size_t(o)] += dt;
+                if (std::string(seq[size_t(o)].first) != "add") continue;
+                const double waited = cr.segment_sync();
+                double busy = 0;
+                for (double x : seg) busy += x;
+                for (int q = 0; q < n_ops; ++q)
+                  if (busy > 0) acc[size_t(q)] += waited * seg[size_t(q)] / busy;
+                seg.assign(size_t(n_ops), 0.0);
               }
           });
           if (rank == 0)
