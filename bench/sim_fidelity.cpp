@@ -12,7 +12,9 @@
 // engine runs, and the error reported is the median over the rounds. Why: this machine's own speed
 // drifts by 10-30% within minutes (a shared host: two profiles a minute apart differed by up to
 // 39% on one shape, back-to-back tp=2 engine runs by 25%), so a profile measured once, minutes
-// before the last engine run, says more about the drift than about the simulator.
+// before the last engine run, says more about the drift than about the simulator. Within a
+// profile, each point is the median of 3 sweeps over the token counts (loom profile --sweeps 3),
+// so that a slow moment moves every row a little instead of a few rows a lot.
 //
 // Usage: bench_sim_fidelity [MODEL] [ROUNDS] [WORKLOAD...]
 //   LOOM_BENCH_PLANS=goal runs only tp=1, tp=2, dp=2 and shift (default: every plan)
@@ -70,7 +72,7 @@ bool measure_profile(const std::string& dir, const std::string& model) {
   std::filesystem::remove_all(dir);
   const std::string cmd = std::string(LOOM_BIN) + " profile -o " + dir + " --model " + model +
                           " --shapes '' --dtypes f32 --tokens 1,2,4,8,16,32,64,128,256 --tp 1,2 --ranks 2"
-                          " --concurrent 1,2 --reps 5" +
+                          " --concurrent 1,2 --reps 3 --sweeps 3" +
                           (std::getenv("LOOM_BENCH_CLOCK") ? std::string(" --clock ") + std::getenv("LOOM_BENCH_CLOCK")
                                                            : std::string());
   std::printf("profiling this machine: %s\n", cmd.c_str());

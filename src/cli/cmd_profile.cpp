@@ -71,6 +71,7 @@ struct ProfileArgs {
   std::string ranks;   // local collectives; default depends on --quick
   std::string comm = "local";
   int reps = 0;        // 0: 9 (quick: 5)
+  int sweeps = 1;      // passes over the token counts (layer operators), reps each; median over all
   std::string concurrent;  // ranks computing at once during the operator measurements
   std::string op_order = "engine";  // engine | isolated (profile_mlp)
   std::string clock = "wall";       // wall | cpu (operators)
@@ -330,6 +331,7 @@ int layer_copies(const ModelConfig& c, int64_t shard_bytes, int ranks, int64_t b
 struct ProfileSetup {
   std::vector<int> tokens, tps;
   int reps = 5, threads = 1;
+  int sweeps = 1;  // --sweeps
   bool isolated = false;  // --op-order isolated
   int64_t budget = int64_t(1) << 30;  // bytes of weight copies, all ranks together
   std::string dir;
@@ -378,7 +380,8 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
                                                                                           dtype_row_bytes(dtype, ffn));
     const int copies = layer_copies(c, shard_bytes, ranks, ps.budget);
     // rows[m][op] = median seconds (rank 0 writes)
-    std::vector<std::map<std::string, double>> rows(ps.tokens.size());
+    // rows[m][op] = the medians of the sweeps (rank 0 writes); the row is their median.
+    std::vector<std::map<std::string, std::vector<double>>> rows(ps.tokens.size());
     ConcurrentRanks cr(ranks, ps.threads);
     cr.run([&](int rank, ThreadPool* pool) {
       Rng rng(0x70726f66696c65ull ^ uint64_t(c.d_model) ^ (uint64_t(rank) << 32));
@@ -396,6 +399,11 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
                          act(size_t(max_m * ffn)), hidden = random_floats(size_t(max_m * ffn), rng);
       std::vector<int32_t> pos(static_cast<size_t>(max_m));
       for (int i = 0; i < max_m; ++i) pos[size_t(i)] = i;
+      // --sweeps N: the token counts measured N times over, one after another, so that a point's
+      // measurements spread over the whole profile: on a shared machine whose speed drifts
+      // within seconds, a slow moment then moves every row a little instead of a few rows a lot
+      // (which bends the per-token-count curve the cost model interpolates).
+      for (int sweep = 0; sweep < ps.sweeps; ++sweep)
       for (size_t mi = 0; mi < ps.tokens.size(); ++mi) {
         const int m = ps.tokens[mi];
         // Each timed call runs the operator once per layer copy, as a step does.
@@ -418,7 +426,7 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
             return;
           }
           const double sec = cr.time(rank, ps.reps, copies, each(op));
-          if (rank == 0) rows[mi][name] = sec;
+          if (rank == 0) rows[mi][name].push_back(sec);
         };
         put("emb", [&](const LayerShard&) {
           for (int i = 0; i < m; ++i)
@@ -493,13 +501,13 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
               }
           });
           if (rank == 0)
-            for (int o = 0; o < n_ops; ++o) rows[mi][seq[size_t(o)].first] = sec[size_t(o)] / runs[size_t(o)];
+            for (int o = 0; o < n_ops; ++o) rows[mi][seq[size_t(o)].first].push_back(sec[size_t(o)] / runs[size_t(o)]);
         }
       }
     });
     for (size_t mi = 0; mi < ps.tokens.size(); ++mi) {
       std::map<std::string, std::string> r;
-      for (const auto& [op, sec] : rows[mi]) r[cat("time_stats.", op, ".median")] = ms(sec);
+      for (const auto& [op, secs] : rows[mi]) r[cat("time_stats.", op, ".median")] = ms(percentile(secs, 50));
       r["n_head"] = cat(c.n_heads);
       r["n_kv_head"] = cat(c.n_kv_heads);
       r["n_embd"] = cat(c.d_model);
@@ -886,6 +894,8 @@ void run_profile(const ProfileArgs& a) {
   ps.tokens = tokens;
   ps.tps = tps;
   ps.reps = reps;
+  if (a.sweeps < 1) fail("--sweeps must be >= 1, got ", a.sweeps);
+  ps.sweeps = a.sweeps;
   ps.threads = a.threads;
   if (a.op_order != "engine" && a.op_order != "isolated")
     fail("--op-order must be engine or isolated, got '", a.op_order, "'");
@@ -942,6 +952,7 @@ void run_profile(const ProfileArgs& a) {
                   {"shapes", shape_names},
                   {"dtypes", split_list(a.dtypes)},
                   {"reps", reps},
+                  {"sweeps", a.sweeps},
                   {"quick", a.quick},
                   {"op_order", a.op_order},
                   {"clock", a.clock},
@@ -971,6 +982,10 @@ void register_profile(CLI::App& app) {
                   "local (everything), or mpi: under mpirun, the collectives over MPI only")
       ->capture_default_str();
   sub->add_option("--reps", a->reps, "Timed runs per point (median; default 9, quick 5)");
+  sub->add_option("--sweeps", a->sweeps,
+                  "Measure the layer operators' token counts this many times over, --reps runs each, one sweep "
+                  "after another; each point is the median of all (spreads a point over the whole run on a "
+                  "machine whose speed drifts)");
   sub->add_option("--op-order", a->op_order,
                   "Layer operators timed in the engine's order within each layer (engine), or each on its own "
                   "over the layer copies (isolated: warmer caches than a step finds)")

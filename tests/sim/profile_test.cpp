@@ -397,5 +397,41 @@ TEST(SimProfile, ClockAndOperatorOrder) {
   EXPECT_NE(out.find("--op-order must be engine or isolated"), std::string::npos) << out;
 }
 
+// --sweeps N measures the layer operators' token counts N times over and writes each point's
+// median; with TP shards on concurrent ranks the passes meet at the layer's all-reduce points
+// (cmd_profile.cpp segment_sync). The machinery: every row there, every time positive and finite,
+// recorded in hardware.json; a bad count is named.
+TEST(SimProfile, SweepsWriteEveryRowOnce) {
+  const Fixture f = make_fixture();
+  std::string out;
+  const std::string cmd = test::loom_bin() + " profile --quick -o " + f.dir + "/sw --model " + f.model +
+                          " --shapes '' --dtypes f32 --tokens 1,4 --tp 1,2 --ranks 2 --concurrent 2 --reps 2"
+                          " --sweeps 3 --budget-mib 16 2>&1";
+  ASSERT_EQ(test::run_command(cmd, &out), 0) << out;
+  std::ifstream in(f.dir + "/sw/hardware.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["profile"]["sweeps"], 3);
+  const MachineProfile prof = read_profile(f.dir + "/sw");
+  std::set<std::pair<std::string, int>> rows;  // (file, data row)
+  int gemms = 0;
+  for (const auto& file : prof.files) {
+    if (file.kind != MeasurementFile::Mlp) continue;
+    EXPECT_EQ(file.concurrent_ranks, 2) << file.name;
+    for (const OpSample& x : file.samples) {
+      rows.insert({file.name, x.row});
+      if (x.op == "attn_pre_proj" || x.op == "mlp_up_proj" || x.op == "mlp_down_proj") {
+        ++gemms;
+        EXPECT_GT(x.measured_s, 0.0) << x.op;
+        EXPECT_TRUE(std::isfinite(x.measured_s)) << x.op;
+      }
+    }
+  }
+  // tokens {1, 4} x tp {1, 2}, each written once whatever the sweeps, three GEMM operators each.
+  EXPECT_EQ(rows.size(), 4u);
+  EXPECT_EQ(gemms, 12);
+  EXPECT_NE(test::run_command(test::loom_bin() + " profile -o " + f.dir + "/sw2 --sweeps 0 2>&1", &out), 0);
+  EXPECT_NE(out.find("--sweeps must be >= 1, got 0"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace loom::sim
