@@ -288,6 +288,8 @@ class ConcurrentRanks {
     for (int r = 0; r < ranks_; ++r)
       th.emplace_back([&, r] {
         try {
+          // As the engine's local ranks run (engine/dist_engine.cpp): each on cores of its own.
+          if (ranks_ > 1) bind_to_own_cores(r, ranks_, threads_);
           ThreadPool pool(threads_);
           body(r, &pool);
         } catch (const std::exception& e) {

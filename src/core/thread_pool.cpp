@@ -3,6 +3,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
+
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 #include "core/error.h"
 
@@ -27,6 +34,27 @@ int default_thread_count() {
   }
   const unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? int(n) : 1;
+}
+
+bool bind_to_own_cores(int index, int slots, int cores_each) {
+#if defined(__linux__)
+  if (const char* s = std::getenv("LOOM_PIN_RANKS"); s && std::string(s) == "0") return false;
+  if (slots < 1 || cores_each < 1 || index < 0 || index >= slots) return false;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  if (int64_t(slots) * cores_each > int64_t(cores.size())) return false;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int i = 0; i < cores_each; ++i) CPU_SET(cores[size_t(index * cores_each + i)], &mine);
+  return pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine) == 0;
+#else
+  (void)index, (void)slots, (void)cores_each;
+  return false;
+#endif
 }
 
 void parallel_for_each_index(size_t n, const std::function<void(size_t)>& fn) {

@@ -56,6 +56,17 @@ inline void parallel_run(ThreadPool* pool, const std::function<void(int, int)>& 
 // The default thread count: LOOM_THREADS if set, else the hardware concurrency.
 int default_thread_count();
 
+// Binds the calling thread (and the threads it creates later, which inherit the mask) to cores
+// of its own: slot `index` of `slots` equal slices of `cores_each` cores taken from the cores
+// this process may use (sched_getaffinity), as mpirun's --bind-to core does for the processes of
+// one host. Does nothing, and returns false, when the slices do not fit those cores
+// (oversubscribed: the kernel shares them best), when LOOM_PIN_RANKS=0, or off Linux. Why the
+// local backend's rank threads want it: ranks that wait for each other at every layer sleep and
+// wake many times a step, and a scheduler may wake them onto one core (the guest kernel of this
+// project's machines packs waking threads, sched_vcpu_pack), where two ranks then take turns and a
+// TP step runs at one core's speed; a rank bound to its own core cannot be moved there.
+bool bind_to_own_cores(int index, int slots, int cores_each);
+
 // Calls fn(i) once for every i in [0, n), on up to default_thread_count() threads (the caller's
 // included), each taking the next index from a shared counter: for a few independent, uneven
 // tasks (simulations, calibration fits), not for kernels (ThreadPool). Returns when all are done;

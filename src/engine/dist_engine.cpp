@@ -157,6 +157,9 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
     ro.tier = st.backend == "mpi" ? KvTierArena::host_shared(world, st.config.cpu_kv_bytes) : tier;
   ro.lazy_weights = lazy;  // Seesaw: one plan's weight copy at a time
   if (o.rank_options) o.rank_options(world.rank(), ro);
+  // The local backend's ranks are threads of this process: each on cores of its own when they
+  // fit (core/thread_pool.h bind_to_own_cores; under mpirun the launcher binds the processes).
+  if (local && world.size() > 1) bind_to_own_cores(world.rank(), world.size(), st.threads);
   st.pool = std::make_unique<ThreadPool>(st.threads);
   st.rank = std::make_unique<RankEngine>(st.model, st.plans, world, st.pool.get(), ro);
   if (o.after_step)
