@@ -488,7 +488,7 @@ StepCost CostModel::price(const PricedPlan& pl, const std::vector<SeqWork>& seqs
 
 StepCost CostModel::price_step(const PricedPlan& pl, const std::vector<SeqWork>& seqs, bool one_micro_batch,
                                double stage[6]) const {
-  // SiDP: one replica's work is a lockstep step in which the other replicas are idle.
+  // SiDP: one replica's work (replica 0's) is a step of the group in which the others are idle.
   if (pl.full.weights == WeightSource::FetchFromOwner) return price_sidp(*this, pl, {seqs});
   StepCost cost;
   cost.plan = pl.name;

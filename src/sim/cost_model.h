@@ -33,7 +33,8 @@
 // (expected count under uniform routing), on a TPF x EP grid of the FFN group chosen per step
 // (Helix 2.2: "choosing TPF versus EP to best match expert size and quantity"). A switch between
 // plans with different KV placements is priced with the bytes of kv_migration() (parallel/kv_migration.h), the engine's own count.
-// SiDP plans (dp=D,weights=owner) step in lockstep and are priced by price_sidp (sim/sidp_cost.h).
+// SiDP plans (dp=D,weights=owner) are priced by price_sidp (sim/sidp_cost.h): a WaS replica's own
+// step over its work alone, a lockstep step of the group (CaS) over every replica's part.
 //
 // Units: seconds and bytes. Thread-safety: const methods are safe to call concurrently.
 #pragma once
@@ -263,8 +264,8 @@ class CostModel {
   PricedPlan prepare(const Plan& plan, PlanVariant variant = PlanVariant::AsPlanned) const;
 
   // ---- a step ----
-  // Prices one replica step under `plan` (`seqs`: that replica's sequences; a SiDP plan: a
-  // lockstep step in which the other replicas are idle).
+  // Prices one replica step under `plan` (`seqs`: that replica's sequences; a SiDP plan: replica
+  // 0's own step, priced as a step of the group in which the other replicas are idle).
   StepCost price(const PricedPlan& plan, const std::vector<SeqWork>& seqs) const;
   // A lockstep step of every replica (DpMode::Lockstep): replica r computes the sequences with
   // id % dp == r; the step lasts as long as the busiest (`replica_seqs[r]`: replica r's).

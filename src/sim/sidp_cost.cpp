@@ -139,7 +139,8 @@ StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector
     rest[size_t(r)] = c.total_s - L * ffn_cost(cm, plain, rows[size_t(r)]).total();
     part[size_t(r)] = 1;
     if (v == SidpVariant::Was) {
-      // Independent of the others but for the lockstep step boundary: the slowest replica.
+      // Independent of the others (an own step: the only replica with work, sim/simulator.cpp);
+      // a lockstep group step under WaS ends with the slowest replica.
       const double a = rest[size_t(r)] / L, f = ffn_cost(cm, plain, rows[size_t(r)]).total();
       const double t = was_step_s(a, f, L, D, r, sidp::peak_shifting(full), full.sidp_lookahead(),
                                   sidp_layer_fetch_s(cm, full));

@@ -1,8 +1,10 @@
 // SiDP priced by the simulator (../shared/papers/001 §4; PAPERS-NOTES.md section 1, S1-S13): plans
-// dp=D,weights=owner, whose FFN of layer l only DP rank l mod D holds (engine/sidp.h), step in
-// lockstep as loom's engine runs them (one scheduler, one step descriptor; CostModel::price_lockstep
-// calls price_sidp for them). Per replica r with m_r rows, `rest_r` is its plain-DP step less its
-// FFN (CostModel::price of the same replica with resident weights, minus L x ffn(m_r)).
+// dp=D,weights=owner, whose FFN of layer l only DP rank l mod D holds (engine/sidp.h). As loom's
+// engine runs them (engine/sidp_replicas.h), a WaS replica steps on its own (the simulator prices
+// it here with the other replicas' work empty) and the group steps in lockstep under CaS (every
+// replica's part; CostModel::price_lockstep calls price_sidp too). Per replica r with m_r rows,
+// `rest_r` is its plain-DP step less its FFN (CostModel::price of the same replica with resident
+// weights, minus L x ffn(m_r)).
 //
 //  WaS (sidp=was, §4.2, S4-S7): replica r computes its layers in order; the FFN of a non-owned
 //    layer waits until the layer sits in a cache slot. The prefetcher walks the rank's fetch order

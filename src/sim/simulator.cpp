@@ -17,6 +17,7 @@
 #include "parallel/plan_set.h"
 #include "engine/scheduler.h"
 #include "engine/seesaw.h"
+#include "engine/sidp_replicas.h"
 #include "engine/step.h"
 #include "sim/sidp_cost.h"
 
@@ -111,6 +112,231 @@ struct Replica {
   double step_start = 0;
 };
 
+// SiDP replicas stepping on their own, as the engine runs them (engine/sidp_replicas.h, the
+// specification mirrored here; ../shared/papers/001 §4.2-§4.3, PAPERS-NOTES.md S4, S11, S13):
+// one Scheduler per replica (the per-replica limits and KV pool), request id on replica id % D.
+//   - WaS: a replica's own step is priced by price_sidp over that replica's work alone (the other
+//     replicas' entries empty): nothing in a WaS forward couples the replicas (one-sided gets, the
+//     owner oblivious, S4), and with peak shifting each owner has one reader at a time (S7 (ii)),
+//     so a replica's fetches do not contend with the others' (without it, sidp_layer_fetch_s
+//     already charges the D - 1 readers' incast). A replica steps again as soon as its step is
+//     done; a replica with no work does not step.
+//   - The sidp policy: one observation per round of D own steps (any replicas'), effective batch =
+//     the running sequences of every replica / D, a round with prompt chunks not counting
+//     (LayoutPolicy::choose_effective, the engine's code). On CaS no new own step starts; once
+//     the last one in flight is done the group steps in lockstep: each replica's scheduler builds
+//     its part (a replica with nothing is a dummy, S10), the policy chooses on the whole batch
+//     (LayoutPolicy::choose) and price_sidp prices every replica's part under that plan. A
+//     lockstep step the policy gives back to WaS runs lockstep under WaS; the replicas are
+//     independent again from the next step.
+//   - Metrics as the engine's: one StepMetrics per replica and step (a lockstep step: one per
+//     replica with a part), with its replica and lockstep flag; PlanUse counts a replica's own step
+//     or a lockstep step of the group as one step of its plan (the engine's PlanStats).
+//   - Arrivals due at a time are all taken in before a replica's next step starts (the engine's
+//     inject_due before launch_own): steps start at a third event priority, after the step
+//     completions and arrivals of that time.
+void run_sidp_replicas(const CostModel& model, const SimConfig& config, const PlanSet& set,
+                       const std::vector<PricedPlan>& priced, SchedulerConfig sc, int64_t per_replica,
+                       const PolicyParams& params, const std::vector<TraceRequest>& trace, SimResult& out) {
+  const int D = set.plan(0).dp;
+  int was = -1, cas = -1;
+  for (int id = 0; id < set.size(); ++id) (set.plan(id).sidp_cas ? cas : was) = id;
+  std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config.policy, set, params);
+  sc.pool_shapes = {KvPoolShape{1, 1, int(per_replica), 1}};
+  sc.num_blocks = int(per_replica);
+  struct Rep {
+    std::unique_ptr<Scheduler> sched;
+    bool busy = false;       // its own step in flight
+    StepBatch batch;         // that step, or its part of the group step
+    bool in_group = false;   // has a part in the group step in flight
+    double step_start = 0;
+  };
+  std::vector<Rep> reps(static_cast<size_t>(D));
+  for (Rep& r : reps) r.sched = std::make_unique<Scheduler>(sc);
+
+  enum : int { kDone = 0, kArrival = 1, kStart = 2 };
+  const int kGroup = -1;  // Event::replica of a group step's completion or start
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
+  int64_t seq = 0;
+  for (int64_t i = 0; i < int64_t(trace.size()); ++i) q.push(Event{trace[size_t(i)].arrival_s, kArrival, seq++, 0, i});
+
+  Metrics& metrics = out.metrics;
+  std::map<std::string, PlanUse> use;
+  int mode_plan = 0;                   // the plan of the last step (switches counted against it)
+  bool lockstep = set.plan(0).sidp_cas;  // false: sidp_independent needs a WaS first plan or sidp
+  bool draining = false, group_busy = false;
+  int round_steps = 0;
+  bool round_prompts = false;
+  int group_plan = 0;
+  double group_start = 0;
+  int64_t finished = 0, steps = 0, group_index = 0;
+  const int64_t total = int64_t(trace.size());
+  std::vector<std::vector<SeqWork>> work(static_cast<size_t>(D));
+
+  auto collect = [&](Rep& r, double t) {
+    for (const Sequence& s : r.sched->drain_finished()) {
+      metrics.on_finish(s, t);
+      ++finished;
+    }
+  };
+  // Prices a step under plan `plan` over `work` and books it.
+  auto price = [&](int plan) {
+    const PricedPlan& pl = priced.at(size_t(plan));
+    StepCost c = price_sidp(model, pl, work);
+    c.plan = pl.name;
+    if (config.on_step) config.on_step(pl, work, c);
+    PlanUse& u = use[pl.name];
+    u.config = pl.name;
+    ++u.steps;
+    u.busy_s += c.total_s;
+    if (plan != mode_plan) {
+      ++u.switches_to;
+      ++out.num_switches;
+      mode_plan = plan;
+    }
+    return c.total_s;
+  };
+  auto any_own_in_flight = [&] {
+    for (const Rep& r : reps)
+      if (r.busy) return true;
+    return false;
+  };
+  auto start_own = [&](int ri, double t) {
+    Rep& r = reps[size_t(ri)];
+    if (r.busy || lockstep || draining || !r.sched->has_unfinished()) return;
+    r.batch = r.sched->schedule();
+    collect(r, t);  // rejections at admission
+    if (r.batch.empty()) return;
+    r.batch.plan_id = was;
+    r.batch.plan = set.name(was);
+    for (auto& w : work) w.clear();
+    for (const auto& s : r.batch.seqs) work[size_t(ri)].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
+    const double dt = price(was);
+    r.busy = true;
+    r.step_start = t;
+    q.push(Event{t + dt, kDone, seq++, ri, 0});
+  };
+  auto start_group = [&](double t) {
+    if (!lockstep || group_busy) return;
+    StepBatch all;
+    all.step_index = group_index;
+    all.block_size = sc.block_size;
+    bool any = false;
+    for (auto& w : work) w.clear();
+    for (int j = 0; j < D; ++j) {
+      Rep& r = reps[size_t(j)];
+      r.in_group = false;
+      if (!r.sched->has_unfinished()) continue;
+      r.batch = r.sched->schedule();
+      collect(r, t);
+      if (r.batch.empty()) continue;
+      r.in_group = any = true;
+      const StepBatch& b = r.batch;
+      all.seqs.insert(all.seqs.end(), b.seqs.begin(), b.seqs.end());
+      all.num_tokens += b.num_tokens;
+      all.num_prefill_tokens += b.num_prefill_tokens;
+      all.num_decode_tokens += b.num_decode_tokens;
+      all.num_sampled += b.num_sampled;
+      for (const auto& s : b.seqs) work[size_t(j)].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
+    }
+    if (!any) return;
+    ++group_index;
+    group_plan = policy->choose(all);
+    LOOM_CHECK(group_plan >= 0 && group_plan < set.size(), "policy ", policy->describe(), " chose plan ", group_plan);
+    for (Rep& r : reps)
+      if (r.in_group) r.batch.plan_id = group_plan, r.batch.plan = set.name(group_plan);
+    const double dt = price(group_plan);
+    group_busy = true;
+    group_start = t;
+    q.push(Event{t + dt, kDone, seq++, kGroup, 0});
+  };
+  // Applies replica ri's step (own or its part of the group's) ending at t.
+  auto finish = [&](int ri, double start, double t, bool group) {
+    Rep& r = reps[size_t(ri)];
+    StepResult res;
+    for (const auto& s : r.batch.seqs)
+      if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
+    const StepOutcome o = r.sched->on_step_done(r.batch, res);
+    for (const auto& tok : o.tokens) metrics.on_token(tok.seq_id, t);
+    StepMetrics sm;
+    sm.index = r.batch.step_index;
+    sm.start_s = start;
+    sm.end_s = t;
+    sm.num_tokens = r.batch.num_tokens;
+    sm.num_seqs = int(r.batch.seqs.size());
+    sm.num_prefill_tokens = r.batch.num_prefill_tokens;
+    sm.num_decode_tokens = r.batch.num_decode_tokens;
+    sm.kv_blocks_used = r.sched->num_used_blocks();
+    sm.num_preempted = int(r.batch.preempted.size());
+    sm.plan = r.batch.plan;
+    sm.replica = ri;
+    sm.lockstep = group;
+    metrics.on_step(sm);
+    out.step_replica.push_back(ri);
+    collect(r, t);
+    ++steps;
+    if (config.progress && config.progress_every > 0 && steps % config.progress_every == 0)
+      config.progress(t, finished, total);
+  };
+  auto kick = [&](double t) { q.push(Event{t, kStart, seq++, kGroup, 0}); };
+
+  while (!q.empty()) {
+    const Event e = q.top();
+    q.pop();
+    if (e.priority == kArrival) {
+      const TraceRequest& tr = trace[size_t(e.index)];
+      Request req;
+      req.id = e.index;
+      req.synthetic_prompt_len = tr.prompt_len;
+      req.max_tokens = std::max(1, tr.output_len);
+      req.stop.ignore_eos = true;
+      req.arrival_s = tr.arrival_s;
+      Rep& r = reps[size_t(replica_of(req.id, D))];  // the engine's routing (dist_engine.h)
+      metrics.on_arrival(req, e.t);
+      r.sched->add_request(std::move(req));
+      collect(r, e.t);
+      kick(e.t);
+      continue;
+    }
+    if (e.priority == kStart) {
+      if (lockstep) start_group(e.t);
+      else
+        for (int j = 0; j < D; ++j) start_own(j, e.t);
+      continue;
+    }
+    if (e.replica == kGroup) {
+      group_busy = false;
+      for (int j = 0; j < D; ++j)
+        if (reps[size_t(j)].in_group) finish(j, group_start, e.t, true), reps[size_t(j)].in_group = false;
+      // A step the policy gave back to WaS ran in lockstep under the WaS plan; from the next step
+      // the replicas are independent again.
+      if (group_plan != cas) lockstep = false;
+      kick(e.t);
+      continue;
+    }
+    Rep& r = reps[size_t(e.replica)];
+    r.busy = false;
+    finish(e.replica, r.step_start, e.t, false);
+    // One observation per round of D own steps (SidpReplicas::observe).
+    round_prompts = round_prompts || r.batch.num_prefill_tokens > 0;
+    if (++round_steps >= D) {
+      int64_t running = 0;
+      for (const Rep& x : reps) running += x.sched->num_running();
+      const int id = policy->choose_effective(double(running) / double(D), round_prompts);
+      round_steps = 0;
+      round_prompts = false;
+      if (id == cas && cas >= 0) draining = true;
+    }
+    if (draining && !any_own_in_flight()) draining = false, lockstep = true;
+    kick(e.t);
+  }
+  for (const Rep& r : reps)
+    if (r.sched->has_unfinished())
+      fail("simulation stalled: a replica holds requests that never fit (", r.sched->num_waiting(),
+           " waiting with ", r.sched->num_free_blocks(), " free KV blocks)");
+  for (auto& [k, v] : use) out.plan_use.push_back(v);
+}
+
 }  // namespace
 
 std::vector<Plan> SimConfig::plan_set() const {
@@ -153,6 +379,9 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     }
   }
   const PlanSet set = PlanSet::make(set_plans, model_.shape());
+  // SiDP WaS replicas step on their own, as the engine runs them (sidp_independent,
+  // engine/sidp_replicas.h; run_sidp_replicas above); a CaS-only set stays lockstep.
+  const bool own_steps = sidp && sidp_independent(set, config_.policy);
   std::vector<PricedPlan> priced;
   for (const Plan& p : set.plans()) priced.push_back(model_.prepare(p));
   const PhaseMode phases = seesaw_phase_mode(config_.policy);
@@ -168,7 +397,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   }
 
   SchedulerConfig sc;
-  const int scale = lockstep ? set.max_dp() : 1;  // per-replica limits times the largest DP degree
+  const int scale = lockstep && !own_steps ? set.max_dp() : 1;  // per-replica limits times the largest DP degree
   sc.max_num_seqs = config_.max_num_seqs * scale;
   sc.max_tokens_per_step = config_.max_tokens_per_step * scale;
   sc.block_size = config_.block_size;
@@ -194,6 +423,15 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   }
   out.num_blocks_per_replica = per_replica;
   out.num_replicas = dp;
+  auto wrap_up = [&](SimResult& res) {
+    res.summary = res.metrics.summary();
+    res.makespan_s = res.summary.duration_s;
+    if (res.makespan_s > 0)
+      res.total_tokens_per_s = double(res.summary.num_prompt_tokens + res.summary.num_output_tokens) / res.makespan_s;
+    res.wall_s = now_seconds() - wall0;
+    res.sim_requests_per_s = res.wall_s > 0 ? double(trace.size()) / res.wall_s : 0;
+    if (config_.progress) config_.progress(res.makespan_s, res.summary.num_completed, int64_t(trace.size()));
+  };
 
   const int n_schedulers = lockstep ? 1 : dp;
   std::vector<Replica> reps(static_cast<size_t>(n_schedulers));
@@ -213,6 +451,11 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   const PolicyParams params = resolve_policy_params(config_.policy, set, in);
   out.policy_threshold = params.threshold;
   out.policy_threshold_unit = params.threshold_unit;
+  if (own_steps) {
+    run_sidp_replicas(model_, config_, set, priced, sc, per_replica, params, trace, out);
+    wrap_up(out);
+    return out;
+  }
   for (auto& r : reps) {
     r.sched = std::make_unique<Scheduler>(sc);
     std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config_.policy, set, params);

@@ -27,11 +27,16 @@
 // SimConfig::cpu_kv_bytes); a step's swaps are priced over the GPUs' host links, overlapped with
 // the step (W10), and a transition reloads the weights a GPU did not hold (CostModel::reshard_s).
 // The two plans are never resident together: the memory model takes the tighter of the two.
-// SiDP (../shared/papers/001; --policy sidp | sidp:was | sidp:cas over dp=D,weights=owner): the
-// replicas step in lockstep whatever dp_mode says (loom's engine runs them so, and CaS needs it);
-// the engine's SidpPolicy picks WaS or CaS per step from the effective batch per replica; steps
-// priced by price_sidp (sim/sidp_cost.h); each step carries its mode's plan name (PlanUse counts
-// the steps of each mode).
+// SiDP (../shared/papers/001; --policy sidp | sidp:was | sidp:cas over dp=D,weights=owner), as
+// the engine runs it whatever dp_mode says (engine/sidp_replicas.h): with a WaS plan under fixed,
+// sidp:was or sidp (sidp_independent), one Scheduler per replica, each stepping on its own (an own
+// step priced by price_sidp over that replica's work alone); the sidp policy observes the group's
+// effective batch once per round of D own steps (LayoutPolicy::choose_effective) and on CaS the
+// group, once no own step is in flight, steps in lockstep (each replica's scheduler builds its
+// part, priced by price_sidp over every part) until the policy gives a step back to WaS. A
+// CaS-only set (sidp:cas) steps in lockstep under one scheduler. One StepMetrics per replica and
+// step (StepMetrics::replica, ::lockstep; SimResult::step_replica) as the engine records them;
+// PlanUse counts an own step or a group step as one step of its mode's plan.
 #pragma once
 
 #include <functional>
@@ -117,7 +122,7 @@ struct SimResult {
   std::vector<PlanUse> plan_use;  // steps, busy time and switches per plan
   int64_t num_switches = 0;       // plan changes between consecutive steps of a replica
   int64_t kv_bytes_moved = 0;     // by all of them
-  std::vector<int> step_replica;  // replica of metrics.steps()[i]
+  std::vector<int> step_replica;  // replica of metrics.steps()[i] (0 for a lockstep engine's steps)
   int64_t policy_threshold = -1;  // the threshold the policy ran with (resolve_policy_params; -1: none)
   std::string policy_threshold_unit;  // "tokens" (shift), "sequences per replica" (sidp's B_th)
 };

@@ -287,7 +287,10 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     sc.policy = p.policy;
     sc.sidp_threshold = sidp_threshold;
     sc.cpu_kv_bytes = double(cpu_kv);
-    sc.dp_mode = DpMode::Lockstep;  // loom's engine steps its DP replicas together
+    // loom's engine steps its DP replicas together; SiDP WaS replicas step on their own on both
+    // sides (engine/sidp_replicas.h; the simulator follows sidp_independent whatever dp_mode says),
+    // and both record one step per replica and step, so the step counts compare like with like.
+    sc.dp_mode = DpMode::Lockstep;
     sc.shift_threshold = std::max<int64_t>(threshold, 0);
     sc.max_num_seqs = o.max_num_seqs;
     sc.max_tokens_per_step = o.max_tokens_per_step;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -288,6 +289,37 @@ TEST(SimValidateEngine, LaterPlansSameRequestsEveryMetricFinite) {
       EXPECT_EQ(v.cpu_kv_bytes, 0) << what;
     }
   }
+}
+
+// SiDP under WaS (sidp:was): the engine's replicas step on their own (engine/sidp_replicas.h), and
+// so do the simulator's; on a batch workload both sides run the same per-replica schedulers, so
+// the step records (one per replica and step) agree exactly. By hand, with 32 tokens a step:
+// replica 0 (ids 0, 2): prompts 20 + 10 in one step, which samples both first tokens, then 2
+// decode steps for id 0's 3 tokens: 3 steps; replica 1 (id 1): prompt 40 in 2 chunks (32 + 8,
+// the second samples), then 11 decode steps for 12 tokens: 13 steps. 16 in all.
+TEST(SimValidateEngine, SidpWasReplicaStepsAgreeWithTheEngine) {
+  const Fixture f = make_fixture();
+  EngineValidationOptions o;
+  o.model_path = f.model;
+  o.trace = {TraceRequest{0.0, 20, 3, {}, 0, false, false}, TraceRequest{0.0, 40, 12, {}, 0, false, false},
+             TraceRequest{0.0, 10, 2, {}, 0, false, false}};
+  o.max_num_seqs = 4;
+  o.max_tokens_per_step = 32;
+  o.kv_cache_bytes = 4 << 20;
+  const auto rows = validate_engine(read_profile(f.profile), o, {EnginePlan::parse("dp=2,weights=owner@sidp:was")});
+  ASSERT_EQ(rows.size(), 1u);
+  const PlanValidation& v = rows.front();
+  EXPECT_TRUE(v.same_requests) << v.request_mismatch;
+  EXPECT_EQ(v.engine_summary.num_completed, 3);
+  EXPECT_EQ(v.simulated_summary.num_completed, 3);
+  EXPECT_EQ(v.engine_summary.num_steps, 16);
+  EXPECT_EQ(v.simulated_summary.num_steps, 16);
+  const auto steps = std::find_if(v.metrics.begin(), v.metrics.end(), [](const MetricComparison& m) { return m.name == "steps"; });
+  ASSERT_NE(steps, v.metrics.end());
+  EXPECT_EQ(steps->engine, steps->simulated);
+  using Steps = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(v.engine_plan_steps, (Steps{{"dp=2,weights=owner", 16}}));
+  EXPECT_EQ(v.simulated_plan_steps, (Steps{{"dp=2,weights=owner", 16}}));
 }
 
 // What validate-engine cannot compare is named in one line before anything loads.

@@ -213,6 +213,9 @@ SimResult run_small(const std::string& policy, int64_t threshold) {
   return Simulator(node_model("qwen3-32b", "h20"), cfg).run(small_job());
 }
 
+// The sidp policy over replicas stepping on their own (engine/sidp_replicas.h, mirrored by the
+// simulator): WaS own steps until the policy, observing once per round of 8 own steps, says CaS;
+// then lockstep group steps, each one record per replica with a part (lockstep = true).
 TEST(SidpSimRun, PolicyRunsWasInTheBulkAndCasInTheTailAndRecordsEveryStepsMode) {
   const int64_t th = 4;  // sequences per replica
   const SimResult r = run_small("sidp", th);
@@ -221,29 +224,123 @@ TEST(SidpSimRun, PolicyRunsWasInTheBulkAndCasInTheTailAndRecordsEveryStepsMode) 
   const std::string was = "dp=8,weights=owner", cas = "dp=8,weights=owner,sidp=cas";
   const auto& steps = r.metrics.steps();
   ASSERT_FALSE(steps.empty());
+  ASSERT_EQ(r.step_replica.size(), steps.size());
   EXPECT_EQ(steps.front().plan, was);
-  int first_cas = -1, n_cas = 0;
+  int first_cas = -1;
+  int64_t own_before = 0;
+  std::set<double> cas_groups;  // a group step's records share its start time
   for (size_t i = 0; i < steps.size(); ++i) {
     ASSERT_TRUE(steps[i].plan == was || steps[i].plan == cas) << steps[i].plan;
-    if (steps[i].plan == cas) ++n_cas, first_cas = first_cas < 0 ? int(i) : first_cas;
+    EXPECT_EQ(steps[i].replica, r.step_replica[i]);
+    if (steps[i].plan == cas) {
+      EXPECT_TRUE(steps[i].lockstep) << "step " << i;  // CaS is always the whole group's
+      cas_groups.insert(steps[i].start_s);
+      if (first_cas < 0) first_cas = int(i);
+    } else if (first_cas < 0 && !steps[i].lockstep) {
+      ++own_before;
+    }
   }
-  ASSERT_GE(first_cas, kSidpWindow) << "the tail never switched to CaS";
-  // The switch ends a window of steps (the switching step included) whose batch per replica was
-  // below B_th (hysteresis), and the step before the window was not below it.
-  EXPECT_GE(double(steps[size_t(first_cas - kSidpWindow)].num_seqs) / 8, double(th));
-  for (int i = first_cas - kSidpWindow + 1; i <= first_cas; ++i)
-    EXPECT_LT(double(steps[size_t(i)].num_seqs) / 8, double(th)) << "step " << i;
-  // The tail (4 long requests over 8 replicas) stays in CaS to the end.
+  ASSERT_GE(first_cas, 0) << "the tail never switched to CaS";
+  // The policy needs a window of kSidpWindow observations, one per round of 8 own steps, before it
+  // can say CaS; the replicas' steps in flight then finish (at most 7 more).
+  EXPECT_GE(own_before, int64_t(kSidpWindow) * 8);
+  // The tail (the 4 long requests, all on replica 7: ids 7, 23, 39, 55) stays in CaS to the end.
   EXPECT_EQ(steps.back().plan, cas);
+  EXPECT_EQ(r.step_replica.back(), 7);
+  // PlanUse counts a group step once (the engine's PlanStats).
   int64_t counted = 0;
   for (const PlanUse& u : r.plan_use) counted += u.config == cas ? u.steps : 0;
-  EXPECT_EQ(counted, n_cas);
+  EXPECT_EQ(counted, int64_t(cas_groups.size()));
   // Forced modes run only their plan, with the same tokens out.
   const SimResult w = run_small("sidp:was", -1), c = run_small("sidp:cas", -1);
   for (const auto& st : w.metrics.steps()) EXPECT_EQ(st.plan, was);
   for (const auto& st : c.metrics.steps()) EXPECT_EQ(st.plan, cas);
   EXPECT_EQ(w.summary.num_output_tokens, r.summary.num_output_tokens);
   EXPECT_EQ(c.summary.num_output_tokens, r.summary.num_output_tokens);
+}
+
+// The switch WaS -> CaS happens at a step boundary of every replica (S11: "all engines switch";
+// sidp_replicas.h: no new own step once CaS is decided, lockstep once none is in flight): no own
+// WaS step overlaps a lockstep step in time, and every request gets the trace's tokens.
+TEST(SidpSimRun, SwitchToCasWaitsForEveryReplicasStepInFlight) {
+  const SimResult r = run_small("sidp", 4);
+  const auto& steps = r.metrics.steps();
+  std::vector<const StepMetrics*> own, group;
+  for (const StepMetrics& st : steps) (st.lockstep ? group : own).push_back(&st);
+  ASSERT_FALSE(own.empty());
+  ASSERT_FALSE(group.empty()) << "no lockstep step: the test needs the switch";
+  for (const StepMetrics* g : group)
+    for (const StepMetrics* o : own)
+      ASSERT_TRUE(o->end_s <= g->start_s || o->start_s >= g->end_s)
+          << "own step of replica " << o->replica << " [" << o->start_s << ", " << o->end_s
+          << ") overlaps the lockstep step [" << g->start_s << ", " << g->end_s << ")";
+  // A replica's steps never overlap each other either.
+  std::map<int, double> last_end;
+  for (const StepMetrics& st : steps) {
+    auto it = last_end.find(st.replica);
+    if (it != last_end.end()) EXPECT_GE(st.start_s, it->second) << "replica " << st.replica;
+    last_end[st.replica] = std::max(last_end[st.replica], st.end_s);
+  }
+  const std::vector<TraceRequest> job = small_job();
+  ASSERT_EQ(r.metrics.requests().size(), job.size());
+  for (const RequestMetrics& q : r.metrics.requests()) {
+    EXPECT_EQ(q.prompt_len, job[size_t(q.id)].prompt_len) << q.id;
+    EXPECT_EQ(q.num_output(), job[size_t(q.id)].output_len) << q.id;
+    EXPECT_GE(q.finish_s, 0) << q.id;
+  }
+}
+
+// Under WaS the replicas step on their own (S4, S13): 8 requests at t = 0, one per replica
+// (id % 8); replica 1's is long (prompt 4096 in chunks of 1024, 100 tokens out), the others short
+// (prompt 128, 10 tokens out). By hand, each replica's scheduler needs: replica 1, 4 prefill
+// chunks (the 4th samples the first token) + 99 decode steps = 103 steps; the others, one prefill
+// step (samples the first token) + 9 decode steps = 10 steps. Each replica's steps run back to
+// back from t = 0, each priced by price_sidp over that replica's work alone. In lockstep the group
+// would step 103 times and the short requests would finish at the group's 10th step, the same
+// moment as replica 1's 10th; independent, they finish before it (replica 1's first 4 steps are
+// 1024-token prefill chunks, compute-bound, against the others' 128-token prefill and decodes).
+TEST(SidpSimRun, WasReplicasStepOnTheirOwnAtTheirOwnPace) {
+  std::vector<TraceRequest> job;
+  for (int i = 0; i < 8; ++i)
+    job.push_back(TraceRequest{0.0, i == 1 ? 4096 : 128, i == 1 ? 100 : 10, {}, 0, false, false});
+  SimConfig cfg;
+  cfg.plan = Plan::parse("dp=8,weights=owner");
+  cfg.policy = "sidp:was";
+  cfg.max_model_len = 8192;
+  cfg.max_tokens_per_step = 1024;
+  const CostModel cm = node_model("qwen3-32b", "h20");
+  const SimResult r = Simulator(cm, cfg).run(job);
+  ASSERT_EQ(r.step_replica.size(), r.metrics.steps().size());
+  std::map<int, std::vector<const StepMetrics*>> per;
+  for (size_t i = 0; i < r.metrics.steps().size(); ++i) {
+    const StepMetrics& st = r.metrics.steps()[i];
+    EXPECT_FALSE(st.lockstep);
+    EXPECT_EQ(st.replica, r.step_replica[i]);
+    per[r.step_replica[i]].push_back(&st);
+  }
+  ASSERT_EQ(per.size(), 8u);
+  for (const auto& [rep, v] : per) {
+    EXPECT_EQ(v.size(), rep == 1 ? 103u : 10u) << "replica " << rep;
+    double t = 0;
+    for (const StepMetrics* st : v) {
+      EXPECT_DOUBLE_EQ(st->start_s, t) << "replica " << rep << " waited for another replica";
+      t = st->end_s;
+    }
+  }
+  // Replica 0's first step: its prefill of 128 tokens alone, priced by price_sidp with the other
+  // replicas empty.
+  const PricedPlan was = cm.prepare(Plan::parse("dp=8,weights=owner"));
+  std::vector<std::vector<SeqWork>> w(8);
+  w[0] = {SeqWork{128, 128, true}};
+  EXPECT_NEAR(per[0][0]->end_s - per[0][0]->start_s, price_sidp(cm, was, w).total_s, 1e-12);
+  const double slow_tenth = per[1][9]->end_s;
+  for (const RequestMetrics& q : r.metrics.requests()) {
+    EXPECT_EQ(q.num_output(), job[size_t(q.id)].output_len) << q.id;
+    if (q.id == 1) continue;
+    EXPECT_DOUBLE_EQ(q.finish_s, per[int(q.id)].back()->end_s) << q.id;
+    EXPECT_LT(q.finish_s, slow_tenth) << q.id;
+  }
+  EXPECT_DOUBLE_EQ(r.makespan_s, per[1].back()->end_s);
 }
 
 TEST(SidpSimRun, PromptChunkStepsAreNotTheTail) {
@@ -399,8 +496,11 @@ const std::set<std::string> kKnownDeviations = {
     // DP+TP on every GPU.
     "headline band throughput", "headline h20 > 1", "headline h200 > 1", "headline b200 > 1",
     // S11's B_th (the smallest batch whose step hides the fetch: 75 on H20 for Qwen3-32B) sits
-    // above the cost model's WaS/CaS crossover (32, sidp-fig11), so CaS runs from b = 75 down:
-    // 5917 CaS steps against 2265 WaS.
+    // above the cost model's WaS/CaS crossover (32, sidp-fig11), so CaS runs from b = 75 down.
+    // Counted in engine iterations (exp_sidp.cpp JobRun: an own WaS step is one, a lockstep group
+    // step one per engine): 48072 CaS (6009 group steps x 8) against 18215 WaS (own steps of the
+    // replicas stepping on their own). Before the replicas stepped on their own in the simulator
+    // (lockstep group steps counted once): 5917 CaS against 2265 WaS; the same ratio.
     "headline fig15 was steps > cas steps"};
 
 void check(const std::string& name, bool holds, const std::string& detail) {
@@ -448,7 +548,10 @@ TEST(SidpExperiments, HeadlineKvCapacityAndThroughputAgainstBands) {
   const std::string key = "h20:qwen3-32b";
   const double with_cas = rows_of(r, "tok_s_sidp")[key], was_only = rows_of(r, "tok_s_sidp_was_only")[key];
   check("headline fig13 cas >= was-only", with_cas >= was_only, cat(with_cas, " vs ", was_only, " tok/s"));
+  // Engine iterations in both modes (exp_sidp.cpp JobRun): an own WaS step is one, a group step D.
   const double was = rows_of(r, "sidp_steps_was")[key], cas = rows_of(r, "sidp_steps_cas")[key];
+  EXPECT_EQ(cas, 8 * rows_of(r, "sidp_group_steps_cas")[key]);
+  EXPECT_GE(was, rows_of(r, "sidp_own_steps_was")[key]);
   check("headline fig15 was steps > cas steps", was > cas, cat(was, " vs ", cas));
 }
 
