@@ -112,6 +112,28 @@ struct Replica {
   double step_start = 0;
 };
 
+// Applies a simulated step to its scheduler (every sampled row gets a token at `end`) and returns
+// its step record, as the engine's EngineLoop::end_step writes it. Both simulation loops use it.
+StepMetrics apply_step(Scheduler& sched, const StepBatch& batch, double start, double end, Metrics& metrics) {
+  StepResult res;
+  for (const auto& s : batch.seqs)
+    if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
+  const StepOutcome o = sched.on_step_done(batch, res);
+  for (const auto& tok : o.tokens) metrics.on_token(tok.seq_id, end);
+  StepMetrics sm;
+  sm.index = batch.step_index;
+  sm.start_s = start;
+  sm.end_s = end;
+  sm.num_tokens = batch.num_tokens;
+  sm.num_seqs = int(batch.seqs.size());
+  sm.num_prefill_tokens = batch.num_prefill_tokens;
+  sm.num_decode_tokens = batch.num_decode_tokens;
+  sm.kv_blocks_used = sched.num_used_blocks();
+  sm.num_preempted = int(batch.preempted.size());
+  sm.plan = batch.plan;
+  return sm;
+}
+
 // SiDP replicas stepping on their own, as the engine runs them (engine/sidp_replicas.h, the
 // specification mirrored here; ../shared/papers/001 §4.2-§4.3, PAPERS-NOTES.md S4, S11, S13):
 // one Scheduler per replica (the per-replica limits and KV pool), request id on replica id % D.
@@ -253,22 +275,7 @@ void run_sidp_replicas(const CostModel& model, const SimConfig& config, const Pl
   // Applies replica ri's step (own or its part of the group's) ending at t.
   auto finish = [&](int ri, double start, double t, bool group) {
     Rep& r = reps[size_t(ri)];
-    StepResult res;
-    for (const auto& s : r.batch.seqs)
-      if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
-    const StepOutcome o = r.sched->on_step_done(r.batch, res);
-    for (const auto& tok : o.tokens) metrics.on_token(tok.seq_id, t);
-    StepMetrics sm;
-    sm.index = r.batch.step_index;
-    sm.start_s = start;
-    sm.end_s = t;
-    sm.num_tokens = r.batch.num_tokens;
-    sm.num_seqs = int(r.batch.seqs.size());
-    sm.num_prefill_tokens = r.batch.num_prefill_tokens;
-    sm.num_decode_tokens = r.batch.num_decode_tokens;
-    sm.kv_blocks_used = r.sched->num_used_blocks();
-    sm.num_preempted = int(r.batch.preempted.size());
-    sm.plan = r.batch.plan;
+    StepMetrics sm = apply_step(*r.sched, r.batch, start, t, metrics);
     sm.replica = ri;
     sm.lockstep = group;
     metrics.on_step(sm);
@@ -531,23 +538,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     }
     Replica& r = reps[size_t(e.replica)];
     r.clock.set(e.t);
-    StepResult res;
-    for (const auto& s : r.batch.seqs)
-      if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
-    const StepOutcome o = r.sched->on_step_done(r.batch, res);
-    for (const auto& tok : o.tokens) metrics.on_token(tok.seq_id, e.t);
-    StepMetrics sm;
-    sm.index = r.batch.step_index;
-    sm.start_s = r.step_start;
-    sm.end_s = e.t;
-    sm.num_tokens = r.batch.num_tokens;
-    sm.num_seqs = int(r.batch.seqs.size());
-    sm.num_prefill_tokens = r.batch.num_prefill_tokens;
-    sm.num_decode_tokens = r.batch.num_decode_tokens;
-    sm.kv_blocks_used = r.sched->num_used_blocks();
-    sm.num_preempted = int(r.batch.preempted.size());
-    sm.plan = r.batch.plan;
-    metrics.on_step(sm);
+    metrics.on_step(apply_step(*r.sched, r.batch, r.step_start, e.t, metrics));
     out.step_replica.push_back(e.replica);
     collect(r, e.t);
     r.busy = false;
