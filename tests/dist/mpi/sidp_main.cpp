@@ -5,6 +5,7 @@
 // initialized once per process). Every process checks what it did itself (its own after_step
 // calls, its own clock); world rank 0 also checks the tokens against the single-rank engine. The
 // model is a 6-layer synthetic GQA model written by each process (no ../shared needed).
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -79,8 +80,8 @@ int world_size() {
 
 // Uneven load under WaS: replica 1 gets one long request and its process is slow (100 ms before
 // each step), the others short requests. Each process, from its own record: the slow one stepped
-// for the whole tail; a fast one took only the steps its requests need, all within less than two
-// of the slow replica's steps (in lockstep each of its steps would wait for the slow one), then
+// for the whole tail; a fast one took only the steps its requests need, their ends closer than one
+// slow step apart on average (in lockstep each of its steps would wait for the slow one), then
 // idled past the communicator's timeout (rank 0 keeps its channel alive).
 TEST(SidpMpi, UnevenReplicasStepAtTheirOwnPace) {
   constexpr int kLong = 40, kShort = 4;
@@ -123,7 +124,12 @@ TEST(SidpMpi, UnevenReplicasStepAtTheirOwnPace) {
   } else {
     ASSERT_FALSE(steps.empty());
     EXPECT_LE(int(steps.size()), 2 * 2 + kShort) << "rank " << rank << " stepped for the long tail";
-    EXPECT_LT(steps.back().end - steps.front().end, 2 * kSlow) << "rank " << rank << " waited for the slow replica";
+    // In lockstep every one of its steps would wait for a slow one: its step ends at least kSlow
+    // apart. Bound by that (at least two slow steps), not by a fixed time: a sanitized run of
+    // three processes on two cores beside another test took 223 ms for these few steps.
+    const int gaps = std::max(2, int(steps.size()) - 1);
+    EXPECT_LT(steps.back().end - steps.front().end, gaps * kSlow)
+        << "rank " << rank << " waited for the slow replica (" << steps.size() << " steps)";
   }
   if (rank == 0) {
     std::vector<std::vector<int32_t>> want;
