@@ -32,6 +32,7 @@
 #include <functional>
 #include <mutex>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -230,10 +231,12 @@ class ConcurrentRanks {
 
   // Times several operators run in one pass (`fn(acc)` adds each operator's seconds of the pass
   // into acc[op], which starts at zero), after one warm-up pass, `reps` times on every rank;
-  // returns per operator the median over reps of the slowest rank's time, divided by `per`.
+  // returns per operator the median over reps of the slowest rank's time, divided by `per`. The
+  // last `fastest_slots` slots keep the fastest rank's (the smallest) value instead, and their
+  // mean over reps (a rare stall of one rank is part of what they measure, which a median drops).
   // Every rank must call it.
   std::vector<double> time_each(int rank, int reps, int per, int n_ops,
-                                const std::function<void(std::vector<double>&)>& fn) {
+                                const std::function<void(std::vector<double>&)>& fn, int fastest_slots = 0) {
     std::vector<double> acc(size_t(n_ops), 0.0);
     sync_.arrive_and_wait();
     fn(acc);
@@ -246,17 +249,21 @@ class ConcurrentRanks {
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (slowest_each_.size() < size_t(reps)) slowest_each_.assign(size_t(reps), std::vector<double>(size_t(n_ops), 0.0));
+      const bool first = slowest_each_.size() < size_t(reps);
+      if (first) slowest_each_.assign(size_t(reps), std::vector<double>(size_t(n_ops), 0.0));
       for (int i = 0; i < reps; ++i)
-        for (int o = 0; o < n_ops; ++o)
-          slowest_each_[size_t(i)][size_t(o)] = std::max(slowest_each_[size_t(i)][size_t(o)], t[size_t(i)][size_t(o)] / per);
+        for (int o = 0; o < n_ops; ++o) {
+          double& kept = slowest_each_[size_t(i)][size_t(o)];
+          const double x = t[size_t(i)][size_t(o)] / per;
+          kept = o < n_ops - fastest_slots ? std::max(kept, x) : first ? x : std::min(kept, x);
+        }
     }
     sync_.arrive_and_wait();
     std::vector<double> med(static_cast<size_t>(n_ops));
     for (int o = 0; o < n_ops; ++o) {
       std::vector<double> v;
       for (int i = 0; i < reps; ++i) v.push_back(slowest_each_[size_t(i)][size_t(o)]);
-      med[size_t(o)] = percentile(v, 50);
+      med[size_t(o)] = o < n_ops - fastest_slots ? percentile(v, 50) : std::accumulate(v.begin(), v.end(), 0.0) / reps;
     }
     sync_.arrive_and_wait();
     if (rank == 0) slowest_each_.clear();
@@ -356,6 +363,7 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
                                "add"};
   std::vector<std::string> cols;
   for (const char* op : kOps) cols.push_back(cat("time_stats.", op, ".median"));
+  cols.push_back("time_stats.ulysses_wait.median");  // tp=1 rows of concurrent ranks (below)
   for (const char* k : {"n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
                         "num_tokens", "num_tensor_parallel_workers", "weight_dtype", "weight_bytes", "act_bytes",
                         "kv_bytes", "kernels", "concurrent_ranks", "working_set_bytes"})
@@ -504,12 +512,35 @@ void profile_mlp(const Shape& sh, DType dtype, int ranks, const ProfileSetup& ps
           });
           if (rank == 0)
             for (int o = 0; o < n_ops; ++o) rows[mi][seq[size_t(o)].first].push_back(sec[size_t(o)] / runs[size_t(o)]);
+          // Ulysses (Shift 3.2.1, Algorithm 1 lines 4 and 6): SP ranks hold whole layers (the tp=1
+          // rows) and meet at the all-to-alls around attention, once per layer in this pass (which
+          // has no attention: after RoPE). A second pass with that meeting point gives each rank's
+          // wait for the other; the fastest rank's total wait is what the meetings add to the
+          // slowest rank's total (sum over layers of the slowest rank's time, minus the largest
+          // rank total, which the operator columns above price). Column ulysses_wait: seconds
+          // per layer; the cost model adds it to SP steps only (DP replicas never meet).
+          if (t == 1 && cr.ranks() > 1 && !g_cpu_clock) {
+            const std::vector<double> w = cr.time_each(
+                rank, ps.reps, copies, 1,
+                [&](std::vector<double>& acc) {
+                  for (const LayerShard& L : layers)
+                    for (int o : order) {
+                      seq[size_t(o)].second(L);
+                      if (std::string(seq[size_t(o)].first) == "attn_rope") acc[0] += cr.segment_sync();
+                    }
+                },
+                /*fastest_slots=*/1);
+            if (rank == 0) rows[mi]["ulysses_wait"].push_back(w[0]);
+          }
         }
       }
     });
     for (size_t mi = 0; mi < ps.tokens.size(); ++mi) {
       std::map<std::string, std::string> r;
-      for (const auto& [op, secs] : rows[mi]) r[cat("time_stats.", op, ".median")] = ms(percentile(secs, 50));
+      for (const auto& [op, secs] : rows[mi])
+        r[cat("time_stats.", op, ".median")] =
+            ms(op == "ulysses_wait" ? std::accumulate(secs.begin(), secs.end(), 0.0) / double(secs.size())
+                                    : percentile(secs, 50));
       r["n_head"] = cat(c.n_heads);
       r["n_kv_head"] = cat(c.n_kv_heads);
       r["n_embd"] = cat(c.d_model);

@@ -159,13 +159,21 @@ MeasurementFile read_mlp(const std::string& path) {
             c_f = cols.need("n_expanded_embd"), c_g = cols.need("use_gated_mlp"), c_m = cols.need("num_tokens"),
             c_tp = cols.need("num_tensor_parallel_workers");
   const double ab = f.act_bytes;
-  const int c_ws = csv.find("working_set_bytes");
+  const int c_ws = csv.find("working_set_bytes"), c_wait = csv.find("time_stats.ulysses_wait.median");
   for (int r = 0; r < int(csv.rows.size()); ++r) {
     const auto& row = csv.rows[r];
     if (row.size() < csv.header.size()) continue;
     auto num = [&](int c) { return to_num(row[c], path, csv.header[c]); };
     const double h = num(c_h), kv = num(c_kv), d = num(c_d), F = num(c_f), m = num(c_m), tp = num(c_tp);
     const bool gated = num(c_g) != 0;
+    if (c_wait >= 0 && !row[c_wait].empty()) {
+      OpSample w;
+      w.op = "ulysses_wait";
+      w.measured_s = num(c_wait) * 1e-3;
+      w.m = m, w.k = d, w.n = F / tp;
+      w.row = r;
+      f.ulysses_waits.push_back(w);
+    }
     const double hd = d / h;
     const double kv_tp = std::max(1.0, kv / tp);
     for (const char* op : kMlpOps) {

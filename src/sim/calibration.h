@@ -83,6 +83,10 @@ struct MeasurementFile {
   StepKernels kernels = StepKernels::FusedGpu;
   Topology topology = Topology::NvSwitch;  // collectives: "pairwise" in the name -> PairwiseNvlink
   int concurrent_ranks = 1;  // ranks that computed at once while it was measured (loom profile)
+  // mlp files of `loom profile` (column ulysses_wait, tp=1 rows of concurrent ranks): seconds per
+  // layer that meeting at Ulysses' all-to-alls adds to a step of SP ranks; m = tokens per rank,
+  // k = d_model, n = FFN columns of the shard. Not operators: no fit reads them.
+  std::vector<OpSample> ulysses_waits;
 };
 
 // Reads every measurement file of `dir` (the kinds above, sorted by name). Throws loom::Error

@@ -674,6 +674,11 @@ StepCost CostModel::price_step(const PricedPlan& pl, const std::vector<SeqWork>&
     const int sp_node = std::max(1, std::min(s, per_node / std::min(tp, per_node)));
     comm += collective_s(Collective::AllToAll, qkv_send, s, sp_node);
     comm += collective_s(Collective::AllToAll, o_send, s, sp_node);
+    // The SP ranks meet there: what waiting for the slowest adds to the operators' times, as
+    // `loom profile` measured it for these shards (its ulysses_wait column; TP shards charge
+    // their meetings to their operators instead).
+    if (cpu && cal_.measured)
+      if (const double w = cal_.measured->ulysses_wait_s(m, d, F); w > 0) comm += w;
   }
   // The dense FFN (every layer of a dense model; the first layers of a MoE model): SwiGLU over
   // the rank's columns and its all-reduce (DP attention: whole and replicated, no communication).

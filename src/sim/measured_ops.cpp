@@ -89,6 +89,10 @@ double MeasuredOps::gate_up_s(double m, double d, double ffn) const {
   return lookup(gate_up, std::pair{key(d), key(ffn)}, m);
 }
 
+double MeasuredOps::ulysses_wait_s(double m, double d, double ffn) const {
+  return lookup(ulysses_wait, std::pair{key(d), key(ffn)}, m);
+}
+
 double MeasuredOps::elementwise_s(int kind, double bytes) const { return lookup(elementwise, kind, bytes); }
 
 double MeasuredOps::scaled_gemm_s(double m, double k, double n) const {
@@ -156,7 +160,7 @@ double MeasuredOps::attention_s(const std::vector<Work>& seqs, int q_heads, int 
 }
 
 MeasuredOps measured_ops(const std::vector<const MeasurementFile*>& files) {
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> gemm, gate_up;
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> gemm, gate_up, wait;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<std::pair<double, double>>> qkv;
   std::map<int, std::vector<std::pair<double, double>>> elem;
   std::map<std::tuple<int, int, int>, std::map<int, std::vector<std::pair<double, double>>>> dec, pre;
@@ -172,6 +176,9 @@ MeasuredOps measured_ops(const std::vector<const MeasurementFile*>& files) {
       continue;
     }
     if (f->kind != MeasurementFile::Mlp || f->kernels != StepKernels::LoomCpu) continue;
+    // A wait of 0 (no rank behind at any meeting) kept as 0.1 us: the log curve needs seconds > 0.
+    for (const OpSample& s : f->ulysses_waits)
+      wait[{key(s.k), key(s.n)}].push_back({s.m, std::max(s.measured_s, 1e-7)});
     for (const OpSample& s : f->samples) {
       switch (s.kind) {
         case SampleOp::QkvProj: qkv[{key(s.k), key(s.n), key(s.n2)}].push_back({s.m, s.measured_s}); break;
@@ -192,6 +199,7 @@ MeasuredOps measured_ops(const std::vector<const MeasurementFile*>& files) {
   for (auto& [k, p] : gate_up) out.gate_up[k] = LogCurve::from_points(std::move(p));
   for (auto& [k, p] : qkv) out.qkv[k] = LogCurve::from_points(std::move(p));
   for (auto& [k, p] : elem) out.elementwise[k] = LogCurve::from_points(std::move(p));
+  for (auto& [k, p] : wait) out.ulysses_wait[k] = LogCurve::from_points(std::move(p));
   for (auto& [heads, by_batch] : dec)
     for (auto& [b, p] : by_batch) out.attention[heads].decode_per_seq[b] = LogCurve::from_points(std::move(p));
   for (auto& [heads, by_before] : pre)

@@ -41,6 +41,9 @@ struct MeasuredOps {
   std::map<std::tuple<int64_t, int64_t, int64_t>, LogCurve> qkv;
   // W_gate + W_up of one shard (two matmuls): (d, ffn columns) -> over m.
   std::map<std::pair<int64_t, int64_t>, LogCurve> gate_up;
+  // What meeting at Ulysses' all-to-alls adds to an SP step, seconds per layer, over tokens per
+  // rank: (d, FFN columns of the shard) -> curve (MeasurementFile::ulysses_waits).
+  std::map<std::pair<int64_t, int64_t>, LogCurve> ulysses_wait;
   // Element-wise kernels by kind (Elementwise as int: Norm, Add, Act, Rope, Emb) over bytes.
   std::map<int, LogCurve> elementwise;
   // One layer's paged attention (KV scatter + kernel, as engine/stage_attention.cpp runs it) of one
@@ -54,12 +57,14 @@ struct MeasuredOps {
   std::map<std::tuple<int, int, int>, Attention> attention;  // (q heads, kv heads, head_dim)
 
   bool empty() const {
-    return gemm.empty() && qkv.empty() && gate_up.empty() && elementwise.empty() && attention.empty();
+    return gemm.empty() && qkv.empty() && gate_up.empty() && elementwise.empty() && attention.empty() &&
+           ulysses_wait.empty();
   }
   // Seconds, or a negative value when the shape (kind) was not measured.
   double gemm_s(double m, double k, double n) const;
   double qkv_s(double m, double d, double q_cols, double kv_cols) const;
   double gate_up_s(double m, double d, double ffn) const;
+  double ulysses_wait_s(double m, double d, double ffn) const;
   double elementwise_s(int kind, double bytes) const;
   // A GEMM [m, k] x [k, n] of an unmeasured n (loom's classifier, [m, d] x [d, vocab]) from the
   // measured GEMM of the same k and m with the most output columns, scaled by n over its

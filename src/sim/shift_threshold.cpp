@@ -10,15 +10,22 @@ ShiftThreshold derive_shift_threshold(const CostModel& model, int s, int t, int 
   const PricedPlan base = model.prepare(Plan::make_sp_tp(s, t)), shift = model.prepare(Plan::make_shift(s, t));
   ShiftThreshold r;
   auto step = [](int n) { return std::vector<SeqWork>{SeqWork{n, n, true}}; };
-  for (int n = 1; n <= max_tokens; ++n) {
+  // The last crossing, scanned down from max_tokens: the base wins at every step size above the
+  // threshold. Where the two prices run close (a small model on CPU ranks, priced from a profile
+  // measured on a shared machine), they cross back and forth at small sizes, and the first
+  // crossing put the threshold anywhere from 1 to a few hundred tokens from one profile to the
+  // next a minute later (decode batches of two tokens then ran under SP).
+  r.threshold = 0;
+  for (int n = max_tokens; n >= 1; --n) {
     const double b = model.price(base, step(n)).total_s, sh = model.price(shift, step(n)).total_s;
     if (b < sh) {
-      r.threshold = n - 1;
       r.crossed = true;
       r.base_s = b;
       r.shift_s = sh;
-      break;
+      continue;
     }
+    r.threshold = n;
+    break;
   }
   if (!r.crossed) {
     r.threshold = max_tokens;
@@ -27,7 +34,7 @@ ShiftThreshold derive_shift_threshold(const CostModel& model, int s, int t, int 
   }
   r.explain = r.crossed ? cat("cost model on ", model.node().name(), ": ", base.name, " prices a ", r.threshold + 1,
                               "-token step at ", r.base_s * 1e3, " ms < ", shift.name, " ", r.shift_s * 1e3,
-                              " ms (first step size where the base wins)")
+                              " ms (and every larger step up to ", max_tokens, " below it)")
                         : cat("cost model on ", model.node().name(), ": ", base.name, " never beats ", shift.name,
                               " up to ", max_tokens, " tokens per step (", r.base_s * 1e3, " vs ", r.shift_s * 1e3,
                               " ms there)");

@@ -1,7 +1,8 @@
 // The Shift threshold (Shift 3.3, Algorithm 2: base config for steps of more than `threshold`
 // scheduled tokens, shift config otherwise) derived from the cost model instead of a fixed number:
-// the smallest step size at which the cost model prices the base SP(s) x TP(t) step below the
-// shift config TP(s*t) on the given hardware. Below it TP wins (its all-reduces are small and
+// the smallest step size from which on the cost model prices the base SP(s) x TP(t) step below
+// the shift config TP(s*t) on the given hardware, for every larger step up to max_tokens (the last
+// crossing: where the prices run close they may cross more than once). Below it TP wins (its all-reduces are small and
 // SP's padding and all-to-alls dominate); above it SP wins (each rank reads 1/t of the weights
 // once for n/s tokens instead of 1/(s*t) for n, and sends less).
 //

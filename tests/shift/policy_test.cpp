@@ -120,8 +120,9 @@ TEST(ShiftPolicy, SimulatorUsesTheEnginePolicy) {
   EXPECT_GT(shift, 0);
 }
 
-// The derived threshold is the first step size where the cost model prices the base below TP(P):
-// checked against the cost model directly, on two different "machines".
+// The derived threshold is the last step size where the cost model prices the base at or above
+// TP(P) (the base below it at every larger size): checked against the cost model directly, on two
+// different "machines".
 TEST(ShiftPolicy, ThresholdFromTheCostModel) {
   const ModelConfig mc = synth_shape("small").config;
   for (auto [bw, flops] : std::vector<std::pair<double, double>>{{10e9, 50e9}, {40e9, 400e9}}) {
@@ -131,9 +132,10 @@ TEST(ShiftPolicy, ThresholdFromTheCostModel) {
     auto price = [&](int tp, int sp, int n) {
       return cm.price(sp > 1 ? Plan::make_sp_tp(sp, tp) : Plan::make_shift(2, 2), {sim::SeqWork{n, n, true}}).total_s;
     };
-    const int n = int(t.threshold) + 1;
-    EXPECT_LT(price(2, 2, n), price(4, 1, n)) << t.explain;
-    for (int k = 1; k < n; ++k) ASSERT_GE(price(2, 2, k), price(4, 1, k)) << "step of " << k << " tokens";
+    const int n = int(t.threshold);
+    ASSERT_GE(n, 1) << t.explain;
+    EXPECT_GE(price(2, 2, n), price(4, 1, n)) << t.explain;
+    for (int k = n + 1; k <= 4096; ++k) ASSERT_LT(price(2, 2, k), price(4, 1, k)) << "step of " << k << " tokens";
     EXPECT_NE(t.explain.find("cpux4"), std::string::npos) << t.explain;
   }
   EXPECT_THROW(sim::derive_shift_threshold(sim::cpu_cost_model(mc, 4.0, 1e10, 1e11, 1e10, 4), 1, 4), Error);

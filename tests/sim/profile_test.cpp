@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "model/synth.h"
 #include "sim/calibration.h"
+#include "sim/measured_ops.h"
 #include "sim/model_catalog.h"
 #include "sim/profile.h"
 #include "sim/shift_threshold.h"
@@ -75,6 +76,44 @@ TEST(SimProfile, WritesMeasurementsAndAHardwareEntry) {
       EXPECT_EQ(mf.samples.size(), 4u * 2u * 10u) << mf.name;  // 4 token counts x 2 tp x 10 operators
       EXPECT_DOUBLE_EQ(mf.weight_bytes, mf.weight_dtype == "f32" ? 4.0 : 34.0 / 32.0) << mf.name;
     }
+  }
+  // Ulysses' meeting cost: one per tp=1 row of the file measured with two concurrent ranks (SP's
+  // shards are whole layers), none elsewhere (a single rank or a TP shard never meets there).
+  for (const auto& mf : p.files) {
+    if (mf.kind != MeasurementFile::Mlp) continue;
+    if (mf.concurrent_ranks == 1) {
+      EXPECT_TRUE(mf.ulysses_waits.empty()) << mf.name;
+      continue;
+    }
+    std::set<double> tokens;
+    for (const auto& w : mf.ulysses_waits) {
+      tokens.insert(w.m);
+      EXPECT_GE(w.measured_s, 0) << mf.name;
+      EXPECT_EQ(w.k, 64) << mf.name;    // d_model of tiny
+      EXPECT_EQ(w.n, 192) << mf.name;   // its whole FFN: tp=1
+    }
+    EXPECT_EQ(tokens, (std::set<double>{1, 4, 16, 64})) << mf.name;
+  }
+  {
+    // Priced into SP steps only, once per layer: an sp=2 step costs exactly n_layers x the
+    // measured wait more than under the same calibration without it; a DP and a TP step nothing.
+    const ModelConfig tiny = find_model(f.model);
+    const CostModel cm = profile_cost_model(p, tiny, DType::F32, 2);
+    ASSERT_TRUE(cm.calibration().measured);
+    Calibration without = cm.calibration();
+    auto ops = std::make_shared<MeasuredOps>(*without.measured);
+    ASSERT_EQ(ops->ulysses_wait.size(), 1u);
+    ops->ulysses_wait.clear();
+    without.measured = ops;
+    CostModel bare(tiny, cm.node(), cm.options(), without);
+    bare.set_collective_curves(cm.collective_curves());
+    const std::vector<SeqWork> step{SeqWork{32, 32, true}};
+    const double wait = cm.calibration().measured->ulysses_wait_s(16, 64, 192);  // 32 tokens, 16 a rank
+    ASSERT_GT(wait, 0);
+    EXPECT_NEAR(cm.price(Plan::make_sp_tp(2, 1), step).comm_s - bare.price(Plan::make_sp_tp(2, 1), step).comm_s,
+                tiny.n_layers * wait, 1e-12);
+    for (const Plan& other : {Plan::make_tp(2), Plan::make_shift(2, 1)})
+      EXPECT_EQ(cm.price(other, step).total_s, bare.price(other, step).total_s) << other.to_string();
   }
   // The profile is a hardware entry and a measurement folder: the validation reads it.
   EXPECT_EQ(find_gpu(f.profile).name, "cpu");
@@ -150,8 +189,8 @@ TEST(SimProfile, SimRunAndPlanOnTheProfiledMachine) {
   EXPECT_NE(out.find("weight dtype"), std::string::npos) << out;
 }
 
-// The default Shift threshold read from the profile is the first step size at which the
-// profile-calibrated cost model prices the base below the shift config.
+// The default Shift threshold read from the profile: the profile-calibrated cost model prices the
+// base below the shift config at every step size above it, and not at the threshold itself.
 TEST(SimProfile, ShiftThresholdFromTheProfile) {
   const Fixture f = make_fixture();
   const ModelConfig mc = find_model(f.model);
@@ -160,12 +199,15 @@ TEST(SimProfile, ShiftThresholdFromTheProfile) {
   EXPECT_NE(t.explain.find("calibrated by the profile"), std::string::npos) << t.explain;
   const CostModel cm = profile_cost_model(read_profile(f.profile), mc, DType::F32, 2);
   auto price = [&](const Plan& p, int n) { return cm.price(p, {SeqWork{n, n, true}}).total_s; };
-  const int n = int(t.threshold) + 1;
-  if (t.crossed) {
-    EXPECT_LT(price(Plan::make_sp_tp(2, 1), n), price(Plan::make_shift(2, 1), n)) << t.explain;
+  const int n = int(t.threshold);
+  if (!t.crossed) {
+    EXPECT_EQ(n, 512) << t.explain;
+    EXPECT_GE(price(Plan::make_sp_tp(2, 1), 512), price(Plan::make_shift(2, 1), 512)) << t.explain;
+    return;
   }
-  for (int k = 1; k < std::min(n, 512); ++k)
-    ASSERT_GE(price(Plan::make_sp_tp(2, 1), k), price(Plan::make_shift(2, 1), k)) << "step of " << k << " tokens";
+  if (n > 0) EXPECT_GE(price(Plan::make_sp_tp(2, 1), n), price(Plan::make_shift(2, 1), n)) << t.explain;
+  for (int k = n + 1; k <= 512; ++k)
+    ASSERT_LT(price(Plan::make_sp_tp(2, 1), k), price(Plan::make_shift(2, 1), k)) << "step of " << k << " tokens";
 }
 
 // Calibration transfer: efficiencies fitted on one machine's measurements predict another's from
