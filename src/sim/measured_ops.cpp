@@ -23,7 +23,27 @@ double LogCurve::seconds(double x) const {
   return std::exp(log_s[i - 1] + f * (log_s[i] - log_s[i - 1]));
 }
 
-LogCurve LogCurve::from_points(std::vector<std::pair<double, double>> pts) {
+namespace {
+// Pool adjacent violators (isotonic regression, equal weights): y made non-decreasing in order.
+void pool_adjacent_violators(std::vector<double>& y) {
+  std::vector<double> val, wt;
+  std::vector<size_t> len;
+  for (double v : y) {
+    val.push_back(v), wt.push_back(1), len.push_back(1);
+    while (val.size() > 1 && val[val.size() - 2] > val.back()) {
+      const size_t k = val.size() - 1;
+      val[k - 1] = (val[k - 1] * wt[k - 1] + val[k] * wt[k]) / (wt[k - 1] + wt[k]);
+      wt[k - 1] += wt[k], len[k - 1] += len[k];
+      val.pop_back(), wt.pop_back(), len.pop_back();
+    }
+  }
+  size_t at = 0;
+  for (size_t b = 0; b < val.size(); ++b)
+    for (size_t r = 0; r < len[b]; ++r) y[at++] = val[b];
+}
+}  // namespace
+
+LogCurve LogCurve::from_points(std::vector<std::pair<double, double>> pts, bool economies_of_scale) {
   std::sort(pts.begin(), pts.end());
   LogCurve c;
   for (size_t i = 0; i < pts.size();) {
@@ -37,24 +57,24 @@ LogCurve LogCurve::from_points(std::vector<std::pair<double, double>> pts) {
     }
     i = j;
   }
+  // Economies of scale (the GEMM curves): a matmul reads its weights once per call whatever the
+  // token count, so a token never costs more in a larger call. One slow moment of a profile on a
+  // shared machine breaks this at a single point (a 128-token row of the small shape at 1.21 ms
+  // a token between 0.97 at 64 and 0.99 at 256), and an SP step, priced at half its tokens, then
+  // doubles the error where it lands. Pooled as below on log(seconds / x), made non-increasing.
+  // Pooling the second step below keeps this (a pooled pair shares its seconds, so the larger x
+  // of the two costs less per unit).
+  if (economies_of_scale) {
+    std::vector<double> neg_per_unit(c.log_s.size());
+    for (size_t i = 0; i < c.log_s.size(); ++i) neg_per_unit[i] = -(c.log_s[i] - c.log_x[i]);
+    pool_adjacent_violators(neg_per_unit);
+    for (size_t i = 0; i < c.log_s.size(); ++i) c.log_s[i] = c.log_x[i] - neg_per_unit[i];
+  }
   // More work never takes less time: a profile taken on a shared machine has points that dip
   // below a smaller size's (noise), which would make a step of more tokens priced cheaper (and a
   // threshold derived from the prices jump). Pool adjacent violators (isotonic regression in log
   // seconds, equal weights) makes the curve non-decreasing.
-  std::vector<double> val, wt;
-  std::vector<size_t> len;
-  for (double y : c.log_s) {
-    val.push_back(y), wt.push_back(1), len.push_back(1);
-    while (val.size() > 1 && val[val.size() - 2] > val.back()) {
-      const size_t k = val.size() - 1;
-      val[k - 1] = (val[k - 1] * wt[k - 1] + val[k] * wt[k]) / (wt[k - 1] + wt[k]);
-      wt[k - 1] += wt[k], len[k - 1] += len[k];
-      val.pop_back(), wt.pop_back(), len.pop_back();
-    }
-  }
-  size_t at = 0;
-  for (size_t b = 0; b < val.size(); ++b)
-    for (size_t r = 0; r < len[b]; ++r) c.log_s[at++] = val[b];
+  pool_adjacent_violators(c.log_s);
   return c;
 }
 
@@ -195,9 +215,9 @@ MeasuredOps measured_ops(const std::vector<const MeasurementFile*>& files) {
     }
   }
   MeasuredOps out;
-  for (auto& [k, p] : gemm) out.gemm[k] = LogCurve::from_points(std::move(p));
-  for (auto& [k, p] : gate_up) out.gate_up[k] = LogCurve::from_points(std::move(p));
-  for (auto& [k, p] : qkv) out.qkv[k] = LogCurve::from_points(std::move(p));
+  for (auto& [k, p] : gemm) out.gemm[k] = LogCurve::from_points(std::move(p), /*economies_of_scale=*/true);
+  for (auto& [k, p] : gate_up) out.gate_up[k] = LogCurve::from_points(std::move(p), true);
+  for (auto& [k, p] : qkv) out.qkv[k] = LogCurve::from_points(std::move(p), true);
   for (auto& [k, p] : elem) out.elementwise[k] = LogCurve::from_points(std::move(p));
   for (auto& [k, p] : wait) out.ulysses_wait[k] = LogCurve::from_points(std::move(p));
   for (auto& [heads, by_batch] : dec)

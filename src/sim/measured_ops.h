@@ -30,8 +30,9 @@ struct LogCurve {
   bool empty() const { return log_x.empty(); }
   double seconds(double x) const;
   // From (x, seconds) points: points at the same x merged by their median, then made
-  // non-decreasing in x (isotonic regression of log seconds; see measured_ops.cpp).
-  static LogCurve from_points(std::vector<std::pair<double, double>> pts);
+  // non-decreasing in x (isotonic regression of log seconds; see measured_ops.cpp); with
+  // economies_of_scale (GEMMs over tokens) first seconds / x made non-increasing likewise.
+  static LogCurve from_points(std::vector<std::pair<double, double>> pts, bool economies_of_scale = false);
 };
 
 struct MeasuredOps {

@@ -38,6 +38,25 @@ TEST(SimMeasuredOps, MoreWorkIsNeverCheaper) {
   for (double x = 1; x < 8; x += 0.25) EXPECT_LE(c.seconds(x), c.seconds(x + 0.25) + 1e-15) << x;
 }
 
+TEST(SimMeasuredOps, ATokenNeverCostsMoreInALargerGemm) {
+  // Per token 1.0, 1.2 (a slow moment), 0.9 ms at 64, 128, 256 tokens: the first two pool to
+  // their geometric mean per token, sqrt(1.2) ms; 256 stays at 0.9.
+  const std::vector<std::pair<double, double>> pts{{64, 64e-3}, {128, 128 * 1.2e-3}, {256, 256 * 0.9e-3}};
+  const LogCurve c = LogCurve::from_points(pts, /*economies_of_scale=*/true);
+  EXPECT_NEAR(c.seconds(64), 64 * std::sqrt(1.2) * 1e-3, 1e-12);
+  EXPECT_NEAR(c.seconds(128), 128 * std::sqrt(1.2) * 1e-3, 1e-12);
+  EXPECT_NEAR(c.seconds(256), 256 * 0.9e-3, 1e-12);
+  // Without: as measured (the curve is already non-decreasing).
+  EXPECT_NEAR(LogCurve::from_points(pts).seconds(128), 128 * 1.2e-3, 1e-12);
+  // Both hold at once on noisy points: never cheaper for more tokens, never dearer per token.
+  const LogCurve n = LogCurve::from_points({{1, 3e-3}, {2, 2e-3}, {4, 9e-3}, {8, 10e-3}, {16, 12e-3}, {32, 30e-3}},
+                                           true);
+  for (double x = 1; x < 32; x += 0.5) {
+    EXPECT_LE(n.seconds(x), n.seconds(x + 0.5) + 1e-15) << x;
+    EXPECT_GE(n.seconds(x) / x, n.seconds(x + 0.5) / (x + 0.5) - 1e-15) << x;
+  }
+}
+
 // Model: d 64, 4 heads of 16, 2 KV heads, FFN 128, vocabulary 256, 2 layers.
 ModelConfig tiny() {
   ModelConfig c;
