@@ -114,6 +114,19 @@ struct Replica {
 
 // Applies a simulated step to its scheduler (every sampled row gets a token at `end`) and returns
 // its step record, as the engine's EngineLoop::end_step writes it. Both simulation loops use it.
+// Request i of the trace as both simulation loops admit it: its id is its index, a synthetic
+// prompt of its length, exactly its output tokens (EOS ignored).
+Request request_of(const std::vector<TraceRequest>& trace, int64_t i) {
+  const TraceRequest& tr = trace[size_t(i)];
+  Request req;
+  req.id = i;
+  req.synthetic_prompt_len = tr.prompt_len;
+  req.max_tokens = std::max(1, tr.output_len);
+  req.stop.ignore_eos = true;
+  req.arrival_s = tr.arrival_s;
+  return req;
+}
+
 StepMetrics apply_step(Scheduler& sched, const StepBatch& batch, double start, double end, Metrics& metrics) {
   StepResult res;
   for (const auto& s : batch.seqs)
@@ -291,13 +304,7 @@ void run_sidp_replicas(const CostModel& model, const SimConfig& config, const Pl
     const Event e = q.top();
     q.pop();
     if (e.priority == kArrival) {
-      const TraceRequest& tr = trace[size_t(e.index)];
-      Request req;
-      req.id = e.index;
-      req.synthetic_prompt_len = tr.prompt_len;
-      req.max_tokens = std::max(1, tr.output_len);
-      req.stop.ignore_eos = true;
-      req.arrival_s = tr.arrival_s;
+      Request req = request_of(trace, e.index);
       Rep& r = reps[size_t(replica_of(req.id, D))];  // the engine's routing (dist_engine.h)
       metrics.on_arrival(req, e.t);
       r.sched->add_request(std::move(req));
@@ -520,13 +527,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     const Event e = q.top();
     q.pop();
     if (e.priority == 1) {
-      const TraceRequest& tr = trace[size_t(e.index)];
-      Request req;
-      req.id = e.index;
-      req.synthetic_prompt_len = tr.prompt_len;
-      req.max_tokens = std::max(1, tr.output_len);
-      req.stop.ignore_eos = true;
-      req.arrival_s = tr.arrival_s;
+      Request req = request_of(trace, e.index);
       const int ri = lockstep ? 0 : replica_of(req.id, dp);  // the engine's routing (dist_engine.h)
       metrics.on_arrival(req, e.t);
       Replica& r = reps[size_t(ri)];
