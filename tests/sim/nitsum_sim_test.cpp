@@ -215,8 +215,12 @@ TEST(NitsumPaper, Qwen14bTp1CannotMeetTheStrictTpot) {
     EXPECT_GT(t, p.weight_bytes / hbm) << tp;
     EXPECT_LT(t, prev) << tp;
     prev = t;
-    if (tp == 1) EXPECT_GT(t, 10e-3);
-    if (tp == 4) EXPECT_LT(t, 10e-3);
+    if (tp == 1) {
+      EXPECT_GT(t, 10e-3);
+    }
+    if (tp == 4) {
+      EXPECT_LT(t, 10e-3);
+    }
   }
 }
 
@@ -298,7 +302,9 @@ double fig10(const std::string& system, int rate) {
 // "all the baselines except for Split drops to 0 goodput beyond 40 incoming RPS": vanilla SGLang.
 TEST(NitsumPaper, Fig10SglangCollapsesBeyond40) {
   for (int rate : kRates)
-    if (rate > kCollapseBeyondRps) EXPECT_LT(fig10("static-tp", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+    if (rate > kCollapseBeyondRps) {
+      EXPECT_LT(fig10("static-tp", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+    }
 }
 
 // ... "except for Split".
@@ -315,7 +321,9 @@ TEST(NitsumPaper, Fig10SplitDoesNotCollapse) {
 //    paper's 10-minute traces the same transient is 0.05 req/s.
 TEST(NitsumPaper, DISABLED_Fig10SglangPdCollapsesBeyond40) {
   for (int rate : kRates)
-    if (rate > kCollapseBeyondRps) EXPECT_LT(fig10("static-pd", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+    if (rate > kCollapseBeyondRps) {
+      EXPECT_LT(fig10("static-pd", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
+    }
 }
 //  - Monotone and highest: Nitsum falls from 11.43 (60) to 9.01 (80) and Split passes it at 80.
 //    At 80 req/s the planner gives all 4 GPUs to the conversation tier as 2 TP1 prefill + 1 TP2

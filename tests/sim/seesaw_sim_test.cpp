@@ -278,7 +278,9 @@ TEST(SeesawFig14, SeesawAboveEveryFixedPlanFromTenthToFiftyTimesPcieAndPpForSlow
     ASSERT_TRUE(at.count("seesaw")) << p;
     ASSERT_GE(at.size(), 3u) << p;
     for (const auto& [plan, tok] : at)
-      if (plan != "seesaw") EXPECT_GE(at.at("seesaw"), tok) << p << " " << plan;
+      if (plan != "seesaw") {
+        EXPECT_GE(at.at("seesaw"), tok) << p << " " << plan;
+      }
   }
   auto best_fixed = [&](const std::string& point) {
     std::string best;
