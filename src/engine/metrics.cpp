@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <ostream>
+#include <string>
 
 #include "core/error.h"
 
@@ -259,14 +260,25 @@ void Metrics::write_requests_csv(std::ostream& os) const {
   }
 }
 
+namespace {
+// A CSV field (RFC 4180): quoted, its quotes doubled, when it holds a comma, a quote or a line
+// break (plan names do: "dp=2,weights=owner", "sp=2,tp=2").
+std::string csv_field(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string q = "\"";
+  for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + '"';
+}
+}  // namespace
+
 void Metrics::write_steps_csv(std::ostream& os) const {
   os << "index,start_s,end_s,num_tokens,num_seqs,num_prefill_tokens,num_decode_tokens,"
-        "kv_blocks_used,num_preempted,replica,lockstep,plan\n";  // plan last: its name has commas
+        "kv_blocks_used,num_preempted,replica,lockstep,plan\n";
   for (const StepMetrics& m : steps_)
     os << m.index << ',' << m.start_s << ',' << m.end_s << ',' << m.num_tokens << ','
        << m.num_seqs << ',' << m.num_prefill_tokens << ',' << m.num_decode_tokens << ','
        << m.kv_blocks_used << ',' << m.num_preempted << ',' << m.replica << ',' << int(m.lockstep) << ','
-       << m.plan << '\n';
+       << csv_field(m.plan) << '\n';
 }
 
 }  // namespace loom

@@ -157,6 +157,36 @@ TEST(EngineLoop, LatenciesOnAManualClock) {
   EXPECT_EQ(exec.released, (std::vector<RequestId>{1, 2, 3}));
 }
 
+// The steps CSV is RFC 4180: a plan name with commas (or quotes) is one quoted field, so every
+// row has the header's 12 fields for a CSV reader.
+TEST(Metrics, StepsCsvQuotesPlanNamesWithCommas) {
+  Metrics m;
+  for (const char* plan : {"tp=2", "dp=2,weights=owner", "odd \"name\""}) {
+    StepMetrics s;
+    s.plan = plan;
+    m.on_step(s);
+  }
+  std::ostringstream os;
+  m.write_steps_csv(os);
+  std::istringstream in(os.str());
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[1].substr(lines[1].rfind(',') + 1), "tp=2");
+  EXPECT_EQ(lines[2].substr(lines[2].size() - 21), ",\"dp=2,weights=owner\"");
+  EXPECT_EQ(lines[3].substr(lines[3].size() - 15), ",\"odd \"\"name\"\"\"");
+  // Fields outside quotes: 12 on every line.
+  for (const std::string& l : lines) {
+    int fields = 1;
+    bool quoted = false;
+    for (char c : l) {
+      if (c == '"') quoted = !quoted;
+      else if (c == ',' && !quoted) ++fields;
+    }
+    EXPECT_EQ(fields, 12) << l;
+  }
+}
+
 TEST(EngineLoop, ExecutorFailureFinishesBatchWithErrorAndContinues) {
   Scheduler s(small_config());
   ManualClock clock;
