@@ -271,6 +271,7 @@ struct ValidateEngineArgs {
   int max_tokens_per_step = 256;
   int64_t kv_cache_bytes = 64 << 20;
   int max_model_len = 0;
+  std::string steps_dir;
   bool json = false;
 };
 
@@ -297,6 +298,7 @@ void run_validate_engine(const ValidateEngineArgs& a) {
   o.shift_threshold = a.threshold;
   o.sidp_threshold = a.sidp_threshold;
   o.cpu_kv_bytes = a.cpu_kv_bytes;
+  o.steps_dir = a.steps_dir;
   // The trace, clipped to the model's context (both sides run the clipped lengths).
   RunArgs ra;
   ra.trace = a.trace;
@@ -643,6 +645,8 @@ void register_sim(CLI::App& app) {
   ve->add_option("--max-tokens-per-step", vea->max_tokens_per_step, "Chunked-prefill budget")->capture_default_str();
   ve->add_option("--kv-cache-bytes", vea->kv_cache_bytes, "KV cache per rank (both sides)")->capture_default_str();
   ve->add_option("--max-model-len", vea->max_model_len, "Context limit (0: the model's)");
+  ve->add_option("--steps-dir", vea->steps_dir,
+                 "Write each plan's step records, engine and simulated: DIR/<i>_<plan>_engine.csv and _sim.csv");
   ve->add_flag("--json", vea->json, "Machine-readable output");
   set_action(ve, [vea] { run_validate_engine(*vea); });
 

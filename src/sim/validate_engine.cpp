@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -233,6 +237,11 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
   const ModelShape shape = ModelShape::from(mc, dtype_block_elems(weight_dtype));
   for (const EnginePlan& p : plans)
     for (const std::string& t : p.plans()) validate(Plan::parse(t), shape);
+  if (!o.steps_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.steps_dir, ec);
+    if (ec) fail("validate-engine: cannot create --steps-dir ", o.steps_dir, ": ", ec.message());
+  }
   std::vector<PlanValidation> out;
   for (const EnginePlan& p : plans) {
     const Plan plan = Plan::parse(p.plan);
@@ -305,6 +314,16 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     const SimResult sr = Simulator(cm, sc).run(o.trace);
     v.sim_wall_s = seconds_since(t1);
 
+    if (!o.steps_dir.empty()) {
+      std::string name;  // the plan's label, safe in a file name ("sp=2 @shift" -> "sp=2_@shift")
+      for (char c : p.label()) name += std::isalnum(static_cast<unsigned char>(c)) || std::strchr("=.-@+", c) ? c : '_';
+      const std::string stem = cat(o.steps_dir, "/", out.size() + 1, "_", name);
+      for (const auto& [side, m] : {std::pair<const char*, const Metrics*>{"engine", &er.metrics}, {"sim", &sr.metrics}}) {
+        std::ofstream f(cat(stem, "_", side, ".csv"));
+        m->write_steps_csv(f);
+        if (!f) fail("validate-engine: cannot write ", stem, "_", side, ".csv");
+      }
+    }
     v.engine_summary = er.metrics.summary();
     v.simulated_summary = sr.summary;
     v.metrics = compare(v.engine_summary, v.simulated_summary);

@@ -52,6 +52,10 @@ struct EngineValidationOptions {
   int64_t sidp_threshold = -1;
   // Seesaw's CPU KV tier (per host, both sides); 0: kv_cache_bytes times the plan's ranks
   int64_t cpu_kv_bytes = 0;
+  // When set, each plan's step records of both sides (Metrics::write_steps_csv) go to
+  // DIR/<i>_<plan>_engine.csv and DIR/<i>_<plan>_sim.csv (i: the plan's position, from 1), to set
+  // step beside step where a metric's error comes from.
+  std::string steps_dir;
 };
 
 // What the two sides did with one plan.

@@ -238,13 +238,25 @@ TEST(SimValidateEngine, SameRequestsEveryMetricFinite) {
   o.max_tokens_per_step = 32;
   o.kv_cache_bytes = 4 << 20;
   o.shift_threshold = 8;  // prefill chunks run the base, decodes the shift config
+  o.steps_dir = f.dir + "/steps";
   const std::vector<EnginePlan> plans = {EnginePlan::parse("tp=1"), EnginePlan::parse("tp=2"),
                                          EnginePlan::parse("dp=2"), EnginePlan::parse("sp=2,tp=1"),
                                          EnginePlan::parse("sp=2@shift")};
   const auto rows = validate_engine(read_profile(f.profile), o, plans);
   ASSERT_EQ(rows.size(), plans.size());
-  for (const PlanValidation& v : rows) {
+  const std::vector<std::string> stems = {"1_tp=1", "2_tp=2", "3_dp=2", "4_sp=2", "5_sp=2_@shift"};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PlanValidation& v = rows[i];
     const std::string what = v.plan.label();
+    // --steps-dir: one row per step on each side, as many as the step counts compared.
+    for (const char* side : {"engine", "sim"}) {
+      std::ifstream in(cat(o.steps_dir, "/", stems[i], "_", side, ".csv"));
+      ASSERT_TRUE(in) << stems[i] << " " << side;
+      int lines = 0;
+      for (std::string l; std::getline(in, l);) ++lines;
+      const double steps = std::string(side) == "engine" ? v.metrics.back().engine : v.metrics.back().simulated;
+      EXPECT_EQ(lines - 1, int(steps)) << stems[i] << " " << side;
+    }
     EXPECT_TRUE(v.same_requests) << what << ": " << v.request_mismatch;
     EXPECT_EQ(v.num_requests, 10) << what;
     EXPECT_EQ(v.engine_summary.num_completed, 10) << what;
