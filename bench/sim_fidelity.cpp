@@ -29,7 +29,8 @@
 // round instead. The layer operators are timed in the engine's order (loom profile --op-order engine); LOOM_BENCH_CLOCK=cpu times them with the rank
 // thread's CPU clock (loom profile --clock cpu: what they cost a core of their own, whatever the
 // machine's load while profiling; the engine's wall clock then adds the load of its own runs).
-// LOOM_OP_TIMING=1 (or cpu) adds, per plan, the engine's time by operator class beside the
+// LOOM_BENCH_REPEAT=1 runs every workload's engine runs twice a round and prints how far the
+// engine is from itself (the noise floor). LOOM_OP_TIMING=1 (or cpu) adds, per plan, the engine's time by operator class beside the
 // simulator's priced parts (sim/validate_engine.h op_breakdown), for the first round.
 #include <algorithm>
 #include <cmath>
@@ -124,7 +125,10 @@ int main(int argc, char** argv) {
     opts.push_back(std::move(o));
   }
   // runs[w][r]: round r of workload w, simulated with round r's profile.
-  std::vector<std::vector<std::vector<sim::PlanValidation>>> runs(workloads.size());
+  // LOOM_BENCH_REPEAT=1: every workload's engine runs twice a round, back to back, so that the
+  // table also says how far the engine is from itself (the noise floor an error is read against).
+  const bool repeat = std::getenv("LOOM_BENCH_REPEAT") && std::string(std::getenv("LOOM_BENCH_REPEAT")) == "1";
+  std::vector<std::vector<std::vector<sim::PlanValidation>>> runs(workloads.size()), again(workloads.size());
   for (int r = 0; r < rounds; ++r) {
     const std::string dir = reuse ? profile : cat(profile, "-r", r);
     if (!reuse && !measure_profile(dir, model)) return 1;
@@ -134,6 +138,7 @@ int main(int argc, char** argv) {
     for (size_t w = 0; w < workloads.size(); ++w) {
       bench::print_load(cat("round ", r, ", before ", workloads[w]).c_str());
       runs[w].push_back(sim::validate_engine(prof, opts[w], plans));
+      if (repeat) again[w].push_back(sim::validate_engine(prof, opts[w], plans));
     }
   }
   bench::print_load("after the rounds");
@@ -144,10 +149,14 @@ int main(int argc, char** argv) {
     std::printf("\nworkload %s: %zu requests; per round error = (simulated - engine) / engine, the simulator "
                 "calibrated by that round's profile%s; error = median over %d round(s)\n",
                 wname.c_str(), opts[w].trace.size(), reuse ? " (one profile, reused)" : "", rounds);
-    std::printf("%-26s %-17s %12s %12s %9s   %s\n", "plan", "metric", "engine", "simulated", "error", "rounds' errors");
+    if (repeat)
+      std::printf("engine vs itself = median over the rounds of |second run / first run - 1|, the engine's runs of "
+                  "one round back to back\n");
+    std::printf("%-26s %-17s %12s %12s %9s %s  %s\n", "plan", "metric", "engine", "simulated", "error",
+                repeat ? "  vs itself" : "", "rounds' errors");
     std::vector<double> goal_errors;
     for (size_t p = 0; p < plans.size(); ++p) {
-      std::vector<double> abs_errors;
+      std::vector<double> abs_errors, self_spread;
       for (size_t m = 0; m < wr[0][p].metrics.size(); ++m) {
         std::vector<double> eng, simv, err;
         std::string each;
@@ -162,8 +171,22 @@ int main(int argc, char** argv) {
         }
         const double e = percentile(err, 50);
         abs_errors.push_back(std::abs(e));
-        std::printf("%-26s %-17s %12.3f %12.3f %8.1f%%   %s\n", plans[p].label().c_str(),
-                    wr[0][p].metrics[m].name.c_str(), percentile(eng, 50), percentile(simv, 50), e * 100, each.c_str());
+        std::string self = "";
+        if (repeat) {
+          std::vector<double> d;
+          for (size_t r = 0; r < wr.size(); ++r) {
+            const double a = wr[r][p].metrics[m].engine, b = again[w][r][p].metrics[m].engine;
+            if (a > 0) d.push_back(std::abs(b / a - 1));
+          }
+          const double spread = d.empty() ? std::nan("") : percentile(d, 50);
+          self_spread.push_back(spread);
+          char b[32];
+          std::snprintf(b, sizeof b, " %10.1f%%", spread * 100);
+          self = b;
+        }
+        std::printf("%-26s %-17s %12.3f %12.3f %8.1f%%%s   %s\n", plans[p].label().c_str(),
+                    wr[0][p].metrics[m].name.c_str(), percentile(eng, 50), percentile(simv, 50), e * 100, self.c_str(),
+                    each.c_str());
       }
       const double med = percentile(abs_errors, 50), worst = *std::max_element(abs_errors.begin(), abs_errors.end());
       const bool goal_plan = in_goal(plans[p]);
@@ -177,6 +200,10 @@ int main(int argc, char** argv) {
                   : plans[p].plan == "tp=1" ? "  (reference)"
                                             : "  (reported)",
                   same ? "" : "  REQUESTS DIFFER");
+      if (repeat)
+        std::printf("%-26s engine vs itself: median %.1f%%, max %.1f%% over the metrics\n", plans[p].label().c_str(),
+                    percentile(self_spread, 50) * 100,
+                    *std::max_element(self_spread.begin(), self_spread.end()) * 100);
       if (goal_plan) goal_errors.insert(goal_errors.end(), abs_errors.begin(), abs_errors.end());
     }
     std::printf("workload %s, tp=2 / dp=2 / shift over sp=2: median |error| %.1f%%, max %.1f%% (goal 10%% / 25%%)\n",
