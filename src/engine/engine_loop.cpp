@@ -7,6 +7,19 @@
 
 namespace loom {
 
+StepMetrics step_record(const StepBatch& batch, int kv_blocks_used) {
+  StepMetrics sm;
+  sm.index = batch.step_index;
+  sm.num_tokens = batch.num_tokens;
+  sm.num_seqs = int(batch.seqs.size());
+  sm.num_prefill_tokens = batch.num_prefill_tokens;
+  sm.num_decode_tokens = batch.num_decode_tokens;
+  sm.kv_blocks_used = kv_blocks_used;
+  sm.num_preempted = int(batch.preempted.size());
+  sm.plan = batch.plan;
+  return sm;
+}
+
 EngineLoop::EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock,
                        Metrics& metrics)
     : sched_(scheduler), exec_(executor), clock_(clock), metrics_(metrics) {}
@@ -85,17 +98,8 @@ std::optional<EngineLoop::Pending> EngineLoop::begin_step() {
   // step then only switches).
   if (on_batch) on_batch(p.batch);
   for (RequestId id : p.batch.preempted) exec_.release(id);
-  StepMetrics& sm = p.metrics;
-  const StepBatch& batch = p.batch;
-  sm.index = batch.step_index;
-  sm.start_s = clock_.now();
-  sm.num_tokens = batch.num_tokens;
-  sm.num_seqs = int(batch.seqs.size());
-  sm.num_prefill_tokens = batch.num_prefill_tokens;
-  sm.num_decode_tokens = batch.num_decode_tokens;
-  sm.kv_blocks_used = sched_.num_used_blocks();
-  sm.num_preempted = int(batch.preempted.size());
-  sm.plan = batch.plan;
+  p.metrics = step_record(p.batch, sched_.num_used_blocks());
+  p.metrics.start_s = clock_.now();
   return p;
 }
 

@@ -20,6 +20,11 @@
 namespace loom {
 
 // A snapshot of a live loop for a front end's /metrics and /health.
+// The step record of `batch` (metrics.h StepMetrics) without its times: what EngineLoop records
+// at the start of a step, and the simulator for the steps it prices (sim/simulator.cpp), with the
+// KV blocks in use that the caller read.
+StepMetrics step_record(const StepBatch& batch, int kv_blocks_used);
+
 struct LoopStats {
   int num_running = 0;
   int num_waiting = 0;  // the schedulers' waiting queues (preempted included)

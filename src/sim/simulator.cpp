@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "engine/dist_engine.h"
+#include "engine/engine_loop.h"
 #include "engine/plan_executor.h"
 #include "engine/policy.h"
 #include "parallel/plan_set.h"
@@ -133,17 +134,9 @@ StepMetrics apply_step(Scheduler& sched, const StepBatch& batch, double start, d
     if (s.sample) res.sampled.push_back(SampledToken{s.seq_id, 0});
   const StepOutcome o = sched.on_step_done(batch, res);
   for (const auto& tok : o.tokens) metrics.on_token(tok.seq_id, end);
-  StepMetrics sm;
-  sm.index = batch.step_index;
+  StepMetrics sm = step_record(batch, sched.num_used_blocks());
   sm.start_s = start;
   sm.end_s = end;
-  sm.num_tokens = batch.num_tokens;
-  sm.num_seqs = int(batch.seqs.size());
-  sm.num_prefill_tokens = batch.num_prefill_tokens;
-  sm.num_decode_tokens = batch.num_decode_tokens;
-  sm.kv_blocks_used = sched.num_used_blocks();
-  sm.num_preempted = int(batch.preempted.size());
-  sm.plan = batch.plan;
   return sm;
 }
 
