@@ -1,12 +1,17 @@
-// bench_gpu (CUDA builds only): loom's GPU backend against this GPU's own measured limits.
+// bench_gpu (CUDA builds only): loom's engine on the GPU against this GPU's own measured limits.
+// The engine is loom's one forward (RankEngine: the stages of engine/stage.h over the CUDA device,
+// device/device.h), not a separate GPU loop.
 //   1. device-to-device copy bandwidth (cudaMemcpyAsync, read + write bytes) and bf16 GEMM peak
 //      (cuBLAS, 8192^3, f32 accumulation): the two roofs;
-//   2. decode of the synthetic llama-3.1-8b shape in bf16 at batch 1 (weights generated on the
-//      device, context 512): seconds per token against the HBM roofline, weight bytes per token
-//      over the measured copy bandwidth (target >= 80%);
-//   3. prefill of 2048 tokens: FLOP/s (2 x parameters x tokens, plus attention) against the
+//   2. decode of the llama-3.1-8b shape in bf16 at batch 1 (random weights built in host memory,
+//      model/random_model.h, uploaded once; context 512): weight and KV bytes read per step over the
+//      step time, against the measured copy bandwidth (target >= 80%);
+//   3. prefill of 2048 tokens: FLOP/s (2 x matrix parameters x tokens, plus attention) against the
 //      measured GEMM peak (target >= 60%);
-//   4. batched decode scaling: tokens/s at batch 1..64 relative to batch 1;
+//   4. batched decode: tokens/s and bytes/s at batch 1..64 (target at 64: >= 70% of the bandwidth);
+//   4b. switches on one GPU (two rank threads sharing it, llama-3.2-1b shape): a Shift switch
+//      (same placement), a TP-degree switch tp=2 -> dp=2 with its KV migration, a Seesaw
+//      transition pp=2 -> tp=2, in milliseconds;
 //   5. per-operator times in the CSV format of ../shared/data/gpu-measurements/a100/mlp_*.csv
 //      (time_stats.<op>.{min,max,mean,median,std} in ms, then the model and shape columns) at
 //      the token counts and TP degrees of each of that folder's files (the MLP and attention
@@ -17,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,12 +35,17 @@
 #include <string>
 #include <vector>
 
+#include "comm/local.h"
+#include "comm/single.h"
+#include "engine/rank_engine.h"
 #include "engine/stage.h"
+#include "gpu/cuda/cuda_device.h"
 #include "gpu/cuda/cuda_util.h"
-#include "gpu/cuda/forward.h"
 #include "gpu/cuda/gemm.h"
 #include "gpu/cuda/ops.h"
+#include "gpu/cuda/shared_gpu.h"
 #include "gpu/device.h"
+#include "model/random_model.h"
 #include "model/synth.h"
 
 using namespace loom;
@@ -99,31 +110,99 @@ double gemm_peak(cudaStream_t s, Gemm& g) {
   return 2.0 * double(n) * double(n) * double(n) / (ms * 1e-3);
 }
 
-// Decode steps of `batch` sequences at context `ctx`: seconds per step (median of `steps`).
-double decode_step_s(DeviceForward& f, int batch, int ctx, int steps) {
-  std::vector<DeviceStepSeq> seqs(static_cast<std::size_t>(batch));
-  for (int b = 0; b < batch; ++b) {
-    seqs[std::size_t(b)].seq = 1000 + b;
-    seqs[std::size_t(b)].pos0 = 0;
-    seqs[std::size_t(b)].tokens.assign(std::size_t(ctx), 7);
+// Seconds of fn() by the wall clock (the engine's forward returns when its logits are on the host).
+template <class F>
+double wall_s(F&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Decode steps of `batch` sequences at context `ctx` through the engine: seconds per step (median
+// of `steps`).
+double decode_step_s(RankEngine& e, int batch, int ctx, int steps) {
+  ForwardBatch fb;
+  std::vector<float> logits;
+  for (int b = 0; b < batch; ++b) {  // prefill each context (not timed)
+    fb.tokens.assign(std::size_t(ctx), 7);
+    fb.seqs = {ForwardSeq{1000 + b, 0, ctx, true}};
+    e.forward(fb, &logits);
   }
-  // Prefill the context one sequence at a time (not timed).
-  for (auto& q : seqs) f.step({q});
   std::vector<double> t;
   for (int i = 0; i < steps; ++i) {
-    for (auto& q : seqs) {
-      q.pos0 = ctx + i;
-      q.tokens.assign(1, 11);
-    }
-    Event a, b;
-    a.record(f.stream());
-    f.step(seqs);
-    b.record(f.stream());
-    b.sync();
-    t.push_back(b.ms_since(a) * 1e-3);
+    fb.tokens.assign(std::size_t(batch), 11);
+    fb.seqs.clear();
+    for (int b = 0; b < batch; ++b) fb.seqs.push_back(ForwardSeq{1000 + b, ctx + i, 1, true});
+    t.push_back(wall_s([&] { e.forward(fb, &logits); }));
   }
-  for (auto& q : seqs) f.release(q.seq);
+  std::vector<RequestId> ids;
+  for (int b = 0; b < batch; ++b) ids.push_back(1000 + b);
+  e.release(ids);
   return median(t);
+}
+
+// Bytes one decode step reads: every layer's matrices and the classifier once, and each sequence's
+// K and V (f32) over its context.
+double decode_bytes(const Model& m, int batch, int ctx) {
+  const ModelConfig& c = m.config;
+  double w = double(m.output.bytes());
+  for (const LayerWeights& L : m.layers)
+    for (const WeightView* v : L.matrices()) w += double(v->bytes());
+  const double kv = double(batch) * double(ctx) * double(c.n_layers) * double(c.kv_dim()) * 2.0 * 4.0;
+  return w + kv;
+}
+
+// Switch times on one GPU shared by two rank threads (milliseconds, median of `reps`).
+void switch_times(int reps) {
+  const ModelConfig c = synth_shape("llama-3.2-1b").config;
+  ThreadPool host(8);
+  auto model = random_model(c, DType::BF16, 5, &host);
+  const ModelShape shape = ModelShape::from(c, weight_block_elems(*model));
+  struct Case {
+    const char* what;
+    std::vector<Plan> plans;
+  };
+  const std::vector<Case> cases = {
+      {"Shift switch sp=2 <-> its shift config (same KV placement)", {Plan::parse("sp=2"), Plan::parse("shift:sp=2")}},
+      {"TP-degree switch tp=2 <-> dp=2 (KV migrated)", {Plan::parse("tp=2"), Plan::parse("dp=2")}},
+      {"Seesaw transition pp=2 <-> tp=2 (KV migrated)", {Plan::parse("pp=2"), Plan::parse("tp=2")}},
+  };
+  const int n_seqs = 16, ctx = 1024;
+  for (const Case& k : cases) {
+    const PlanSet set = PlanSet::make(k.plans, shape);
+    std::vector<double> ms;
+    int64_t moved = 0;
+    LocalWorld::run(
+        2,
+        [&](Communicator& world) {
+          auto dev = make_device(DeviceKind::Cuda, 0, nullptr);
+          RankEngineOptions o;
+          o.device = dev.get();
+          o.kv_pages = int64_t(n_seqs) * (ctx / 16 + 1) * c.n_layers * c.n_kv_heads;
+          RankEngine e(model, set, world, nullptr, o);
+          ForwardBatch fb;
+          std::vector<float> logits;
+          std::vector<SeqExtent> seqs;
+          for (int i = 0; i < n_seqs; ++i) {  // KV to move: n_seqs contexts written by a prefill
+            fb.tokens.assign(std::size_t(ctx), 3);
+            fb.seqs = {ForwardSeq{i, 0, ctx, false}};
+            e.forward(fb, &logits);
+            seqs.push_back(SeqExtent{i, ctx});
+          }
+          for (int r = 0; r < reps; ++r)
+            for (int to : {1, 0}) {
+              world.barrier();
+              const double s = wall_s([&] {
+                const SwitchResult sw = e.switch_to(to, seqs);
+                e.device().sync();
+                if (world.rank() == 0) moved = sw.total_bytes;
+              });
+              if (world.rank() == 0) ms.push_back(s * 1e3);
+            }
+        },
+        CommOptions{}, shared_gpu_memory(0));
+    std::printf("  %-58s %8.3f ms (median of %zu), %.1f MB moved\n", k.what, median(ms), ms.size(), double(moved) / 1e6);
+  }
 }
 
 // One per-operator measurement file of the a100 folder: the model shape its columns give and the
@@ -326,43 +405,59 @@ int main() {
   std::printf("measured: D2D copy %.0f GB/s (read+write), bf16 GEMM %.1f TFLOP/s (8192^3)\n", bw / 1e9, peak / 1e12);
 
   const ModelConfig c = synth_shape("llama-3.1-8b").config;
-  DeviceModel m = DeviceModel::random(c, DType::BF16, 1);
-  const double wbytes = double(m.weight_bytes());
-  std::printf("llama-3.1-8b bf16 (device-generated weights): %.2f GB of weights\n", wbytes / 1e9);
-  const int ctx = 512;
-  DeviceForward f(m, rope_params(c), /*max_rows=*/2048, /*block=*/16, /*kv_pages=*/64 * ((ctx + 64) / 16 + 1));
+  ThreadPool host(default_thread_count());
+  std::shared_ptr<Model> model;
+  const double t0 = wall_s([&] { model = random_model(c, DType::BF16, 1, &host); });
+  CudaDevice dev;
+  const PlanSet set = PlanSet::make({Plan::make_tp(1)}, ModelShape::from(c, weight_block_elems(*model)));
+  SingleCommunicator single;
+  RankEngineOptions o;
+  o.device = &dev;
+  const int ctx = 512, max_batch = 64, steps = 20;
+  o.kv_pages = int64_t(max_batch) * ((ctx + steps + 16) / 16 + 1) * c.n_layers * c.n_kv_heads;
+  std::unique_ptr<RankEngine> engine;
+  const double t_up = wall_s([&] { engine = std::make_unique<RankEngine>(model, set, single, &host, o); });
+  std::printf("llama-3.1-8b bf16 (random weights): %.2f GB of matrices, built in %.1f s, engine up in %.1f s; %s\n",
+              decode_bytes(*model, 0, 0) / 1e9, t0, t_up, dev.name().c_str());
 
-  const double t1 = decode_step_s(f, 1, ctx, 20);
-  const double roof = wbytes / bw;
-  std::printf("decode batch 1, context %d: %.2f ms/token; HBM roofline %.2f ms -> %.0f%% of roofline (target >= 80%%)\n",
-              ctx, t1 * 1e3, roof * 1e3, 100.0 * roof / t1);
-
+  const double t1 = decode_step_s(*engine, 1, ctx, steps);
+  const double b1 = decode_bytes(*model, 1, ctx);
+  std::printf("decode batch 1, context %d: %.2f ms/token; %.0f GB/s of weights + KV -> %.0f%% of the copy bandwidth "
+              "(target >= 80%%)\n",
+              ctx, t1 * 1e3, b1 / t1 / 1e9, 100.0 * b1 / t1 / bw);
+  std::printf("BENCH decode_b1_frac_bw %.4f\n", b1 / t1 / bw);
+  std::printf("BENCH decode_b1_ms %.4f\n", t1 * 1e3);
   {
     const int T = 2048;
-    DeviceStepSeq q;
-    q.seq = 1;
-    q.tokens.assign(std::size_t(T), 5);
-    f.step({q});  // warm-up
-    f.release(1);
-    Event a, b;
-    a.record(f.stream());
-    f.step({q});
-    b.record(f.stream());
-    b.sync();
-    f.release(1);
-    const double s = b.ms_since(a) * 1e-3;
-    const double params = double(c.param_count());
+    ForwardBatch fb;
+    std::vector<float> logits;
+    fb.tokens.assign(std::size_t(T), 5);
+    fb.seqs = {ForwardSeq{1, 0, T, true}};
+    engine->forward(fb, &logits);  // warm-up
+    engine->release({1});
+    const double s = wall_s([&] { engine->forward(fb, &logits); });
+    engine->release({1});
+    double params = 0;  // the layers' matrices (the classifier runs on the one sampled row)
+    for (const LayerWeights& L : model->layers)
+      for (const WeightView* v : L.matrices()) params += double(v->rows) * double(v->cols);
     const double attn = 2.0 * 2.0 * double(c.n_layers) * double(c.q_dim()) * double(T) * double(T) / 2.0;
     const double flops = 2.0 * params * T + attn;
     std::printf("prefill %d tokens: %.1f ms, %.1f TFLOP/s -> %.0f%% of measured GEMM peak (target >= 60%%)\n", T,
                 s * 1e3, flops / s / 1e12, 100.0 * flops / s / peak);
+    std::printf("BENCH prefill_frac_peak %.4f\n", flops / s / peak);
   }
-
-  std::printf("batched decode (context %d): batch  tokens/s  x batch-1\n", ctx);
+  std::printf("batched decode (context %d): batch  tokens/s  x batch-1  GB/s  x copy bandwidth\n", ctx);
   for (int b : {1, 2, 4, 8, 16, 32, 64}) {
-    const double t = decode_step_s(f, b, ctx, 10);
-    std::printf("  %5d  %9.0f  %6.2f\n", b, double(b) / t, (double(b) / t) / (1.0 / t1));
+    const double t = decode_step_s(*engine, b, ctx, 10);
+    const double bytes = decode_bytes(*model, b, ctx);
+    std::printf("  %5d  %9.0f  %6.2f  %6.0f  %5.2f\n", b, double(b) / t, (double(b) / t) / (1.0 / t1), bytes / t / 1e9,
+                bytes / t / bw);
+    if (b == 64) std::printf("BENCH decode_b64_frac_bw %.4f\n", bytes / t / bw);
   }
+  engine.reset();
+  model.reset();
+  std::printf("switches on one GPU, two rank threads (llama-3.2-1b bf16, 16 sequences x 1024 tokens of KV):\n");
+  switch_times(5);
   write_op_csvs(stream.get(), gemm);
   return 0;
 }

@@ -638,8 +638,8 @@ void profile_attention(const Shape& sh, int ranks, bool quick, const ProfileSetu
               for (int h = 0; h < hk; ++h) {
                 const std::span<const int32_t> table = store.table(s, cp, h);
                 kernels::KvView view;
-                view.k = store.k_base();
-                view.v = store.v_base();
+                view.k = store.k_pages();
+                view.v = store.v_pages();
                 view.block_table = table.data();
                 view.block_size = block;
                 view.block_stride = store.page_floats();

@@ -13,6 +13,7 @@
 #include "cluster/tiers.h"
 #include "cli/cli.h"
 #include "cli/layout_cli.h"
+#include "gpu/device.h"
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/tokenizer.h"
@@ -78,6 +79,7 @@ cluster::PoolOptions pool_options(const ServeArgs& a, const cluster::SloTiers& t
     fail("--policy nitsum builds each instance's plan itself (tp=T,weights=full on every candidate group); drop --plan");
   cluster::PoolOptions po;
   po.comm = a.comm;
+  po.device = gpu::parse_device(a.layout.device);
   po.ranks = a.ranks;
   po.tiers = tiers;
   po.window_s = a.window_s;

@@ -52,15 +52,7 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
 }
 
 int layout_ranks(const LayoutArgs& a, int ranks, int block_size) {
-  const gpu::Device device = gpu::parse_device(a.device);
-  gpu::require_device(device);
-  if (device == gpu::Device::Cuda) {
-    // A GPU is visible, but the stage engine does not run on it yet (issue 17: the kernels, the
-    // cuBLAS GEMM, the device KV pages and the communicators are in src/gpu; the stages are not
-    // wired to them). Refuse rather than silently run on the CPU.
-    fail("--device cuda: the stage engine does not run on the GPU yet (src/gpu has the kernels and "
-         "communicators; engine wiring is pending): use --device cpu");
-  }
+  gpu::require_device(gpu::parse_device(a.device));  // before anything loads
   check_policy_name(a.policy);
   parse_shift_weights(a.weights);
   if (a.threshold < -1) fail("--shift-threshold must be >= 0 tokens, got ", a.threshold);
@@ -76,6 +68,7 @@ int layout_ranks(const LayoutArgs& a, int ranks, int block_size) {
 }
 
 void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
+  o.device = gpu::parse_device(a.device);
   o.plans = a.plans.empty() ? std::vector<std::string>{cat("tp=", std::max(ranks, 1))} : a.plans;
   o.policy = a.policy;
   o.shift_threshold = a.threshold;

@@ -38,10 +38,10 @@ struct LayoutArgs {
   std::string profile;
   std::string device = "cpu";
   int64_t cpu_kv_bytes = 0;  // Seesaw's CPU KV tier (--cpu-kv-bytes)
-  // Anything beyond one rank running tp=1 with the fixed policy.
+  // Anything beyond one rank running tp=1 with the fixed policy on the CPU.
   bool given() const {
     return !(plans.empty() || (plans.size() == 1 && plans[0] == "tp=1")) || policy != "fixed" || threshold >= 0 ||
-           weights != "separate";
+           weights != "separate" || device != "cpu";
   }
 };
 

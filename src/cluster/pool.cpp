@@ -1,5 +1,7 @@
 #include "cluster/pool.h"
 
+#include "gpu/device.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -282,6 +284,7 @@ class Worker {
   std::map<std::vector<int>, Communicator*> by_ranks;            // a migration's group by its pool ranks
   std::vector<std::unique_ptr<Communicator>> pair_comms;
   std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Device> dev;  // before the store and the engines, whose memory lives on it
   std::shared_ptr<KvStore> kv;
   std::map<int, std::unique_ptr<RankEngine>> engines;           // by member group
   std::map<int, KvPlacement> placements;                        // tp=T by degree
@@ -1272,7 +1275,8 @@ void run_rank(const PoolOptions& o, Communicator& world, const std::function<voi
   std::vector<int64_t> blocks_mine(c.groups.size(), 0);
   if (me >= 0) {
     w.pool = std::make_unique<ThreadPool>(resolve_threads(o));
-    w.kv = std::make_shared<KvStore>(mc.n_layers, mc.n_kv_heads, mc.head_dim, c.config.block_size, mine);
+    w.dev = gpu::make_device(o.device, 0, w.pool.get());
+    w.kv = std::make_shared<KvStore>(mc.n_layers, mc.n_kv_heads, mc.head_dim, c.config.block_size, mine, w.dev.get());
     if (o.migration_buffer_bytes > 0) w.transfer.buffer_bytes = o.migration_buffer_bytes;
     for (int t : c.degrees) w.placements.emplace(t, kv_placement(group_plan(t), c.shape));
     for (size_t g = 0; g < c.groups.size(); ++g) {
@@ -1282,6 +1286,7 @@ void run_rank(const PoolOptions& o, Communicator& world, const std::function<voi
       ro.numerics = c.config.resolved_numerics();
       ro.kv_pages = mine;
       ro.kv = w.kv;
+      ro.device = w.dev.get();
       ro.transfer = w.transfer;
       const PlanSet set = PlanSet::make({group_plan(c.groups[g].tp)}, c.shape);
       w.engines[int(g)] = std::make_unique<RankEngine>(c.model, set, *w.tp.at(int(g)), w.pool.get(), ro);
@@ -1405,7 +1410,11 @@ void check_pool_options(const PoolOptions& o) {
 
 void run_pool(const PoolOptions& o, const std::function<void(PoolEngine&)>& driver) {
   check_pool_options(o);
-  std::unique_ptr<World> world = make_world(o.comm, o.comm == "mpi" ? 0 : o.ranks + 1, o.comm_options);
+  if (o.device == DeviceKind::Cuda && o.comm == "mpi")
+    fail("--policy nitsum --device cuda: the pool runs its GPU ranks as threads sharing one GPU (--comm local); "
+         "MPI pools are CPU only so far");
+  std::unique_ptr<World> world =
+      make_world(o.comm, o.comm == "mpi" ? 0 : o.ranks + 1, o.comm_options, gpu::rank_memory(o.device));
   world->run([&](Communicator& comm) { run_rank(o, comm, driver); });
 }
 

@@ -89,6 +89,7 @@
 
 #include "cluster/global_scheduler.h"
 #include "comm/communicator.h"
+#include "device/device.h"
 #include "engine/engine.h"
 #include "engine/rank_engine.h"
 
@@ -96,6 +97,8 @@ namespace loom::cluster {
 
 struct PoolOptions {
   std::string comm = "local";  // local | mpi (comm/world.h)
+  // Where the workers compute (--device): cuda runs the pool's ranks as threads sharing GPU 0.
+  DeviceKind device = DeviceKind::Cpu;
   int ranks = 2;               // N, the pool; the world has N + 1 ranks (the control plane first)
   std::string model_path;
   // How world rank `w` gets its model; default load_model(model_path).

@@ -22,16 +22,19 @@ class SingleWorld final : public World {
 
 class LocalThreadsWorld final : public World {
  public:
-  LocalThreadsWorld(int n, const CommOptions& options) : n_(n), options_(options) {}
+  LocalThreadsWorld(int n, const CommOptions& options, RankMemoryFactory memory)
+      : n_(n), options_(options), memory_(std::move(memory)) {}
   std::string_view backend() const override { return "local"; }
   int size() const override { return n_; }
   void run(const std::function<void(Communicator&)>& fn) override {
-    LocalWorld::run(n_, fn, options_);
+    if (memory_) LocalWorld::run(n_, fn, options_, memory_);
+    else LocalWorld::run(n_, fn, options_);
   }
 
  private:
   int n_;
   CommOptions options_;
+  RankMemoryFactory memory_;
 };
 
 std::string choices() {
@@ -51,14 +54,15 @@ std::vector<std::string> comm_backends() {
 }
 
 std::unique_ptr<World> make_world(std::string_view backend, int n_ranks,
-                                  const CommOptions& options) {
+                                  const CommOptions& options, RankMemoryFactory memory) {
   if (backend == "single") {
     if (n_ranks > 1) fail("--comm single runs 1 rank, but ", n_ranks, " ranks were asked for");
+    if (memory) return std::make_unique<LocalThreadsWorld>(1, options, std::move(memory));  // device memory
     return std::make_unique<SingleWorld>();
   }
   if (backend == "local") {
     if (n_ranks < 1) fail("--comm local needs a rank count >= 1, got ", n_ranks);
-    return std::make_unique<LocalThreadsWorld>(n_ranks, options);
+    return std::make_unique<LocalThreadsWorld>(n_ranks, options, std::move(memory));
   }
   if (backend == "mpi") {
 #ifdef LOOM_HAVE_MPI

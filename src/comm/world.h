@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/rank_memory.h"
 
 namespace loom {
 
@@ -30,8 +31,10 @@ class World {
 // means "as many as mpirun started"; otherwise it must equal that number). The mpi world
 // initialises MPI and finalises it when destroyed, so make at most one per process.
 // Unknown or unavailable backends are a loom::Error naming the choices.
+// `memory` (local only; null: host memory): how the local backend's ranks move their buffers, e.g.
+// ranks sharing one GPU (gpu/device.h rank_memory).
 std::unique_ptr<World> make_world(std::string_view backend, int n_ranks,
-                                  const CommOptions& options = {});
+                                  const CommOptions& options = {}, RankMemoryFactory memory = nullptr);
 
 // The backends compiled into this build, e.g. {"single", "local", "mpi"}.
 std::vector<std::string> comm_backends();

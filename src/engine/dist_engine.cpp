@@ -1,5 +1,7 @@
 #include "engine/dist_engine.h"
 
+#include "gpu/device.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -11,6 +13,7 @@
 #include "engine/policy.h"
 #include "engine/sidp.h"
 #include "engine/sidp_replicas.h"
+#include "gpu/device.h"
 #include "kv/kv_tier.h"
 #include "kv/block_allocator.h"
 #include "model/loader.h"
@@ -107,11 +110,33 @@ struct RankState {
   int threads = 1;
   PolicyParams policy;
   std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Device> dev;  // before `rank`: the engine's memory lives on it
   std::unique_ptr<RankEngine> rank;
   std::vector<std::string> info;  // start-up report (world rank 0)
 };
 
-void set_up(const DistOptions& o, Communicator& world, RankState& st, std::shared_ptr<KvTierArena> tier) {
+// Local ranks on GPUs: one GPU each, exchanging through NCCL, when the host has a GPU per rank
+// (LOOM_GPU_SHARE=1 keeps them on GPU 0); otherwise threads sharing GPU 0 through the local backend.
+bool gpu_per_rank(const DistOptions& o) {
+  if (o.device != DeviceKind::Cuda || o.comm != "local" || o.ranks < 2) return false;
+  const char* share = std::getenv("LOOM_GPU_SHARE");
+  if (share && std::string(share) == "1") return false;
+  return gpu::cuda_device_count() >= o.ranks;
+}
+
+// The GPU of a rank: its local rank modulo the host's GPUs under MPI; its rank with a GPU per local
+// rank; else GPU 0, shared.
+int device_ordinal(const DistOptions& o, const Communicator& world) {
+  if (o.device == DeviceKind::Cpu) return 0;
+  if (world.backend() == "mpi") {
+    const int n = std::max(gpu::cuda_device_count(), 1);
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    return (local ? std::atoi(local) : world.rank()) % n;
+  }
+  return gpu_per_rank(o) ? world.rank() : 0;
+}
+
+void set_up(const DistOptions& o, Communicator& world, int ordinal, RankState& st, std::shared_ptr<KvTierArena> tier) {
   st.backend = std::string(world.backend());
   st.world_size = world.size();
   st.world_rank = world.rank();
@@ -143,8 +168,16 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   if (world.rank() == 0) st.policy = resolve_policy_params(o.policy, st.plans, policy_inputs(o, *st.model, st.threads));
 
   // 3. this rank's KV store and the RankEngine of every plan
-  const bool local = st.backend == "local";  // the local backend's ranks share this process's memory
+  // The local backend's ranks share this process's memory (its world is "local", "local+cuda" over
+  // one GPU, or NCCL over the local threads with a GPU each).
+  const bool local = o.comm == "local";
   const bool lazy = policy_lazy_weights(o.policy);
+  if (o.device == DeviceKind::Cuda && !st.config.kv_cache_bytes && !st.config.rank_memory_bytes) {
+    // As vLLM's gpu_memory_utilization: the ranks on this GPU share 90% of what is free; each
+    // rank's KV is its share less its weights (kv_budget_bytes).
+    const int sharing = local && !gpu_per_rank(o) ? world.size() : 1;
+    st.config.rank_memory_bytes = int64_t(0.9 * double(gpu::cuda_free_bytes(ordinal)) / double(sharing));
+  }
   const int64_t budget = kv_budget_bytes(st.config, *st.model, st.plans, world.rank(), local ? 0 : world.rank(),
                                          local ? world.size() : 1, lazy);
   RankEngineOptions ro;
@@ -154,13 +187,15 @@ void set_up(const DistOptions& o, Communicator& world, RankState& st, std::share
   ro.shift_weights = parse_shift_weights(o.shift_weights);
   if (o.migration_buffer_bytes > 0) ro.transfer.buffer_bytes = o.migration_buffer_bytes;
   if (st.config.cpu_kv_bytes > 0)
-    ro.tier = st.backend == "mpi" ? KvTierArena::host_shared(world, st.config.cpu_kv_bytes) : tier;
+    ro.tier = o.comm == "mpi" ? KvTierArena::host_shared(world, st.config.cpu_kv_bytes) : tier;
   ro.lazy_weights = lazy;  // Seesaw: one plan's weight copy at a time
   if (o.rank_options) o.rank_options(world.rank(), ro);
   // The local backend's ranks are threads of this process: each on cores of its own when they
   // fit (core/thread_pool.h bind_to_own_cores; under mpirun the launcher binds the processes).
   if (local && world.size() > 1) bind_to_own_cores(world.rank(), world.size(), st.threads);
   st.pool = std::make_unique<ThreadPool>(st.threads);
+  st.dev = o.make_device ? o.make_device(world.rank(), st.pool.get()) : gpu::make_device(o.device, ordinal, st.pool.get());
+  ro.device = st.dev.get();
   st.rank = std::make_unique<RankEngine>(st.model, st.plans, world, st.pool.get(), ro);
   if (o.after_step)
     st.rank->after_step = [&o, r = world.rank()](RankEngine& e, const StepBatch& b, const std::vector<RequestId>& rel) {
@@ -271,11 +306,18 @@ class Leader final : public DistEngine {
   std::unique_ptr<SidpReplicas> replicas_;
 };
 
-void run_rank(const DistOptions& o, Communicator& world, const std::function<void(DistEngine&)>& driver,
+void run_rank(const DistOptions& o, Communicator& started, const std::function<void(DistEngine&)>& driver,
               std::shared_ptr<KvTierArena> tier) {
+  // Ranks with a GPU each (MPI, or local with a GPU per rank) exchange device buffers through NCCL
+  // (gpu/device.h device_world); ranks sharing GPU 0 through the local backend's device memory.
+  const int ordinal = device_ordinal(o, started);
+  std::unique_ptr<Communicator> on_device;
+  if (o.device == DeviceKind::Cuda && (started.backend() == "mpi" || gpu_per_rank(o)))
+    on_device = gpu::device_world(o.device, started, ordinal);
+  Communicator& world = on_device ? *on_device : started;
   RankState st;
   optime::set_rank(world.rank());
-  set_up(o, world, st, std::move(tier));
+  set_up(o, world, ordinal, st, std::move(tier));
   // SiDP under WaS: replicas step on their own over channels {0, j} (sidp_replicas.h).
   std::vector<std::unique_ptr<Communicator>> channels;
   if (!o.sidp_lockstep && sidp_independent(st.plans, o.policy)) channels = split_replica_channels(world);
@@ -297,7 +339,11 @@ void run_rank(const DistOptions& o, Communicator& world, const std::function<voi
 
 void run_distributed(const DistOptions& options, const std::function<void(DistEngine&)>& driver) {
   if (options.ranks < 0) fail("--ranks must be >= 0, got ", options.ranks);
-  std::unique_ptr<World> world = make_world(options.comm, options.ranks, options.comm_options);
+  if (options.device == DeviceKind::Cuda) gpu::require_device(options.device);
+  std::unique_ptr<World> world =
+      make_world(options.comm, options.ranks, options.comm_options,
+                 options.rank_memory ? options.rank_memory
+                                     : gpu_per_rank(options) ? nullptr : gpu::rank_memory(options.device));
   // Seesaw's CPU KV tier: the ranks of this process share one arena (mpi: set_up maps the host's).
   std::shared_ptr<KvTierArena> tier;
   if (options.engine.cpu_kv_bytes > 0 && options.comm != "mpi") tier = KvTierArena::allocate(options.engine.cpu_kv_bytes);

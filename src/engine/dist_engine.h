@@ -41,6 +41,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/rank_memory.h"
+#include "device/device.h"
 #include "engine/engine.h"
 #include "engine/plan_executor.h"
 #include "parallel/plan.h"
@@ -52,6 +54,10 @@ class SidpReplicas;
 
 struct DistOptions {
   std::string comm = "local";  // single | local | mpi (comm/world.h)
+  // Where the ranks compute (--device): the CPU, or CUDA: local ranks are threads sharing GPU 0
+  // (their communicator moves device memory, gpu/cuda/shared_gpu.h); MPI ranks one GPU each (local
+  // rank mod the GPUs of the host) with NCCL for device buffers and MPI for the rest.
+  DeviceKind device = DeviceKind::Cpu;
   int ranks = 1;               // world size; mpi: 0 = as many as mpirun started (else must match)
   // The plan set (plan.h string forms; the first is the initial plan); empty: {plan}. Every plan's
   // size must equal the world size.
@@ -76,6 +82,10 @@ struct DistOptions {
   // KV store against the placement here). Runs on the rank's thread (world rank 0 of SiDP replicas
   // stepping on their own: replica 0's worker thread, sidp_replicas.h).
   std::function<void(int world_rank, RankEngine&, const StepBatch&, const std::vector<RequestId>& released)> after_step;
+  // Tests: make rank `world_rank`'s Device (default gpu::make_device(device, ...)), and the local
+  // backend's memory (default gpu::rank_memory(device)); tests/strict_device.h uses both.
+  std::function<std::unique_ptr<Device>(int world_rank, ThreadPool* pool)> make_device;
+  RankMemoryFactory rank_memory;
   // Called on every rank with its RankEngine options before the RankEngine is built (tests and
   // benches: tier copy hooks, overlap_swaps).
   std::function<void(int world_rank, RankEngineOptions&)> rank_options;

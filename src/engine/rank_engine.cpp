@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/op_timing.h"
 #include "core/rng.h"
+#include "device/cpu_device.h"
 #include "kernels/kernels.h"
 
 namespace loom {
@@ -94,6 +95,8 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
       world_(world),
       pool_(pool),
       options_(options),
+      own_dev_(options.device ? nullptr : make_cpu_device(pool)),
+      dev_(options.device ? options.device : own_dev_.get()),
       groups_(world),
       weights_(model_, pool, options.shift_weights) {
   const ModelConfig& c = model_->config;
@@ -103,11 +106,11 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
   if (options.kv) {
     LOOM_CHECK(options.kv->num_pages() == options.kv_pages && options.kv->block_size() == options.block_size &&
                    options.kv->n_layers() == c.n_layers && options.kv->n_kv_heads() == c.n_kv_heads &&
-                   options.kv->head_dim() == c.head_dim,
-               "the shared KV store does not match the engine's options and model");
+                   options.kv->head_dim() == c.head_dim && (!options.device || &options.kv->device() == dev_),
+               "the shared KV store does not match the engine's options, device and model");
     kv_ = options.kv;
   } else {
-    kv_ = std::make_shared<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages);
+    kv_ = std::make_shared<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages, dev_);
   }
   if (options.tier) {
     swaps_ = std::make_unique<TierSwaps>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, plans_.n_ranks(),
@@ -119,6 +122,9 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
   const int64_t mine = options.kv_pages;
   world.all_gather_bytes(&mine, pages.data(), sizeof mine);
 
+  // The CPU computes on host copies of the shards (row tiles, shard_weights.h); other devices on
+  // their own copies, uploaded once per distinct shard (plans with equal shards share them).
+  const bool host_copies = dev_->kind() == DeviceKind::Cpu;
   const kernels::RopeParams rope = rope_params(c);
   const kernels::Numerics numerics = options.numerics ? *options.numerics : kernels::default_numerics();
   const ModelShape& shape = plans_.shape();
@@ -129,8 +135,12 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
     in->groups = PlanGroups(plan, groups_);  // collective: same plans in the same order everywhere
     const WeightShards shards = weight_shards(plan, shape, world.rank());
     in->shards = shards;
-    in->lazy = options.lazy_weights && plan.weights == WeightSource::Resident;
-    if (in->lazy) {
+    in->lazy = options.lazy_weights && plan.weights == WeightSource::Resident && host_copies;
+    if (!host_copies) {
+      // A GPU copies what it computes with (upload_layers): the host side stays views of the model.
+      in->weights = shard_views(*model_, shards);
+      memory_.push_back(PlanMemory{shard_matrix_bytes(in->weights), 0});
+    } else if (in->lazy) {
       // Only the initial plan's copy now; the others at a switch into them (reshard_to).
       const std::vector<ShardLayerWeights> views = shard_views(*model_, shards);
       if (id == current_) {
@@ -146,6 +156,7 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
       in->weights = set.layers;
       memory_.push_back(PlanMemory{shard_matrix_bytes(set.layers), weights_.owned_bytes() - owned_before});
     }
+    in->on_device = upload_layers(*dev_, *model_, in->weights, in->layout.layers, &uploads_);
     StageContext ctx;
     ctx.model = model_;
     ctx.plan = plan;
@@ -153,8 +164,10 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
     ctx.layout = in->layout;
     ctx.groups = &in->groups;
     ctx.pool = pool_;
+    ctx.dev = dev_;
+    ctx.uploads = &uploads_;
     ctx.kv = kv_.get();
-    ctx.weights = &in->weights;
+    ctx.weights = &in->on_device;
     ctx.rope = rope;
     ctx.numerics = numerics;
     // What this rank stores: its entries of the plan's placement, and nothing else.
@@ -235,9 +248,15 @@ void RankEngine::reshard_to(int plan, SwitchResult* r) {
   int64_t built = 0;
   if (to.lazy) next = reshard(*model_, to.shards, from.lazy ? &held_ : nullptr, from.lazy ? &from.shards : nullptr,
                               pool_, &built);
-  if (from.lazy) from.weights.assign(from.weights.size(), ShardLayerWeights{});  // no view outlives its copy
+  if (from.lazy) {  // no view outlives its copy
+    from.weights.assign(from.weights.size(), ShardLayerWeights{});
+    from.on_device.assign(from.on_device.size(), DeviceLayerWeights{});
+  }
   held_ = std::move(next);  // frees every part of the old copy the new one does not share
-  if (to.lazy) to.weights = held_.layers;
+  if (to.lazy) {
+    to.weights = held_.layers;
+    to.on_device = upload_layers(*dev_, *model_, to.weights, to.layout.layers, &uploads_);
+  }
   r->weight_bytes_built = built;
   r->weight_bytes_freed = before + built - held_.owned_bytes;
   r->reshard_s = now_seconds() - t0;

@@ -52,6 +52,9 @@
 namespace loom {
 
 struct RankEngineOptions {
+  // Where the rank computes (device/device.h; must outlive the engine, and a shared `kv` store must
+  // live on it). Null: a CPU device over the engine's pool.
+  Device* device = nullptr;
   int block_size = 16;           // tokens per KV page
   int64_t kv_pages = 0;          // this rank's KV pages
   ShiftWeights shift_weights = ShiftWeights::Separate;
@@ -128,6 +131,7 @@ class RankEngine {
   const PlanSet& plans() const { return plans_; }
   int current() const { return current_; }
   const Model& model() const { return *model_; }
+  Device& device() { return *dev_; }
   KvStore& kv() { return *kv_; }
   KvTier* tier() { return swaps_ ? &swaps_->tier() : nullptr; }
   TierStats tier_stats() const;
@@ -175,6 +179,7 @@ class RankEngine {
     WeightShards shards;
     bool lazy = false;  // its weights are built at a switch into it (lazy_weights, resident)
     std::vector<ShardLayerWeights> weights;
+    std::vector<DeviceLayerWeights> on_device;  // `weights` as the device computes with them
     std::unique_ptr<RankForward> forward;
     std::vector<int> sampler_replica;  // per world rank: its replica when it samples, else -1
   };
@@ -183,6 +188,9 @@ class RankEngine {
   Communicator& world_;
   ThreadPool* pool_;
   RankEngineOptions options_;
+  std::unique_ptr<Device> own_dev_;  // when options.device is null
+  Device* dev_;
+  DeviceUploads uploads_;  // every matrix this rank's device holds, shared by the plans that use it
   void prepare_swaps(const StepBatch& batch);
   void reshard_to(int plan, SwitchResult* r);
   std::shared_ptr<KvStore> kv_;

@@ -24,18 +24,18 @@ RankForward::RankForward(const StageContext& ctx, std::vector<KvEntry> holds)
   first_stage_ = L.pp == 0;
   last_stage_ = L.pp == ctx_.plan.pp - 1;
   sampler_ = is_sampler(L, ctx_.plan);
+  LOOM_CHECK(ctx_.dev && ctx_.kv, "a rank's forward needs its device and KV store");
   attn_ = make_attention_stage(ctx_);
   ffn_ = make_ffn_stage(ctx_);
-  if (last_stage_ && sampler_) output_ = ctx_.model->decode_output(ctx_.pool);
-}
-
-void RankForward::grow(int64_t m) {
-  if (m <= rows_cap_) return;
-  const int64_t d = ctx_.model->config.d_model;
-  x_.resize(size_t(m * d));
-  xn_.resize(size_t(m * d));
-  proj_.resize(size_t(m * d));
-  rows_cap_ = m;
+  Device& dev = *ctx_.dev;
+  for (DeviceArray<float>* b : {&x_, &xn_, &proj_, &gathered_, &logits_}) b->bind(dev);
+  auto up = [&](const WeightView& w) { return ctx_.uploads ? ctx_.uploads->get(dev, w) : dev.upload(w); };
+  if (first_stage_) embed_ = up(ctx_.model->tok_embd);
+  if (last_stage_ && sampler_) {
+    out_norm_ = up(ctx_.model->out_norm);
+    // The CPU computes on the decode layout (row tiles); a GPU copies plain rows.
+    output_ = up(dev.kind() == DeviceKind::Cpu ? ctx_.model->decode_output(ctx_.pool) : ctx_.model->output);
+  }
 }
 
 std::vector<Range> pipeline_micro_batches(const std::vector<int64_t>& tokens, int p) {
@@ -65,7 +65,11 @@ std::vector<Range> pipeline_micro_batches(const std::vector<int64_t>& tokens, in
 int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) {
   if (logits) logits->clear();
   const RankLayout& L = ctx_.layout;
-  if (ctx_.plan.pp == 1) return forward_micro(batch, logits);
+  if (ctx_.plan.pp == 1) {
+    const int rows = forward_micro(batch, logits);
+    ctx_.dev->sync();  // the step's K/V writes are done when the step returns (tier copies read them)
+    return rows;
+  }
   // Pipeline (Seesaw 5.1, W9: "each decoding step processes 1/PP of the sequences"): the
   // replica's sequences, in batch order, cut into up to PP micro-batches of about equal tokens.
   // Every rank of the replica cuts the same way; stage s runs micro-batch k while stage s + 1 runs
@@ -94,6 +98,7 @@ int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) 
                         batch.tokens.begin() + first_token[size_t(i)] + mb_seqs_[size_t(i)].n_tokens);
     rows += forward_micro(mb_, logits);
   }
+  ctx_.dev->sync();
   return rows;
 }
 
@@ -114,38 +119,42 @@ int RankForward::forward_micro(const ForwardBatch& batch, std::vector<float>* lo
     ctx_.kv->reserve(s.seq_id, s.start_pos + s.n_tokens, holds_);
   }
   const int64_t m = rows.m();
-  grow(m);
+  Device& dev = *ctx_.dev;
+  x_.resize(size_t(m * d));
+  xn_.resize(size_t(m * d));
+  proj_.resize(size_t(m * d));
   float* x = x_.data();
   Communicator& pp = ctx_.groups->get("pp");
   if (first_stage_) {
     optime::Scope timed(optime::Op::Elementwise);
     // Embedding of the rank's rows; padded rows (SP) are zeros and stay so through rmsnorm.
-    std::memset(x, 0, size_t(m * d) * sizeof(float));
+    dev.fill_zero(x, size_t(m * d) * sizeof(float));
     for (int64_t g = rows.slice.real.begin; g < rows.slice.real.end; ++g) {
       const int32_t tok = rows.tokens[size_t(g)];
       LOOM_CHECK(tok >= 0 && tok < c.vocab_size, "token id ", tok);
-      dequantize_row(model.tok_embd.dtype, model.tok_embd.row(tok), x + (g - rows.slice.padded.begin) * d, d);
     }
+    dev.embed(embed_, rows.tokens.data() + rows.slice.real.begin, rows.slice.real.size(),
+              x + (rows.slice.real.begin - rows.slice.padded.begin) * d, d);
   } else {
     optime::Scope timed(optime::Op::Collective);
     pp.recv(L.pp - 1, kTagActivations, x, size_t(m * d) * sizeof(float));
   }
 
   for (int64_t l = L.layers.begin; l < L.layers.end; ++l) {
-    const LayerWeights& LW = model.layers[size_t(l)];
+    const DeviceLayerWeights& LW = ctx_.layer(int(l));
     {
       optime::Scope timed(optime::Op::Elementwise);
-      kernels::rmsnorm(xn_.data(), x, LW.attn_norm.f32(), m, d, c.rms_eps);
+      dev.rmsnorm(xn_.data(), x, LW.attn_norm.f32(), m, d, c.rms_eps);
     }
     attn_->forward(int(l), rows, xn_.data(), proj_.data());
     {
       optime::Scope timed(optime::Op::Elementwise);
-      for (int64_t i = 0; i < m * d; ++i) x[i] += proj_[size_t(i)];
-      kernels::rmsnorm(xn_.data(), x, LW.ffn_norm.f32(), m, d, c.rms_eps);
+      dev.add(x, proj_.data(), m * d);
+      dev.rmsnorm(xn_.data(), x, LW.ffn_norm.f32(), m, d, c.rms_eps);
     }
     ffn_->forward(int(l), m, xn_.data(), proj_.data());
     optime::Scope timed(optime::Op::Elementwise);
-    for (int64_t i = 0; i < m * d; ++i) x[i] += proj_[size_t(i)];
+    dev.add(x, proj_.data(), m * d);
   }
 
   if (!last_stage_) {
@@ -160,17 +169,19 @@ int RankForward::forward_micro(const ForwardBatch& batch, std::vector<float>* lo
   const int s = L.tokens.sp_degree;
   std::vector<size_t> counts(size_t(s), 0);
   int64_t n_out = 0, mine = 0;
+  spans_.clear();
   for (size_t i = 0; i < rows.seqs.size(); ++i) {
     if (!rows.seqs[i].want_logits) continue;
     const int64_t g = rows.seq_row[i] + rows.seqs[i].n_tokens - 1;
     counts[size_t(g / m)] += size_t(d);
     if (rows.slice.padded.contains(g)) {
-      std::memcpy(xn_.data() + mine * d, x + (g - rows.slice.padded.begin) * d, size_t(d) * sizeof(float));
+      spans_.push_back({mine * d, (g - rows.slice.padded.begin) * d, d});
       ++mine;
     }
     ++n_out;
   }
   if (n_out == 0) return 0;
+  dev.copy_spans(xn_.data(), x, spans_);
   float* out_rows = xn_.data();
   if (s > 1) {
     gathered_.resize(size_t(n_out * d));
@@ -181,12 +192,15 @@ int RankForward::forward_micro(const ForwardBatch& batch, std::vector<float>* lo
   if (!sampler_ || !logits) return 0;
   {
     optime::Scope timed(optime::Op::Elementwise);
-    kernels::rmsnorm(out_rows, out_rows, model.out_norm.f32(), n_out, d, c.rms_eps);
+    dev.rmsnorm(out_rows, out_rows, out_norm_.f32(), n_out, d, c.rms_eps);
   }
   optime::Scope timed(optime::Op::Matmul);
   const size_t before = logits->size();  // logits of earlier micro-batches stay in front
-  logits->resize(before + size_t(n_out) * size_t(c.vocab_size));
-  kernels::matmul(out_rows, n_out, d, output_, logits->data() + before, c.vocab_size, ctx_.pool, false, ctx_.numerics);
+  const size_t n_logits = size_t(n_out) * size_t(c.vocab_size);
+  logits_.resize(n_logits);
+  dev.matmul(out_rows, n_out, d, output_, logits_.data(), c.vocab_size, false, ctx_.numerics);
+  logits->resize(before + n_logits);
+  dev.to_host(logits->data() + before, logits_.data(), n_logits * sizeof(float));
   return int(n_out);
 }
 

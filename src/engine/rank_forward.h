@@ -40,7 +40,6 @@ class RankForward {
   const StepRows& last_rows() const { return rows_; }
 
  private:
-  void grow(int64_t m);
   // The loop above over one micro-batch; appends its logit rows to *logits.
   int forward_micro(const ForwardBatch& batch, std::vector<float>* logits);
 
@@ -49,11 +48,12 @@ class RankForward {
   std::unique_ptr<AttentionStage> attn_;
   std::unique_ptr<FfnStage> ffn_;
   bool first_stage_ = true, last_stage_ = true, sampler_ = false;
-  WeightView output_;  // the classifier (last stage), as Model::decode_output() gives it
+  // On the rank's device: the embedding (first stage), the final norm and the classifier (the
+  // sampler; on the CPU the row tiles Model::decode_output() gives).
+  DeviceMatrix embed_, out_norm_, output_;
   StepRows rows_;
-  int64_t rows_cap_ = 0;
-  AlignedBuffer<float> x_, xn_, proj_;
-  std::vector<float> gathered_;
+  DeviceArray<float> x_, xn_, proj_, gathered_, logits_;
+  std::vector<CopySpan> spans_;
   std::vector<ForwardSeq> mb_seqs_;  // the replica's sequences of a pipelined step
   ForwardBatch mb_;                  // one micro-batch of them
 };

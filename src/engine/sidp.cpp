@@ -39,12 +39,13 @@ namespace {
 
 int64_t align64(int64_t n) { return (n + 63) / 64 * 64; }
 
-// The view a resident copy of `w` has (tiled where the engine tiles), data = nullptr, and its bytes.
-WeightView laid_out(const WeightView& w, int64_t* bytes) {
+// The view a resident copy of `w` has (tiled where the engine tiles, when `tiles`), data = nullptr,
+// and its bytes.
+WeightView laid_out(const WeightView& w, int64_t* bytes, bool tiles) {
   WeightView v = w;
   v.data = nullptr;
   const int64_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
-  if (weight_tiles_enabled() && can_tile(w)) {
+  if (tiles && weight_tiles_enabled() && can_tile(w)) {
     v.row_stride = 0;
     v.tile_rows = kTileRows;
     v.tile_stride = kTileRows * row_bytes;
@@ -66,7 +67,7 @@ WeightView at(const WeightView& v, const void* base, int64_t off) {
 
 }  // namespace
 
-std::vector<FfnLayerLayout> ffn_layouts(const Model& model, int dp) {
+std::vector<FfnLayerLayout> ffn_layouts(const Model& model, int dp, bool tiles) {
   LOOM_CHECK(dp >= 1);
   std::vector<FfnLayerLayout> out;
   std::vector<int64_t> next(size_t(dp), 0);  // each owner's running offset
@@ -74,12 +75,12 @@ std::vector<FfnLayerLayout> ffn_layouts(const Model& model, int dp) {
     const LayerWeights& W = model.layers[l];
     FfnLayerLayout L;
     int64_t b = 0;
-    L.gate = laid_out(W.w_gate, &b);
+    L.gate = laid_out(W.w_gate, &b, tiles);
     L.gate_at = 0;
     L.up_at = align64(b);
-    L.up = laid_out(W.w_up, &b);
+    L.up = laid_out(W.w_up, &b, tiles);
     L.down_at = L.up_at + align64(b);
-    L.down = laid_out(W.w_down, &b);
+    L.down = laid_out(W.w_down, &b, tiles);
     L.bytes = L.down_at + align64(b);
     int64_t& o = next[size_t(owner_of(int(l), dp))];
     L.offset = o;
@@ -124,8 +125,8 @@ std::string describe_memory(const Memory& m, const Plan& plan, int rank) {
              cat(int(1000.0 * double(m.total()) / double(std::max<int64_t>(m.plain_dp, 1))) / 10.0), "% of plain DP)");
 }
 
-OwnerWeights::OwnerWeights(const Model& model, int dp, int rank, ThreadPool* pool)
-    : dp_(dp), rank_(rank), layouts_(ffn_layouts(model, dp)) {
+OwnerWeights::OwnerWeights(const Model& model, int dp, int rank, ThreadPool* pool, Device* device)
+    : dp_(dp), rank_(rank), layouts_(ffn_layouts(model, dp, !device || device->kind() == DeviceKind::Cpu)) {
   int64_t total = 0;
   for (size_t l = 0; l < layouts_.size(); ++l) {
     max_layer_ = std::max(max_layer_, layouts_[l].bytes);
@@ -153,22 +154,28 @@ OwnerWeights::OwnerWeights(const Model& model, int dp, int rank, ThreadPool* poo
       }
     }
   }
+  if (device && device->kind() != DeviceKind::Cpu) {  // a GPU: the bytes move to its memory
+    on_device_.bind(*device);
+    on_device_.resize(buf_.size());
+    device->from_host(on_device_.data(), buf_.data(), buf_.size());
+    buf_.resize(0);
+  }
 }
 
 void OwnerWeights::views(int layer, WeightView* gate, WeightView* up, WeightView* down) const {
   LOOM_CHECK(owner_of(layer, dp_) == rank_, "layer ", layer, " is owned by rank ", owner_of(layer, dp_));
   const FfnLayerLayout& L = layouts_.at(size_t(layer));
-  ffn_views(L, buf_.data() + L.offset, gate, up, down);
+  ffn_views(L, data() + L.offset, gate, up, down);
 }
 
 std::shared_ptr<OwnerWeights> OwnerWeights::shared(const Model& model, const void* rank_key, int dp, int rank,
-                                                   ThreadPool* pool) {
+                                                   ThreadPool* pool, Device* device) {
   static std::mutex mu;
-  static std::map<std::tuple<const Model*, const void*, int>, std::weak_ptr<OwnerWeights>> made;
+  static std::map<std::tuple<const Model*, const void*, int, const Device*>, std::weak_ptr<OwnerWeights>> made;
   std::lock_guard<std::mutex> lock(mu);
-  auto& w = made[{&model, rank_key, dp}];
+  auto& w = made[{&model, rank_key, dp, device}];
   if (auto p = w.lock()) return p;
-  auto p = std::make_shared<OwnerWeights>(model, dp, rank, pool);
+  auto p = std::make_shared<OwnerWeights>(model, dp, rank, pool, device);
   w = p;
   return p;
 }

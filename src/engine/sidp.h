@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "device/device.h"
 #include "core/thread_pool.h"
 #include "engine/shard_weights.h"
 #include "model/weights.h"
@@ -55,7 +56,8 @@ struct FfnLayerLayout {
 
 // Layouts of every layer under `dp` owners: the matrices tiled (core/weight_tiles.h) where the
 // engine tiles resident weights (weight_tiles_enabled() and can_tile), else plain rows.
-std::vector<FfnLayerLayout> ffn_layouts(const Model& model, int dp);
+// tiles = false: plain rows everywhere (a GPU's layout).
+std::vector<FfnLayerLayout> ffn_layouts(const Model& model, int dp, bool tiles = true);
 
 // The views of a layer whose bytes start at `base` (its owner's buffer + offset, or a cache slot).
 void ffn_views(const FfnLayerLayout& L, const void* base, WeightView* gate, WeightView* up, WeightView* down);
@@ -76,14 +78,17 @@ std::string describe_memory(const Memory& m, const Plan& plan, int rank);
 
 // One rank's owned FFN layers in one contiguous buffer (the layout of ffn_layouts), shared by the
 // owner stages of every plan of the rank's set (a WaS and a CaS plan hold one copy).
+// `device` (null: host memory, the CPU's layout): where the owned bytes live; a GPU holds them in
+// plain rows in its memory (the fetches of weight-as-a-service read them there).
 class OwnerWeights {
  public:
-  OwnerWeights(const Model& model, int dp, int rank, ThreadPool* pool);
+  OwnerWeights(const Model& model, int dp, int rank, ThreadPool* pool, Device* device = nullptr);
   int dp() const { return dp_; }
   int rank() const { return rank_; }
   const std::vector<FfnLayerLayout>& layouts() const { return layouts_; }
-  uint8_t* data() { return buf_.data(); }
-  size_t bytes() const { return buf_.size(); }
+  uint8_t* data() { return on_device_.data() ? on_device_.data() : buf_.data(); }
+  const uint8_t* data() const { return on_device_.data() ? on_device_.data() : buf_.data(); }
+  size_t bytes() const { return on_device_.data() ? on_device_.size() : buf_.size(); }
   int64_t max_layer_bytes() const { return max_layer_; }
   // Views of an owned layer in this buffer.
   void views(int layer, WeightView* gate, WeightView* up, WeightView* down) const;
@@ -91,12 +96,13 @@ class OwnerWeights {
   // The rank's one copy: made by the first plan that asks, shared by the later ones (keyed by the
   // model and the rank's world communicator, so the local backend's thread ranks do not share).
   static std::shared_ptr<OwnerWeights> shared(const Model& model, const void* rank_key, int dp, int rank,
-                                              ThreadPool* pool);
+                                              ThreadPool* pool, Device* device = nullptr);
 
  private:
   int dp_, rank_;
   std::vector<FfnLayerLayout> layouts_;
   AlignedBuffer<uint8_t> buf_;
+  DeviceArray<uint8_t> on_device_;
   int64_t max_layer_ = 0;
 };
 

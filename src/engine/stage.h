@@ -32,13 +32,21 @@
 //
 // Rows: a step's rows reach a rank through its plan's token share (RankLayout::tokens): the
 // sequences of its DP replica, and with SP a padded slice of their tokens. A stage sees StepRows.
+//
+// Device (device/device.h): a stage holds its activations on its rank's Device and computes with
+// the device's ops only (matmul, rmsnorm, RoPE, paged attention with LSE, LSE merge, SwiGLU, copies);
+// the metadata of a step (StepRows, page tables) stays on the host. The same stages run on the CPU
+// device and on CUDA; pointers named xn, out, q, k, v below are device memory.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "engine/forward_batch.h"
 #include "engine/shard_weights.h"
 #include "kernels/kernels.h"
@@ -64,6 +72,30 @@ struct StepRows {
 // id % dp == dp_index; SP: sp_token_slice).
 void make_step_rows(const ForwardBatch& batch, const TokenShare& share, StepRows& rows);
 
+// One layer's weights on the rank's device: the shard's seven matrices and biases
+// (ShardLayerWeights) and the layer's two norm weights.
+struct DeviceLayerWeights {
+  DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  DeviceMatrix bq, bk, bv;  // Qwen2 biases of the shard's rows, else absent
+  DeviceMatrix attn_norm, ffn_norm;
+};
+
+// Matrices a device already holds, by the view they were made from (data, dtype, shape, layout):
+// plans whose shards are the same bytes share one device copy.
+class DeviceUploads {
+ public:
+  DeviceMatrix get(Device& dev, const WeightView& w);
+  void clear() { held_.clear(); }
+
+ private:
+  std::map<std::tuple<const void*, int, int64_t, int64_t, int64_t, int, int64_t>, DeviceMatrix> held_;
+};
+
+// The device's operands for `shard` (layers `layers` of `model`, one entry each): views on the
+// CPU device, copies in device memory on a GPU (through `uploads` when given).
+std::vector<DeviceLayerWeights> upload_layers(Device& dev, const Model& model, const std::vector<ShardLayerWeights>& shard,
+                                              const Range& layers, DeviceUploads* uploads = nullptr);
+
 // What the stages of one plan share on a rank.
 struct StageContext {
   std::shared_ptr<const Model> model;
@@ -71,12 +103,14 @@ struct StageContext {
   ModelShape shape;
   RankLayout layout;
   const PlanGroups* groups = nullptr;
-  ThreadPool* pool = nullptr;
-  KvStore* kv = nullptr;
-  const std::vector<ShardLayerWeights>* weights = nullptr;  // the stage's layers, from layout.layers.begin
+  ThreadPool* pool = nullptr;  // the host threads of the rank (SiDP's owner weights are laid out with it)
+  Device* dev = nullptr;       // where the stages compute
+  DeviceUploads* uploads = nullptr;  // the rank's device copies (shared by its plans); null: upload anew
+  KvStore* kv = nullptr;       // its pages are memory of `dev`
+  const std::vector<DeviceLayerWeights>* weights = nullptr;  // the stage's layers, from layout.layers.begin
   kernels::RopeParams rope;
   kernels::Numerics numerics = kernels::Numerics::exact;  // of every matmul the stages run
-  const ShardLayerWeights& layer(int l) const { return (*weights)[size_t(l - layout.layers.begin)]; }
+  const DeviceLayerWeights& layer(int l) const { return (*weights)[size_t(l - layout.layers.begin)]; }
 };
 
 class AttentionStage {
@@ -119,22 +153,21 @@ int64_t helix_keys_held(int64_t end, int64_t block, int64_t kvp, int64_t kvp_ind
 // the factors point into `c`, which must outlive the result).
 kernels::RopeParams rope_params(const ModelConfig& c);
 
-// q = xn Wq^T (+bq), k, v likewise, then RoPE on q and k at positions pos: the projection every
-// attention stage starts with.  // q [m, hq*dh], k, v [m, hk*dh]
-void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk, int64_t dh,
-                 const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool,
+// q = xn Wq^T (+bq), k, v likewise, then RoPE on q and k at positions pos (host): the projection
+// every attention stage starts with.  // q [m, hq*dh], k, v [m, hk*dh] (device)
+void project_qkv(Device& dev, const DeviceLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk,
+                 int64_t dh, const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v,
                  kernels::Numerics numerics);
 
-// The attention kernel's view of one KV head's pages (kv_store.h) listed in `pages` (one page per
-// block of the sequence, in order).
-kernels::KvView page_view(const KvStore& kv, const int32_t* pages);
+// The pages of a KV store as the device's attention reads them.
+PagedKv paged_kv(const KvStore& kv);
 
 // Writes the K/V of rows [0, rows.n) for KV heads kv_heads (global ids, ascending; k/v rows hold
 // them in that order, ld floats apart) of `layer` into the store's pages, then runs causal
 // attention for query heads q_heads (global ids; q/out rows hold them in that order) of every
 // sequence, each query head over the KV head q / group_size. Pages must be reserved already.
-void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std::vector<int>& q_heads,
+void store_kv_and_attend(Device& dev, const StepRows& rows, int layer, KvStore& kv, const std::vector<int>& q_heads,
                          const std::vector<int>& kv_heads, int group_size, const float* q, int64_t ldq,
-                         const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo, ThreadPool* pool);
+                         const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo);
 
 }  // namespace loom

@@ -56,13 +56,15 @@ kernels::RopeParams rope_params(const ModelConfig& c) {
   return r;
 }
 
-void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std::vector<int>& q_heads,
+void store_kv_and_attend(Device& dev, const StepRows& rows, int layer, KvStore& kv, const std::vector<int>& q_heads,
                          const std::vector<int>& kv_heads, int group_size, const float* q, int64_t ldq,
-                         const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo, ThreadPool* pool) {
+                         const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo) {
   optime::Scope timed(optime::Op::Attention);
-  const int64_t dh = kv.head_dim(), B = kv.block_size();
+  const int64_t dh = kv.head_dim(), B = kv.block_size(), pf = kv.page_floats();
   const float scale = 1.0f / std::sqrt(float(dh));
   // Scatter the new K/V rows into their pages: [block_size][head_dim] per (layer, kv head, block).
+  thread_local std::vector<CopySpan> spans;
+  spans.clear();
   for (size_t i = 0; i < rows.seqs.size(); ++i) {
     const ForwardSeq& s = rows.seqs[i];
     const int64_t r0 = rows.seq_row[i];
@@ -72,12 +74,12 @@ void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std
         const int64_t p = s.start_pos + t, blk = p / B;
         LOOM_CHECK(blk < int64_t(table.size()) && table[size_t(blk)] != kNoPage, "no KV page for sequence ",
                    s.seq_id, " layer ", layer, " kv head ", kv_heads[j], " block ", blk);
-        const int32_t page = table[size_t(blk)];
-        std::memcpy(kv.k(page) + (p % B) * dh, k + (r0 + t) * ldkv + int64_t(j) * dh, size_t(dh) * sizeof(float));
-        std::memcpy(kv.v(page) + (p % B) * dh, v + (r0 + t) * ldkv + int64_t(j) * dh, size_t(dh) * sizeof(float));
+        spans.push_back({int64_t(table[size_t(blk)]) * pf + (p % B) * dh, (r0 + t) * ldkv + int64_t(j) * dh, dh});
       }
     }
   }
+  dev.copy_spans(kv.k_pages(), k, spans);
+  dev.copy_spans(kv.v_pages(), v, spans);
   // Head runs: the local query heads that share one KV head (q uses kv head q / G).
   struct Run {
     int kv_local, q_begin, n_q;
@@ -95,71 +97,96 @@ void store_kv_and_attend(const StepRows& rows, int layer, KvStore& kv, const std
       runs.push_back({j, int(x), 1});
     }
   }
-  // One kernel call per (sequence, run): long prefills split inside the call over (query, head),
-  // the small ones (decodes) are spread over the pool as whole calls.
-  struct Job {
-    size_t seq;
-    Run run;
-  };
-  const int nth = pool ? pool->size() : 1;
-  std::vector<Job> small;
-  auto call = [&](const Job& jb, ThreadPool* p) {
-    const ForwardSeq& s = rows.seqs[jb.seq];
-    const int64_t r0 = rows.seq_row[jb.seq];
-    const std::span<const int32_t> table = kv.table(s.seq_id, layer, kv_heads[size_t(jb.run.kv_local)]);
-    const kernels::KvView view = page_view(kv, table.data());
-    const kernels::AttentionShape shape{jb.run.n_q, 1, int(dh), scale};
-    kernels::attention(q + r0 * ldq + int64_t(jb.run.q_begin) * dh, s.n_tokens, ldq, rows.pos.data() + r0, view, 0,
-                       s.start_pos + s.n_tokens, shape, out + r0 * ldo + int64_t(jb.run.q_begin) * dh, ldo, nullptr,
-                       p);
-  };
-  for (size_t i = 0; i < rows.seqs.size(); ++i)
+  // One job per (sequence, run).
+  thread_local std::vector<AttentionJob> jobs;
+  jobs.clear();
+  for (size_t i = 0; i < rows.seqs.size(); ++i) {
+    const ForwardSeq& s = rows.seqs[i];
+    const int64_t r0 = rows.seq_row[i];
     for (const Run& r : runs) {
-      const Job jb{i, r};
-      if (nth > 1 && int64_t(rows.seqs[i].n_tokens) * r.n_q >= 4 * int64_t(nth)) {
-        call(jb, pool);
-      } else {
-        small.push_back(jb);
-      }
+      const std::span<const int32_t> table = kv.table(s.seq_id, layer, kv_heads[size_t(r.kv_local)]);
+      AttentionJob jb;
+      jb.q = q + r0 * ldq + int64_t(r.q_begin) * dh;
+      jb.ldq = ldq;
+      jb.n_q = s.n_tokens;
+      jb.q_pos = rows.pos.data() + r0;
+      jb.pages = table.data();
+      jb.n_pages = int64_t(table.size());
+      jb.kv_end = s.start_pos + s.n_tokens;
+      jb.n_heads = r.n_q;
+      jb.out = out + r0 * ldo + int64_t(r.q_begin) * dh;
+      jb.ldo = ldo;
+      jobs.push_back(jb);
     }
-  if (small.empty()) return;
-  std::atomic<size_t> next{0};
-  parallel_run(small.size() > 1 ? pool : nullptr, [&](int, int) {
-    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < small.size();) call(small[i], nullptr);
-  });
+  }
+  dev.attention(paged_kv(kv), jobs, scale);
 }
 
 // q = xn Wq^T (+bq), k, v likewise, then RoPE on q and k at positions pos.  // [m, hq*dh], [m, hk*dh]
-void project_qkv(const ShardLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk, int64_t dh,
-                 const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v, ThreadPool* pool,
+void project_qkv(Device& dev, const DeviceLayerWeights& W, const float* xn, int64_t m, int64_t d, int hq, int hk,
+                 int64_t dh, const int32_t* pos, const kernels::RopeParams& rope, float* q, float* k, float* v,
                  kernels::Numerics numerics) {
   const int64_t q_dim = hq * dh, kv_dim = hk * dh;
   {
     optime::Scope timed(optime::Op::Matmul);
-    kernels::matmul(xn, m, d, W.wq, q, q_dim, pool, false, numerics);
-    kernels::matmul(xn, m, d, W.wk, k, kv_dim, pool, false, numerics);
-    kernels::matmul(xn, m, d, W.wv, v, kv_dim, pool, false, numerics);
+    dev.matmul(xn, m, d, W.wq, q, q_dim, false, numerics);
+    dev.matmul(xn, m, d, W.wk, k, kv_dim, false, numerics);
+    dev.matmul(xn, m, d, W.wv, v, kv_dim, false, numerics);
   }
   optime::Scope timed(optime::Op::Elementwise);
-  if (W.bq) {
-    kernels::add_bias(q, m, q_dim, W.bq, q_dim);
-    kernels::add_bias(k, m, kv_dim, W.bk, kv_dim);
-    kernels::add_bias(v, m, kv_dim, W.bv, kv_dim);
+  if (W.bq.present()) {
+    dev.add_bias(q, m, q_dim, W.bq.f32(), q_dim);
+    dev.add_bias(k, m, kv_dim, W.bk.f32(), kv_dim);
+    dev.add_bias(v, m, kv_dim, W.bv.f32(), kv_dim);
   }
-  kernels::rope(q, m, q_dim, hq, pos, rope);
-  kernels::rope(k, m, kv_dim, hk, pos, rope);
+  dev.rope(q, m, q_dim, hq, pos, rope);
+  dev.rope(k, m, kv_dim, hk, pos, rope);
 }
 
-kernels::KvView page_view(const KvStore& kv, const int32_t* pages) {
-  kernels::KvView view;
-  view.k = kv.k_base();
-  view.v = kv.v_base();
-  view.block_table = pages;
-  view.block_size = kv.block_size();
-  view.block_stride = kv.page_floats();
-  view.head_stride = 0;
-  view.pos_stride = kv.head_dim();
-  return view;
+PagedKv paged_kv(const KvStore& kv) {
+  PagedKv p;
+  p.k = kv.k_pages();
+  p.v = kv.v_pages();
+  p.block_size = kv.block_size();
+  p.head_dim = kv.head_dim();
+  p.page_floats = kv.page_floats();
+  return p;
+}
+
+DeviceMatrix DeviceUploads::get(Device& dev, const WeightView& w) {
+  const auto key = std::make_tuple(w.data, int(w.dtype), w.rows, w.cols, w.row_stride, w.tile_rows, w.tile_stride);
+  auto it = held_.find(key);
+  if (it != held_.end()) return it->second;
+  return held_.emplace(key, dev.upload(w)).first->second;
+}
+
+std::vector<DeviceLayerWeights> upload_layers(Device& dev, const Model& model, const std::vector<ShardLayerWeights>& shard,
+                                              const Range& layers, DeviceUploads* uploads) {
+  LOOM_CHECK(int64_t(shard.size()) == layers.size(), "weights for ", shard.size(), " layers, the stage has ",
+             layers.size());
+  auto up = [&](const WeightView& w) { return uploads ? uploads->get(dev, w) : dev.upload(w); };
+  std::vector<DeviceLayerWeights> out(shard.size());
+  for (size_t i = 0; i < shard.size(); ++i) {
+    const ShardLayerWeights& S = shard[i];
+    DeviceLayerWeights& D = out[i];
+    if (!S.wq.present()) continue;  // a lazy plan's layers before it is built (rank_engine.h)
+    D.wq = up(S.wq);
+    D.wk = up(S.wk);
+    D.wv = up(S.wv);
+    D.wo = up(S.wo);
+    D.w_gate = up(S.w_gate);
+    D.w_up = up(S.w_up);
+    D.w_down = up(S.w_down);
+    if (S.bq) {
+      D.bq = up(WeightView{S.bq, DType::F32, 1, S.wq.rows, S.wq.rows * 4});
+      D.bk = up(WeightView{S.bk, DType::F32, 1, S.wk.rows, S.wk.rows * 4});
+      D.bv = up(WeightView{S.bv, DType::F32, 1, S.wv.rows, S.wv.rows * 4});
+    }
+    const LayerWeights& LW = model.layers[size_t(layers.begin) + i];
+    D.attn_norm = up(LW.attn_norm);
+    D.ffn_norm = up(LW.ffn_norm);
+  }
+  return out;
 }
 
 namespace {
@@ -179,40 +206,35 @@ class HeadParallelAttention final : public AttentionStage {
     LOOM_CHECK(L.tokens.sp_degree == 1 && L.kv_shards == 1, "head-parallel attention with SP or KVP");
     LOOM_CHECK(L.q_heads == L.proj_q_heads && L.kv_heads == L.proj_kv_heads && L.out_heads == L.proj_q_heads,
                "head-parallel attention needs one head set for projection, attention and Wo");
+    for (DeviceArray<float>* b : {&q_, &k_, &v_, &att_}) b->bind(*c_.dev);
   }
   const char* name() const override { return "head-parallel"; }
 
   void forward(int layer, const StepRows& rows, const float* xn, float* out) override {
     const ModelConfig& cfg = c_.model->config;
-    const ShardLayerWeights& W = c_.layer(layer);
+    const DeviceLayerWeights& W = c_.layer(layer);
+    Device& dev = *c_.dev;
     const int64_t n = rows.n, d = cfg.d_model, dh = cfg.head_dim;
     const int hq = int(c_.layout.q_heads.size()), hk = int(c_.layout.kv_heads.size());
     const int64_t q_dim = hq * dh, kv_dim = hk * dh;
-    grow(n, q_dim, kv_dim);
-    ThreadPool* pool = c_.pool;
-    project_qkv(W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool, c_.numerics);
-    store_kv_and_attend(rows, layer, *c_.kv, c_.layout.q_heads, c_.layout.kv_heads, cfg.group_size(), q_.data(),
-                        q_dim, k_.data(), v_.data(), kv_dim, att_.data(), q_dim, pool);
+    q_.resize(size_t(n * q_dim));
+    k_.resize(size_t(n * kv_dim));
+    v_.resize(size_t(n * kv_dim));
+    att_.resize(size_t(n * q_dim));
+    project_qkv(dev, W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), c_.numerics);
+    store_kv_and_attend(dev, rows, layer, *c_.kv, c_.layout.q_heads, c_.layout.kv_heads, cfg.group_size(), q_.data(),
+                        q_dim, k_.data(), v_.data(), kv_dim, att_.data(), q_dim);
     {
       optime::Scope timed(optime::Op::Matmul);
-      kernels::matmul(att_.data(), n, q_dim, W.wo, out, d, pool, false, c_.numerics);
+      dev.matmul(att_.data(), n, q_dim, W.wo, out, d, false, c_.numerics);
     }
     all_reduce(reduce_, out, n * d);
   }
 
  private:
-  void grow(int64_t n, int64_t q_dim, int64_t kv_dim) {
-    if (n <= rows_) return;
-    q_.resize(size_t(n * q_dim));
-    k_.resize(size_t(n * kv_dim));
-    v_.resize(size_t(n * kv_dim));
-    att_.resize(size_t(n * q_dim));
-    rows_ = n;
-  }
   StageContext c_;
   Communicator& reduce_;
-  int64_t rows_ = 0;
-  AlignedBuffer<float> q_, k_, v_, att_;
+  DeviceArray<float> q_, k_, v_, att_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -236,28 +258,32 @@ class UlyssesAttention final : public AttentionStage {
                  "SP peer ", j, "'s KV heads are not in this TP shard");
       peer_kv_local_.push_back(peer.kv_heads.front() - L.proj_kv_heads.front());
     }
+    for (DeviceArray<float>* b : {&q_, &k_, &v_, &send_, &recv_, &qa_, &ka_, &va_, &att_, &att_slice_})
+      b->bind(*c_.dev);
   }
   const char* name() const override { return "ulysses"; }
 
   void forward(int layer, const StepRows& rows, const float* xn, float* out) override {
     const ModelConfig& cfg = c_.model->config;
     const RankLayout& L = c_.layout;
-    const ShardLayerWeights& W = c_.layer(layer);
+    const DeviceLayerWeights& W = c_.layer(layer);
+    Device& dev = *c_.dev;
     const int64_t d = cfg.d_model, dh = cfg.head_dim, s = L.tokens.sp_degree;
     const int hq = int(L.proj_q_heads.size()), hk = int(L.proj_kv_heads.size());
     const int hqa = int(L.q_heads.size()), hka = int(L.kv_heads.size());
     const int64_t q_dim = hq * dh, kv_dim = hk * dh, qa_dim = hqa * dh, ka_dim = hka * dh;
     const int64_t row = qa_dim + 2 * ka_dim;  // one token of one peer's all-to-all chunk
     const int64_t n = rows.n, m = rows.m(), n_pad = m * s;
-    ThreadPool* pool = c_.pool;
     grow(m, s, q_dim, kv_dim, qa_dim, ka_dim);
     // Positions of the slice (padded rows at position 0: they write no KV and are never read).
+    slice_pos_.resize(size_t(m));
     for (int64_t i = 0; i < m; ++i) {
       const int64_t g = rows.slice.padded.begin + i;
       slice_pos_[size_t(i)] = g < n ? rows.pos[size_t(g)] : 0;
     }
     // Algorithm 1 line 3: Q/K/V of the slice with the TP shard  // [m, hq*dh], [m, hk*dh] x2
-    project_qkv(W, xn, m, d, hq, hk, dh, slice_pos_.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool, c_.numerics);
+    project_qkv(dev, W, xn, m, d, hq, hk, dh, slice_pos_.data(), c_.rope, q_.data(), k_.data(), v_.data(),
+                c_.numerics);
 
     // Line 4: one fused all-to-all. Chunk j, per token: peer j's query heads (TP-local
     // [j*hqa, (j+1)*hqa)), then k and v of its KV heads (GQA replication in the send buffer,
@@ -267,11 +293,9 @@ class UlyssesAttention final : public AttentionStage {
     for (int64_t j = 0; j < s; ++j) {
       const int64_t kv_local = peer_kv_local_[size_t(j)];
       float* dst = send_.data() + j * int64_t(chunk);
-      for (int64_t t = 0; t < m; ++t, dst += row) {
-        std::memcpy(dst, q_.data() + t * q_dim + j * qa_dim, size_t(qa_dim) * sizeof(float));
-        std::memcpy(dst + qa_dim, k_.data() + t * kv_dim + kv_local * dh, size_t(ka_dim) * sizeof(float));
-        std::memcpy(dst + qa_dim + ka_dim, v_.data() + t * kv_dim + kv_local * dh, size_t(ka_dim) * sizeof(float));
-      }
+      dev.copy_2d(dst, row, q_.data() + j * qa_dim, q_dim, m, qa_dim);
+      dev.copy_2d(dst + qa_dim, row, k_.data() + kv_local * dh, kv_dim, m, ka_dim);
+      dev.copy_2d(dst + qa_dim + ka_dim, row, v_.data() + kv_local * dh, kv_dim, m, ka_dim);
     }
     pack.reset();
     {
@@ -282,41 +306,35 @@ class UlyssesAttention final : public AttentionStage {
     // Chunk i came from SP rank i: padded tokens [i*m, (i+1)*m).  // [n', ...]
     for (int64_t i = 0; i < s; ++i) {
       const float* src = recv_.data() + i * int64_t(chunk);
-      for (int64_t t = 0; t < m; ++t, src += row) {
-        const int64_t g = i * m + t;
-        std::memcpy(qa_.data() + g * qa_dim, src, size_t(qa_dim) * sizeof(float));
-        std::memcpy(ka_.data() + g * ka_dim, src + qa_dim, size_t(ka_dim) * sizeof(float));
-        std::memcpy(va_.data() + g * ka_dim, src + qa_dim + ka_dim, size_t(ka_dim) * sizeof(float));
-      }
+      dev.copy_2d(qa_.data() + i * m * qa_dim, qa_dim, src, row, m, qa_dim);
+      dev.copy_2d(ka_.data() + i * m * ka_dim, ka_dim, src + qa_dim, row, m, ka_dim);
+      dev.copy_2d(va_.data() + i * m * ka_dim, ka_dim, src + qa_dim + ka_dim, row, m, ka_dim);
     }
     pack.reset();
     // Line 5: the n real tokens' K/V into the cache (the same heads TP(P) in the shift order stores
     // on this rank, Shift 3.3.1), causal attention per sequence.
-    store_kv_and_attend(rows, layer, *c_.kv, L.q_heads, L.kv_heads, cfg.group_size(), qa_.data(), qa_dim,
-                        ka_.data(), va_.data(), ka_dim, att_.data(), qa_dim, pool);
-    std::memset(att_.data() + n * qa_dim, 0, size_t((n_pad - n) * qa_dim) * sizeof(float));
+    store_kv_and_attend(dev, rows, layer, *c_.kv, L.q_heads, L.kv_heads, cfg.group_size(), qa_.data(), qa_dim,
+                        ka_.data(), va_.data(), ka_dim, att_.data(), qa_dim);
+    dev.fill_zero(att_.data() + n * qa_dim, size_t((n_pad - n) * qa_dim) * sizeof(float));
     // Line 6: back to the token split; from SP rank i come TP-local heads [i*hqa, (i+1)*hqa).
     {
       optime::Scope timed(optime::Op::Collective);
       sp_.all_to_all(att_.data(), recv_.data(), size_t(m * qa_dim));
     }
     pack.emplace(optime::Op::Elementwise);
-    for (int64_t t = 0; t < m; ++t)
-      for (int64_t i = 0; i < s; ++i)
-        std::memcpy(att_slice_.data() + t * q_dim + i * qa_dim, recv_.data() + (i * m + t) * qa_dim,
-                    size_t(qa_dim) * sizeof(float));
+    for (int64_t i = 0; i < s; ++i)
+      dev.copy_2d(att_slice_.data() + i * qa_dim, q_dim, recv_.data() + i * m * qa_dim, qa_dim, m, qa_dim);
     pack.reset();
     // Lines 7-8: Wo (TP column shard), all-reduce over TP.
     {
       optime::Scope timed(optime::Op::Matmul);
-      kernels::matmul(att_slice_.data(), m, q_dim, W.wo, out, d, pool, false, c_.numerics);
+      dev.matmul(att_slice_.data(), m, q_dim, W.wo, out, d, false, c_.numerics);
     }
     all_reduce(reduce_, out, m * d);
   }
 
  private:
   void grow(int64_t m, int64_t s, int64_t q_dim, int64_t kv_dim, int64_t qa_dim, int64_t ka_dim) {
-    if (m <= rows_) return;
     const int64_t row = qa_dim + 2 * ka_dim;
     q_.resize(size_t(m * q_dim));
     k_.resize(size_t(m * kv_dim));
@@ -328,15 +346,12 @@ class UlyssesAttention final : public AttentionStage {
     va_.resize(size_t(s * m * ka_dim));
     att_.resize(size_t(s * m * qa_dim));
     att_slice_.resize(size_t(m * q_dim));
-    slice_pos_.resize(size_t(m));
-    rows_ = m;
   }
   StageContext c_;
   Communicator& sp_;
   Communicator& reduce_;
   std::vector<int> peer_kv_local_;
-  int64_t rows_ = 0;
-  AlignedBuffer<float> q_, k_, v_, send_, recv_, qa_, ka_, va_, att_, att_slice_;
+  DeviceArray<float> q_, k_, v_, send_, recv_, qa_, ka_, va_, att_, att_slice_;
   std::vector<int32_t> slice_pos_;
 };
 

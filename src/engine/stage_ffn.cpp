@@ -14,30 +14,29 @@ class TensorParallelFfn final : public FfnStage {
   explicit TensorParallelFfn(const StageContext& c) : c_(c), reduce_(c.groups->get("ffn-tp")) {
     LOOM_CHECK(reduce_.size() == c_.layout.ffn_degree && reduce_.rank() == c_.layout.ffn_index,
                "FFN group of shard ", c_.layout.ffn_index, "/", c_.layout.ffn_degree);
+    gate_.bind(*c_.dev);
+    up_.bind(*c_.dev);
   }
   const char* name() const override { return reduce_.size() > 1 ? "tensor-parallel" : "local"; }
 
   void forward(int layer, int64_t m, const float* xn, float* out) override {
-    const ShardLayerWeights& W = c_.layer(layer);
+    const DeviceLayerWeights& W = c_.layer(layer);
+    Device& dev = *c_.dev;
     const int64_t d = c_.model->config.d_model, f = c_.layout.ffn.size();
-    if (m > rows_) {
-      gate_.resize(size_t(m * f));
-      up_.resize(size_t(m * f));
-      rows_ = m;
-    }
-    ThreadPool* pool = c_.pool;
+    gate_.resize(size_t(m * f));
+    up_.resize(size_t(m * f));
     {
       optime::Scope timed(optime::Op::Matmul);
-      kernels::matmul(xn, m, d, W.w_gate, gate_.data(), f, pool, false, c_.numerics);
-      kernels::matmul(xn, m, d, W.w_up, up_.data(), f, pool, false, c_.numerics);
+      dev.matmul(xn, m, d, W.w_gate, gate_.data(), f, false, c_.numerics);
+      dev.matmul(xn, m, d, W.w_up, up_.data(), f, false, c_.numerics);
     }
     {
       optime::Scope timed(optime::Op::Elementwise);
-      kernels::swiglu(gate_.data(), gate_.data(), up_.data(), m * f);
+      dev.swiglu(gate_.data(), gate_.data(), up_.data(), m * f);
     }
     {
       optime::Scope timed(optime::Op::Matmul);
-      kernels::matmul(gate_.data(), m, f, W.w_down, out, d, pool, false, c_.numerics);
+      dev.matmul(gate_.data(), m, f, W.w_down, out, d, false, c_.numerics);
     }
     optime::Scope timed(optime::Op::Collective);
     if (reduce_.size() > 1) reduce_.all_reduce_sum(out, size_t(m * d));
@@ -46,8 +45,7 @@ class TensorParallelFfn final : public FfnStage {
  private:
   StageContext c_;
   Communicator& reduce_;
-  int64_t rows_ = 0;
-  AlignedBuffer<float> gate_, up_;
+  DeviceArray<float> gate_, up_;
 };
 
 }  // namespace

@@ -21,18 +21,18 @@ constexpr int kTagRowsIn = 141;     // CaS: a replica's FFN input rows to the ow
 constexpr int kTagRowsOut = 142;    // CaS: their FFN output back
 constexpr size_t kFetchLog = 4096;
 
-// The SwiGLU FFN of m rows (the tensor-parallel stage's arithmetic with a group of one).
-void run_ffn(const WeightView& g, const WeightView& u, const WeightView& dn, const float* xn, int64_t m, int64_t d,
-             float* out, AlignedBuffer<float>& gate, AlignedBuffer<float>& up, ThreadPool* pool) {
+// The SwiGLU FFN of m rows (the tensor-parallel stage's arithmetic with a group of one), on the
+// rank's device; the matrices are views of device memory (the owner's buffer, or a fetched slot).
+void run_ffn(Device& dev, const WeightView& g, const WeightView& u, const WeightView& dn, const float* xn, int64_t m,
+             int64_t d, float* out, DeviceArray<float>& gate, DeviceArray<float>& up) {
   const int64_t f = g.rows;
-  if (int64_t(gate.size()) < m * f) {
-    gate.resize(size_t(m * f));
-    up.resize(size_t(m * f));
-  }
-  kernels::matmul(xn, m, d, g, gate.data(), f, pool);
-  kernels::matmul(xn, m, d, u, up.data(), f, pool);
-  kernels::swiglu(gate.data(), gate.data(), up.data(), m * f);
-  kernels::matmul(gate.data(), m, f, dn, out, d, pool);
+  gate.resize(size_t(m * f));
+  up.resize(size_t(m * f));
+  const kernels::Numerics exact = kernels::Numerics::exact;
+  dev.matmul(xn, m, d, dev.wrap(g), gate.data(), f, false, exact);
+  dev.matmul(xn, m, d, dev.wrap(u), up.data(), f, false, exact);
+  dev.swiglu(gate.data(), gate.data(), up.data(), m * f);
+  dev.matmul(gate.data(), m, f, dev.wrap(dn), out, d, false, exact);
 }
 
 class OwnerBase : public OwnerFfnStage {
@@ -43,9 +43,11 @@ class OwnerBase : public OwnerFfnStage {
     L_ = c.model->config.n_layers;
     LOOM_CHECK(D_ == c.plan.dp && me_ == c.layout.dp && c.layout.layers.begin == 0 && c.layout.layers.end == L_,
                "SiDP over dp group ", me_, "/", D_);
-    own_ = sidp::OwnerWeights::shared(*c.model, &c.groups->world(), D_, me_, c.pool);
+    own_ = sidp::OwnerWeights::shared(*c.model, &c.groups->world(), D_, me_, c.pool, c.dev);
     stats_.fetched.assign(size_t(L_), 0);
     stats_.used.assign(size_t(L_), 0);
+    gate_.bind(*c.dev);
+    up_.bind(*c.dev);
   }
   Stats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
@@ -57,7 +59,7 @@ class OwnerBase : public OwnerFfnStage {
   Communicator& dp_;
   int D_ = 1, me_ = 0, L_ = 0;
   std::shared_ptr<sidp::OwnerWeights> own_;
-  AlignedBuffer<float> gate_, up_;
+  DeviceArray<float> gate_, up_;
   mutable std::mutex mu_;
   Stats stats_;
 };
@@ -77,7 +79,10 @@ class WasFfn final : public OwnerBase {
     for (int l : order_) slot = std::max(slot, own_->layouts()[size_t(l)].bytes);
     if (!order_.empty()) {
       slots_.resize(size_t(c.plan.sidp_slots()));
-      for (Slot& s : slots_) s.buf.resize(size_t(slot));
+      for (Slot& s : slots_) {
+        s.buf.bind(*c.dev);
+        s.buf.resize(size_t(slot));
+      }
       slot_bytes_ = slot * int64_t(slots_.size());
       thread_ = std::thread([this] { fetch_loop(); });
     }
@@ -116,7 +121,7 @@ class WasFfn final : public OwnerBase {
     WeightView g, u, dn;
     if (sidp::owner_of(layer, D_) == me_) {
       own_->views(layer, &g, &u, &dn);
-      run_ffn(g, u, dn, xn, m, d, out, gate_, up_, c_.pool);
+      run_ffn(*c_.dev, g, u, dn, xn, m, d, out, gate_, up_);
     } else {
       const int64_t item = iter_ * L_ + layer;
       int s = -1;
@@ -133,7 +138,7 @@ class WasFfn final : public OwnerBase {
         stats_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       sidp::ffn_views(own_->layouts()[size_t(layer)], slots_[size_t(s)].buf.data(), &g, &u, &dn);
-      run_ffn(g, u, dn, xn, m, d, out, gate_, up_, c_.pool);
+      run_ffn(*c_.dev, g, u, dn, xn, m, d, out, gate_, up_);
       {
         // S6 e-f: the compute that used the slot is done: it is free for the next prefetch.
         std::lock_guard<std::mutex> lk(mu_);
@@ -149,7 +154,7 @@ class WasFfn final : public OwnerBase {
 
  private:
   struct Slot {
-    AlignedBuffer<uint8_t> buf;
+    DeviceArray<uint8_t> buf;  // device memory: the fetched layer's bytes
     int64_t item = -1;  // iteration * L + layer it holds (or is being filled with); -1: free
     bool ready = false;
   };
@@ -268,28 +273,28 @@ class CasFfn final : public OwnerBase {
     WeightView g, u, dn;
     own_->views(layer, &g, &u, &dn);
     if (others == 0) {  // nobody else has rows: the local FFN
-      if (m > 0) run_ffn(g, u, dn, xn, m, d, out, gate_, up_, c_.pool);
+      if (m > 0) run_ffn(*c_.dev, g, u, dn, xn, m, d, out, gate_, up_);
       return;
     }
-    if (int64_t(staging_.size()) < total * d) {
-      staging_.resize(size_t(total * d));
-      result_.resize(size_t(total * d));
-    }
+    staging_.bind(*c_.dev);
+    result_.bind(*c_.dev);
+    staging_.resize(size_t(total * d));
+    result_.resize(size_t(total * d));
     for (int r = 0; r < D_; ++r) {
       const int64_t n = rows_of_[size_t(r)];
       if (n == 0) continue;  // dummy replicas: nothing to receive
       float* dst = staging_.data() + at[size_t(r)] * d;
-      if (r == me_) std::memcpy(dst, xn, size_t(n * d) * sizeof(float));
+      if (r == me_) c_.dev->copy(dst, xn, size_t(n * d) * sizeof(float));
       else dp_.recv(r, kTagRowsIn, dst, size_t(n * d) * sizeof(float));
     }
-    run_ffn(g, u, dn, staging_.data(), total, d, result_.data(), gate_, up_, c_.pool);
+    run_ffn(*c_.dev, g, u, dn, staging_.data(), total, d, result_.data(), gate_, up_);
     int64_t sent = 0, msgs = 0;
     for (int r = 0; r < D_; ++r) {
       const int64_t n = rows_of_[size_t(r)];
       if (n == 0) continue;
       const float* src = result_.data() + at[size_t(r)] * d;
       if (r == me_) {
-        std::memcpy(out, src, size_t(n * d) * sizeof(float));
+        c_.dev->copy(out, src, size_t(n * d) * sizeof(float));
       } else {
         dp_.send(r, kTagRowsOut, src, size_t(n * d) * sizeof(float));
         sent += n * d * int64_t(sizeof(float));
@@ -305,7 +310,7 @@ class CasFfn final : public OwnerBase {
   }
 
   std::vector<int64_t> rows_of_;
-  AlignedBuffer<float> staging_, result_;
+  DeviceArray<float> staging_, result_;
 };
 
 }  // namespace

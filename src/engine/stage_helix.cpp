@@ -52,6 +52,7 @@ class HelixAttention final : public AttentionStage {
     pages_per_block_ = L.kv_block / c_.kv->block_size();
     LOOM_CHECK(pages_per_block_ >= 1 && L.kv_block % c_.kv->block_size() == 0, "Helix block of ", L.kv_block,
                " tokens over KV pages of ", c_.kv->block_size());
+    for (DeviceArray<float>* b : {&q_, &k_, &v_, &part_, &merged_, &lse_, &send_, &recv_}) b->bind(*c_.dev);
   }
   const char* name() const override { return "helix"; }
   double exposed_comm_s() const override { return exposed_s_; }
@@ -59,19 +60,20 @@ class HelixAttention final : public AttentionStage {
   void forward(int layer, const StepRows& rows, const float* xn, float* out) override {
     const ModelConfig& cfg = c_.model->config;
     const RankLayout& L = c_.layout;
-    const ShardLayerWeights& W = c_.layer(layer);
+    const DeviceLayerWeights& W = c_.layer(layer);
+    Device& dev = *c_.dev;
     const int64_t n = rows.n, d = cfg.d_model, dh = cfg.head_dim;
     const int hq = int(L.q_heads.size()), hk = int(L.kv_heads.size()), hc = hq / k_deg_;  // hc = H/N
     const int64_t q_dim = hq * dh, kv_dim = hk * dh;
-    ThreadPool* pool = c_.pool;
     grow(n, q_dim, kv_dim, hq);
 
     // 1. redundant QKV of all rows for the TPA heads.
-    project_qkv(W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), pool, c_.numerics);
+    project_qkv(dev, W, xn, n, d, hq, hk, dh, rows.pos.data(), c_.rope, q_.data(), k_.data(), v_.data(), c_.numerics);
 
     // 2. the K/V of the rows whose block this rank owns.
     KvStore& kv = *c_.kv;
-    const int64_t B = kv.block_size();
+    const int64_t B = kv.block_size(), pf = kv.page_floats();
+    spans_.clear();
     for (size_t i = 0; i < rows.seqs.size(); ++i) {
       const ForwardSeq& s = rows.seqs[i];
       for (int t = 0; t < s.n_tokens; ++t) {
@@ -81,11 +83,12 @@ class HelixAttention final : public AttentionStage {
           const int32_t page = kv.page(s.seq_id, layer, L.kv_heads[size_t(j)], p / B);
           LOOM_CHECK(page != kNoPage, "no KV page for sequence ", s.seq_id, " position ", p);
           const int64_t r = rows.seq_row[i] + t;
-          std::memcpy(kv.k(page) + (p % B) * dh, k_.data() + r * kv_dim + j * dh, size_t(dh) * sizeof(float));
-          std::memcpy(kv.v(page) + (p % B) * dh, v_.data() + r * kv_dim + j * dh, size_t(dh) * sizeof(float));
+          spans_.push_back({int64_t(page) * pf + (p % B) * dh, r * kv_dim + j * dh, dh});
         }
       }
     }
+    dev.copy_spans(kv.k_pages(), k_.data(), spans_);
+    dev.copy_spans(kv.v_pages(), v_.data(), spans_);
 
     // 3-4 per chunk of sequences (HOP-B): local attention, then the all-to-all of the chunk.
     const int n_chunks = L.kv_shards > 1 && c_.plan.hopb ? int(std::min<size_t>(rows.seqs.size(), kMaxChunks)) : 1;
@@ -111,7 +114,7 @@ class HelixAttention final : public AttentionStage {
     if (c_.plan.hopb) finish(chunks_[size_t(n_chunks - 1)], hc, dh, elems_per_row);
 
     // 5. Wo over the H/N merged heads, all-reduce over TP(N).
-    kernels::matmul(merged_.data(), n, int64_t(hc) * dh, W.wo, out, d, pool, false, c_.numerics);
+    dev.matmul(merged_.data(), n, int64_t(hc) * dh, W.wo, out, d, false, c_.numerics);
     if (reduce_.size() > 1) reduce_.all_reduce_sum(out, size_t(n * d));
   }
 
@@ -135,21 +138,28 @@ class HelixAttention final : public AttentionStage {
     KvStore& kv = *c_.kv;
     const int64_t B = kv.block_size(), q_dim = hq * dh, G = c_.model->config.group_size();
     const float scale = 1.0f / std::sqrt(float(dh));
+    // Host metadata of every job of the chunk, kept until the device has read it.
+    const size_t n_seqs = C.seq_end - C.seq_begin;
+    vpos_.resize(n_seqs);
+    compact_.resize(n_seqs * size_t(hk));
+    jobs_.clear();
     for (size_t i = C.seq_begin; i < C.seq_end; ++i) {
       const ForwardSeq& s = rows.seqs[i];
       const int64_t r0 = rows.seq_row[i], ctx = s.start_pos + s.n_tokens;
       // The held keys of [0, ctx) as one compact sequence: vpos[t] = held keys at or before the
       // query's position, minus one (-1: none held here).
-      vpos_.resize(size_t(s.n_tokens));
-      for (int t = 0; t < s.n_tokens; ++t) vpos_[size_t(t)] = int32_t(held_before(s.start_pos + t + 1) - 1);
+      std::vector<int32_t>& vpos = vpos_[i - C.seq_begin];
+      vpos.resize(size_t(s.n_tokens));
+      for (int t = 0; t < s.n_tokens; ++t) vpos[size_t(t)] = int32_t(held_before(s.start_pos + t + 1) - 1);
       const int64_t n_keys = held_before(ctx);
       for (int j = 0; j < hk; ++j) {
         const int kvh = L.kv_heads[size_t(j)];
         const std::span<const int32_t> table = kv.table(s.seq_id, layer, kvh);
-        compact_.clear();
+        std::vector<int32_t>& compact = compact_[(i - C.seq_begin) * size_t(hk) + size_t(j)];
+        compact.clear();
         for (int64_t b = 0; b * B < ctx; ++b)
-          if (b < int64_t(table.size()) && table[size_t(b)] != kNoPage) compact_.push_back(table[size_t(b)]);
-        LOOM_CHECK(int64_t(compact_.size()) * B >= n_keys, "sequence ", s.seq_id, " misses held pages");
+          if (b < int64_t(table.size()) && table[size_t(b)] != kNoPage) compact.push_back(table[size_t(b)]);
+        LOOM_CHECK(int64_t(compact.size()) * B >= n_keys, "sequence ", s.seq_id, " misses held pages");
         // The query heads of this KV head (q uses kv head q / G): a contiguous run.
         int q0 = -1, nq = 0;
         for (int x = 0; x < hq; ++x)
@@ -157,16 +167,23 @@ class HelixAttention final : public AttentionStage {
             if (q0 < 0) q0 = x;
             ++nq;
           }
-        const kernels::KvView view = page_view(kv, compact_.data());
-        lse_tmp_.resize(size_t(s.n_tokens) * size_t(nq));
-        const kernels::AttentionShape shape{nq, 1, int(dh), scale};
-        kernels::attention(q_.data() + r0 * q_dim + int64_t(q0) * dh, s.n_tokens, q_dim, vpos_.data(), view, 0,
-                           n_keys, shape, part_.data() + r0 * q_dim + int64_t(q0) * dh, q_dim, lse_tmp_.data(),
-                           c_.pool);
-        for (int t = 0; t < s.n_tokens; ++t)
-          for (int h = 0; h < nq; ++h) lse_[size_t((r0 + t) * hq + q0 + h)] = lse_tmp_[size_t(t * nq + h)];
+        AttentionJob jb;
+        jb.q = q_.data() + r0 * q_dim + int64_t(q0) * dh;
+        jb.ldq = q_dim;
+        jb.n_q = s.n_tokens;
+        jb.q_pos = vpos.data();
+        jb.pages = compact.data();
+        jb.n_pages = int64_t(compact.size());
+        jb.kv_end = n_keys;
+        jb.n_heads = nq;
+        jb.out = part_.data() + r0 * q_dim + int64_t(q0) * dh;
+        jb.ldo = q_dim;
+        jb.lse = lse_.data() + r0 * hq + q0;
+        jb.ld_lse = hq;
+        jobs_.push_back(jb);
       }
     }
+    c_.dev->attention(paged_kv(kv), jobs_, scale);
   }
 
   int64_t held_before(int64_t end) const {
@@ -176,6 +193,7 @@ class HelixAttention final : public AttentionStage {
   // Packs the chunk's partials by destination (chunk of heads j -> KVP rank j) and starts the
   // all-to-all: per row, [hc heads][dh] of o, then [hc] lse.
   void start(Chunk& C, int hc, int64_t dh, int64_t elems_per_row) {
+    Device& dev = *c_.dev;
     const int64_t rows = C.row_end - C.row_begin, hq = int64_t(hc) * k_deg_, q_dim = hq * dh;
     const size_t per_peer = size_t(rows * elems_per_row);
     const size_t base = size_t(C.row_begin * k_deg_ * elems_per_row);  // chunks in row order
@@ -183,11 +201,8 @@ class HelixAttention final : public AttentionStage {
     for (int j = 0; j < k_deg_; ++j) {
       float* o = sb + size_t(j) * per_peer;
       float* l = o + rows * hc * dh;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t g = C.row_begin + r;
-        std::memcpy(o + r * hc * dh, part_.data() + g * q_dim + int64_t(j) * hc * dh, size_t(hc * dh) * sizeof(float));
-        std::memcpy(l + r * hc, lse_.data() + g * hq + int64_t(j) * hc, size_t(hc) * sizeof(float));
-      }
+      dev.copy_2d(o, hc * dh, part_.data() + C.row_begin * q_dim + int64_t(j) * hc * dh, q_dim, rows, hc * dh);
+      dev.copy_2d(l, hc, lse_.data() + C.row_begin * hq + int64_t(j) * hc, hq, rows, hc);
     }
     counts_.assign(size_t(k_deg_), per_peer * sizeof(float));
     displs_.resize(size_t(k_deg_));
@@ -214,19 +229,17 @@ class HelixAttention final : public AttentionStage {
       lses_[size_t(i)] = parts_[size_t(i)] + rows * hc * dh;
     }
     // Rows of (row, head) pairs: [rows * hc][dh] — the merged layout [rows][hc * dh] is the same.
-    kernels::merge_attention(parts_.data(), lses_.data(), k_deg_, rows * hc, int(dh),
-                             merged_.data() + C.row_begin * hc * dh, nullptr);
+    c_.dev->merge_attention(parts_.data(), lses_.data(), k_deg_, rows * hc, int(dh),
+                            merged_.data() + C.row_begin * hc * dh, nullptr);
   }
 
   void grow(int64_t n, int64_t q_dim, int64_t kv_dim, int hq) {
-    if (n <= rows_) return;
     q_.resize(size_t(n * q_dim));
     k_.resize(size_t(n * kv_dim));
     v_.resize(size_t(n * kv_dim));
     part_.resize(size_t(n * q_dim));
     lse_.resize(size_t(n * hq));
     merged_.resize(size_t(n * q_dim / k_deg_));
-    rows_ = n;
   }
 
   StageContext c_;
@@ -234,10 +247,10 @@ class HelixAttention final : public AttentionStage {
   Communicator& reduce_;
   int k_deg_ = 1, pages_per_block_ = 1;
   double exposed_s_ = 0;
-  int64_t rows_ = 0;
-  AlignedBuffer<float> q_, k_, v_, part_, merged_;
-  std::vector<float> lse_, lse_tmp_, send_, recv_;
-  std::vector<int32_t> vpos_, compact_;
+  DeviceArray<float> q_, k_, v_, part_, merged_, lse_, send_, recv_;
+  std::vector<std::vector<int32_t>> vpos_, compact_;
+  std::vector<CopySpan> spans_;
+  std::vector<AttentionJob> jobs_;
   std::vector<Chunk> chunks_;
   std::vector<size_t> counts_, displs_;
   std::vector<const float*> parts_, lses_;

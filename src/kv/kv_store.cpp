@@ -3,20 +3,34 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "device/cpu_device.h"
 
 namespace loom {
 
-KvStore::KvStore(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_pages)
-    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), block_size_(block_size), num_pages_(num_pages) {
+KvStore::KvStore(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_pages, Device* device)
+    : n_layers_(n_layers),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      block_size_(block_size),
+      num_pages_(num_pages),
+      own_dev_(device ? nullptr : make_cpu_device(nullptr)),
+      dev_(device ? device : own_dev_.get()) {
   if (n_layers < 1 || n_kv_heads < 1 || head_dim < 1 || block_size < 1)
     fail("KV store needs layers, kv heads, head_dim and block_size >= 1, got ", n_layers, ", ", n_kv_heads, ", ",
          head_dim, ", ", block_size);
   if (num_pages < 0 || num_pages > int64_t(INT32_MAX))
     fail("KV store: ", num_pages, " pages is outside [0, ", INT32_MAX, "]");
+  k_.bind(*dev_);
+  v_.bind(*dev_);
   k_.resize(size_t(num_pages * page_floats()));
   v_.resize(size_t(num_pages * page_floats()));
   free_.reserve(size_t(num_pages));
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(int32_t(p));
+}
+
+KvStore::~KvStore() {
+  k_.reset();  // before the device they live on
+  v_.reset();
 }
 
 int32_t KvStore::alloc_page() {

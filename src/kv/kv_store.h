@@ -12,8 +12,13 @@
 // re-layout of the arena).
 //
 // Page tables: for each (sequence, layer, KV head) a vector indexed by logical block, holding the
-// page or kNoPage where the rank does not store that block. Attention reads them as a
-// kernels::KvView block table (block_stride = one page, one KV head per view).
+// page or kNoPage where the rank does not store that block. Attention reads them as the block
+// table of its key sequence (device/device.h PagedKv, AttentionJob::pages).
+//
+// Where the pages live: in the memory of the store's Device (device/device.h): host memory for the
+// CPU device, device memory for a GPU. The tables and the page bookkeeping stay on the host either
+// way; k(page) / v(page) are pointers into the device's memory, so code that reads or writes page
+// contents goes through the device's copies (the stages, kv_transfer.h, kv_tier.h).
 //
 // Pages are allocated lowest id first from a fresh store and reused LIFO, so a run is
 // deterministic. Running out of pages is a programmer error (LOOM_CHECK): the scheduler's block
@@ -29,7 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/buffer.h"
+#include "device/device.h"
 #include "parallel/kv_placement.h"
 
 namespace loom {
@@ -39,9 +44,15 @@ inline constexpr int32_t kNoPage = -1;
 class KvStore {
  public:
   // A store for a model of n_layers x n_kv_heads (global counts: the tables are indexed by the
-  // model's layer and KV head numbers) with `num_pages` pages of block_size x head_dim floats.
-  KvStore(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_pages);
+  // model's layer and KV head numbers) with `num_pages` pages of block_size x head_dim floats, in
+  // the memory of `device` (which must outlive the store; null: host memory of a CPU device of
+  // the store's own).
+  KvStore(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_pages, Device* device = nullptr);
+  ~KvStore();
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
 
+  Device& device() const { return *dev_; }
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
@@ -57,8 +68,11 @@ class KvStore {
   float* v(int32_t page) { return v_.data() + int64_t(page) * page_floats(); }
   const float* k(int32_t page) const { return k_.data() + int64_t(page) * page_floats(); }
   const float* v(int32_t page) const { return v_.data() + int64_t(page) * page_floats(); }
-  const float* k_base() const { return k_.data(); }
-  const float* v_base() const { return v_.data(); }
+  // The page pool: page p's K at k_pages() + p * page_floats() (device memory).
+  float* k_pages() { return k_.data(); }
+  float* v_pages() { return v_.data(); }
+  const float* k_pages() const { return k_.data(); }
+  const float* v_pages() const { return v_.data(); }
 
   // The page table of (seq, layer, kv_head): one entry per logical block it covers (kNoPage where
   // not held); empty when the rank holds nothing of it.
@@ -92,7 +106,9 @@ class KvStore {
 
   int n_layers_, n_kv_heads_, head_dim_, block_size_;
   int64_t num_pages_;
-  AlignedBuffer<float> k_, v_;
+  std::unique_ptr<Device> own_dev_;
+  Device* dev_;
+  DeviceArray<float> k_, v_;
   std::vector<int32_t> free_;  // stack: back() is handed out next
   std::unordered_map<int64_t, Tables> seqs_;
 };

@@ -92,6 +92,7 @@ std::vector<TierCopy> tier_copies(const KvMigration& mig, int me, int host, KvSt
                m.seq_id, " block ", m.block, ", which its swap ", to_tier ? "out" : "in", " moves");
     const int64_t in_page = (m.tokens.begin - m.block * B) * dh, in_tier = m.tokens.begin * dh;
     TierCopy c;
+    c.dev = &store.device();
     c.floats = m.tokens.size() * dh;
     if (to_tier) {
       c.src_k = store.k(page) + in_page;
@@ -112,10 +113,10 @@ std::vector<TierCopy> tier_copies(const KvMigration& mig, int me, int host, KvSt
 int64_t run_tier_copies(const std::vector<TierCopy>& copies) {
   int64_t bytes = 0;
   for (const TierCopy& c : copies) {
-    const size_t n = size_t(c.floats) * sizeof(float);
-    std::memcpy(c.dst_k, c.src_k, n);
-    std::memcpy(c.dst_v, c.src_v, n);
-    bytes += 2 * int64_t(n);
+    const CopySpan whole{0, 0, c.floats};
+    c.dev->transfer(c.dst_k, c.src_k, {&whole, 1});
+    c.dev->transfer(c.dst_v, c.src_v, {&whole, 1});
+    bytes += 2 * c.floats * int64_t(sizeof(float));
   }
   return bytes;
 }

@@ -126,8 +126,10 @@ class KvTier {
   std::unordered_map<int64_t, Region> seqs_;
 };
 
-// One copy of a move: K rows and V rows ([floats] each) between a page and the tier.
+// One copy of a move: K rows and V rows ([floats] each) between a page (memory of the store's
+// device) and the tier (host memory), run by that device's transfer() (device/device.h).
 struct TierCopy {
+  Device* dev = nullptr;
   const float* src_k = nullptr;
   const float* src_v = nullptr;
   float* dst_k = nullptr;
@@ -140,7 +142,7 @@ struct TierCopy {
 // the pages allocated). LOOM_CHECK when a page the move reads or writes is missing.
 std::vector<TierCopy> tier_copies(const KvMigration& mig, int me, int host, KvStore& store, KvTier& tier);
 
-// Runs copies (each K and V memcpy); returns the bytes copied.
+// Runs copies (each K and V one transfer of its device); returns the bytes copied.
 int64_t run_tier_copies(const std::vector<TierCopy>& copies);
 
 // A FIFO of copy tasks on a thread of its own. Tasks complete in submission order, so what is done

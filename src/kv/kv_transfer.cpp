@@ -92,21 +92,32 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
 
   // --- double-buffered rounds: pack k while k-1 is on the wire, then unpack k-1.
   auto move_floats = [&](const KvMove& m) { return m.tokens.size() * dh; };  // per K (or V)
-  std::vector<uint8_t>* send_buf = buffers.send;
-  std::vector<uint8_t>* recv_buf = buffers.recv;
+  Device& dev = store.device();
+  const int64_t pf = store.page_floats();
+  DeviceArray<float>* send_buf = buffers.send;
+  DeviceArray<float>* recv_buf = buffers.recv;
+  for (int i = 0; i < 2; ++i) {
+    send_buf[i].bind(dev);
+    recv_buf[i].bind(dev);
+  }
+  std::vector<CopySpan> k_spans, v_spans;
+  std::vector<KvMove> to_drop;
   const size_t nr = static_cast<size_t>(n);
   std::vector<size_t> send_bytes(nr), send_displs(nr), recv_bytes(nr), recv_displs(nr);
   std::unique_ptr<CommRequest> inflight[2];
 
   auto pack = [&](int k) {
     const Round& r = rounds[size_t(k)];
-    std::vector<uint8_t>& buf = send_buf[k % 2];
+    DeviceArray<float>& buf = send_buf[k % 2];
     std::fill(send_bytes.begin(), send_bytes.end(), 0);
     std::fill(send_displs.begin(), send_displs.end(), 0);
     int64_t total = 0;
     for (size_t i : r.sends) total += mig.move_bytes(mig.moves[i]);
-    buf.resize(size_t(total));
-    auto* at = reinterpret_cast<float*>(buf.data());
+    buf.resize(size_t(total) / sizeof(float));
+    int64_t at = 0;  // floats into buf
+    k_spans.clear();
+    v_spans.clear();
+    to_drop.clear();
     size_t off = 0;
     int prev_dst = -1;
     for (size_t i : r.sends) {
@@ -116,8 +127,8 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
       LOOM_CHECK(page != kNoPage, "rank ", me, " is the source of layer ", m.layer, " kv head ", m.kv_head,
                  " of sequence ", m.seq_id, " block ", m.block, " but holds no page for it");
       const int64_t in_block = m.tokens.begin - m.block * B, nf = move_floats(m);
-      std::memcpy(at, store.k(page) + in_block * dh, size_t(nf) * sizeof(float));
-      std::memcpy(at + nf, store.v(page) + in_block * dh, size_t(nf) * sizeof(float));
+      k_spans.push_back({at, int64_t(page) * pf + in_block * dh, nf});
+      v_spans.push_back({at + nf, int64_t(page) * pf + in_block * dh, nf});
       at += 2 * nf;
       const size_t b = size_t(2 * nf) * sizeof(float);
       send_bytes[size_t(m.dst)] += b;
@@ -128,11 +139,16 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
       auto it = pending_sends.find(cell_of(m));
       if (--it->second == 0) {
         pending_sends.erase(it);
-        if (!still_held(m.seq_id, m.layer, m.kv_head, m.block)) {
-          store.drop(m.seq_id, m.layer, m.kv_head, m.block);
-          ++st.pages_freed;
-        }
+        if (!still_held(m.seq_id, m.layer, m.kv_head, m.block)) to_drop.push_back(m);
       }
+    }
+    // The copies are issued before the pages are freed (a page freed here may be refilled by the
+    // next unpack: the device runs the two in this order).
+    dev.copy_spans(buf.data(), store.k_pages(), k_spans);
+    dev.copy_spans(buf.data(), store.v_pages(), v_spans);
+    for (const KvMove& m : to_drop) {
+      store.drop(m.seq_id, m.layer, m.kv_head, m.block);
+      ++st.pages_freed;
     }
     std::fill(recv_bytes.begin(), recv_bytes.end(), 0);
     std::fill(recv_displs.begin(), recv_displs.end(), 0);
@@ -142,28 +158,32 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
       for (size_t i : r.recv_from[size_t(s)]) recv_bytes[size_t(s)] += size_t(mig.move_bytes(mig.moves[i]));
       roff += recv_bytes[size_t(s)];
     }
-    recv_buf[k % 2].resize(roff);
+    recv_buf[k % 2].resize(roff / sizeof(float));
     inflight[k % 2] = group.start_all_to_all_v_bytes(buf.data(), send_bytes, send_displs, recv_buf[k % 2].data(),
                                                      recv_bytes, recv_displs);
   };
   // A round's cells go into fresh pages; when the store has too few free pages for them (the
   // rank still holds cells it has yet to send), the round waits in its buffer until every send is
   // packed and its pages freed (the new placement fits the store: the scheduler's pools say so).
-  std::vector<std::pair<int, std::vector<uint8_t>>> deferred;
-  auto place = [&](int k, const std::vector<uint8_t>& buf) {
+  std::vector<std::pair<int, DeviceArray<float>>> deferred;
+  auto place = [&](int k, const DeviceArray<float>& buf) {
     const Round& r = rounds[size_t(k)];
-    const auto* at = reinterpret_cast<const float*>(buf.data());
+    int64_t at = 0;
+    k_spans.clear();
+    v_spans.clear();
     for (int s = 0; s < n; ++s)
       for (size_t i : r.recv_from[size_t(s)]) {
         const KvMove& m = mig.moves[i];
         const int32_t page = store.ensure_page(m.seq_id, m.layer, m.kv_head, m.block);
         const int64_t in_block = m.tokens.begin - m.block * B, nf = move_floats(m);
-        std::memcpy(store.k(page) + in_block * dh, at, size_t(nf) * sizeof(float));
-        std::memcpy(store.v(page) + in_block * dh, at + nf, size_t(nf) * sizeof(float));
+        k_spans.push_back({int64_t(page) * pf + in_block * dh, at, nf});
+        v_spans.push_back({int64_t(page) * pf + in_block * dh, at + nf, nf});
         at += 2 * nf;
         st.bytes_received += 2 * nf * int64_t(sizeof(float));
         ++st.moves_received;
       }
+    dev.copy_spans(store.k_pages(), buf.data(), k_spans);
+    dev.copy_spans(store.v_pages(), buf.data(), v_spans);
   };
   auto new_pages = [&](int k) {
     std::vector<CellKey> cells;
@@ -180,7 +200,7 @@ KvTransferStats execute_kv_migration(const KvMigration& mig, const KvPlacement& 
     inflight[k % 2].reset();
     if (!deferred.empty() || new_pages(k) > store.free_pages()) {
       deferred.emplace_back(k, std::move(recv_buf[k % 2]));
-      recv_buf[k % 2] = {};
+      recv_buf[k % 2].bind(dev);
       return;
     }
     place(k, recv_buf[k % 2]);

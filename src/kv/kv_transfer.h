@@ -19,7 +19,10 @@
 // Cells a rank holds under both placements stay in their pages: nothing copies them.
 //
 // Wire format of one move: its K rows then its V rows ([tokens][head_dim] f32 each). The bytes a
-// rank sends sum, over all ranks, to KvMigration::total_bytes.
+// rank sends sum, over all ranks, to KvMigration::total_bytes. Packing and unpacking are copies of
+// the store's device (device/device.h copy_spans), and the buffers are that device's memory: on a
+// GPU the pages move device to device (through the communicator of `group`, which must take the
+// device's memory: the local backend over a shared GPU, or NCCL).
 //
 // `aggregate = false` sends one move (one block's piece) per round instead: the per-block
 // baseline the migration benchmark compares against (bench/migration.cpp).
@@ -49,9 +52,10 @@ struct KvTransferOptions {
 };
 
 // Buffers a rank reuses from one migration to the next (two send and two receive buffers of up to
-// a round each), so a switch does not fault fresh memory in; optional.
+// a round each, in the memory of the store's device), so a switch does not fault fresh memory in;
+// optional.
 struct KvTransferScratch {
-  std::vector<uint8_t> send[2], recv[2];
+  DeviceArray<float> send[2], recv[2];
 };
 
 struct KvTransferStats {

@@ -11,8 +11,8 @@ namespace loom {
 namespace {
 
 TEST(GpuDevice, ParsesTheTwoDevicesAndNamesABadOne) {
-  EXPECT_EQ(gpu::parse_device("cpu"), gpu::Device::Cpu);
-  EXPECT_EQ(gpu::parse_device("cuda"), gpu::Device::Cuda);
+  EXPECT_EQ(gpu::parse_device("cpu"), DeviceKind::Cpu);
+  EXPECT_EQ(gpu::parse_device("cuda"), DeviceKind::Cuda);
   try {
     gpu::parse_device("gpu0");
     FAIL() << "gpu0 accepted";
@@ -26,17 +26,19 @@ TEST(GpuDevice, ParsesTheTwoDevicesAndNamesABadOne) {
 TEST(GpuDevice, ProbeAndRequireAgree) {
   const gpu::DeviceProbe p = gpu::probe_cuda_devices();
   EXPECT_GE(p.count, 0);
-  EXPECT_NO_THROW(gpu::require_device(gpu::Device::Cpu));
+  EXPECT_NO_THROW(gpu::require_device(DeviceKind::Cpu));
   if (p.count > 0) {
     EXPECT_TRUE(p.why.empty());
-    EXPECT_NO_THROW(gpu::require_device(gpu::Device::Cuda));
+    EXPECT_NO_THROW(gpu::require_device(DeviceKind::Cuda));
     EXPECT_EQ(gpu::gpu_skip_reason(), "");
     return;
   }
   EXPECT_FALSE(p.why.empty());
-  if (!gpu::cuda_built()) EXPECT_NE(p.why.find("without the CUDA backend"), std::string::npos) << p.why;
+  if (!gpu::cuda_built()) {
+    EXPECT_NE(p.why.find("without the CUDA backend"), std::string::npos) << p.why;
+  }
   try {
-    gpu::require_device(gpu::Device::Cuda);
+    gpu::require_device(DeviceKind::Cuda);
     FAIL() << "--device cuda accepted with no device";
   } catch (const Error& e) {
     const std::string m = e.what();

@@ -33,13 +33,13 @@
 #include "core/weight_view.h"
 #include "gpu/cuda/cuda_util.h"
 #include "gpu/cuda/gemm.h"
-#include "gpu/cuda/kv_pages.h"
 #include "gpu/cuda/ops.h"
 #include "gpu/cuda/shared_gpu.h"
 #include "kernels/kernels.h"
 #if defined(LOOM_HAVE_NCCL)
 #include "gpu/cuda/nccl_comm.h"
 #endif
+#include "gpu/cuda/cuda_device.h"
 #endif
 
 namespace loom {
@@ -52,6 +52,17 @@ TEST(GpuKernels, SkippedWithoutCuda) { GTEST_SKIP() << "built without the CUDA b
 #else
 
 constexpr double kU = 1.0 / 16777216.0;  // 2^-24
+
+// FlashDecoding's split count (host arithmetic, no GPU needed): a long decode alone on a 132-SM
+// GPU is cut into ranges of >= 256 keys until there are about 4 blocks per SM; short contexts and
+// steps with enough (query, head) pairs are not split; never more than 64 ranges.
+TEST(PagedAttentionSplits, EnoughBlocksForTheGpuAndLongEnoughRanges) {
+  EXPECT_EQ(gpu::CudaDevice::attention_splits(32, 256, 132), 1);   // 256 keys: one range
+  EXPECT_EQ(gpu::CudaDevice::attention_splits(32, 4096, 132), 16);  // ceil(528 / 32) = 17 > 4096 / 256
+  EXPECT_EQ(gpu::CudaDevice::attention_splits(32, 100000, 132), 17);
+  EXPECT_EQ(gpu::CudaDevice::attention_splits(1, 1000000, 132), 64);  // capped
+  EXPECT_EQ(gpu::CudaDevice::attention_splits(64 * 32, 8192, 132), 1);  // batch 64: already 2048 blocks
+}
 
 class Gpu : public ::testing::Test {
  protected:
@@ -353,45 +364,6 @@ TEST_F(Gpu, GemmEveryDtypeWithinItsBound) {
       }
     }
   }
-}
-
-TEST_F(Gpu, KvPagesStoreThenAttendMatchesReference) {
-  // The device KV cache under a KvStore-like table: store 40 tokens of one KV head, attend.
-  Rng rng(7);
-  const int hd = 64, block = 16;
-  const int64_t n = 40;
-  gpu::DeviceKvPages pages(hd, block, 8);
-  std::vector<int32_t> table = {5, 2, 7};  // 3 blocks
-  auto k = randv(rng, size_t(n * hd)), v = randv(rng, size_t(n * hd));
-  std::vector<int32_t> pos(static_cast<size_t>(n));
-  std::iota(pos.begin(), pos.end(), 0);
-  auto dk = up(k), dv = up(v), dpos = up(pos);
-  gpu::DeviceBuffer dtab(table.size() * 4);
-  gpu::DeviceKvPages::upload_table(table, dtab.as<int32_t>(), nullptr);
-  pages.store(dk.as<float>(), dv.as<float>(), n, hd, dpos.as<int32_t>(), dtab.as<int32_t>(), nullptr);
-  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
-  // Exact placement: token 20 lives in page table[1] = 2 at offset 4.
-  std::vector<float> kp(size_t(pages.page_floats())), vp(kp.size());
-  pages.download_page(2, kp.data(), vp.data());
-  ASSERT_EQ(std::memcmp(kp.data() + 4 * hd, k.data() + 20 * hd, size_t(hd) * 4), 0);
-  ASSERT_EQ(std::memcmp(vp.data() + 4 * hd, v.data() + 20 * hd, size_t(hd) * 4), 0);
-  // Decode attention of 4 query heads over this KV head vs the reference on the contiguous K/V.
-  const int nh = 4;
-  auto q = randv(rng, size_t(nh * hd));
-  std::vector<int32_t> qpos = {int32_t(n - 1)};
-  kernels::AttentionShape sh{nh, 1, hd, 0.125f};
-  std::vector<float> ref(q.size()), ref_lse(static_cast<size_t>(nh));
-  kernels::attention_ref(q.data(), 1, nh * hd, qpos.data(), kernels::KvView::contiguous(k.data(), v.data(), 1, hd, n), 0,
-                         n, sh, ref.data(), nh * hd, ref_lse.data());
-  auto dq = up(q), dqp = up(qpos);
-  gpu::DeviceBuffer dout(q.size() * 4), dlse(size_t(nh) * 4);
-  gpu::attention(dq.as<float>(), 1, nh * hd, dqp.as<int32_t>(), pages.view(dtab.as<int32_t>()), 0, n, nh, 1, hd,
-                 sh.scale, dout.as<float>(), nh * hd, dlse.as<float>(), nullptr);
-  const auto out = down<float>(dout, q.size());
-  const auto lse = down<float>(dlse, size_t(nh));
-  const double bound = 8.0 * double(hd + n) * kU * (11.0 + std::abs(ref_lse[0]));
-  for (int h = 0; h < nh; ++h) ASSERT_LE(std::abs(lse[size_t(h)] - ref_lse[size_t(h)]), bound);
-  for (size_t i = 0; i < out.size(); ++i) ASSERT_LE(std::abs(out[i] - ref[i]), bound * 5.0);
 }
 
 // ---- communicators ----

@@ -53,14 +53,14 @@ Gemm::~Gemm() {
   if (handle_) cublasDestroy(handle_);
 }
 
-void Gemm::widen_to_f32(const DeviceWeight& w, int64_t r0, int64_t nr, float* out) {
-  const int64_t rb = dtype_row_bytes(w.dtype(), w.cols());
-  const char* src = static_cast<const char*>(w.data()) + r0 * rb;
-  switch (w.dtype()) {
+void Gemm::widen_to_f32(const void* w, DType dt, int64_t cols, int64_t r0, int64_t nr, float* out) {
+  const int64_t rb = dtype_row_bytes(dt, cols);
+  const char* src = static_cast<const char*>(w) + r0 * rb;
+  switch (dt) {
     case DType::F32:
       LOOM_CUDA_CHECK(cudaMemcpyAsync(out, src, std::size_t(nr * rb), cudaMemcpyDeviceToDevice, stream_));
       break;
-    case DType::Q8_0: dequantize_q8_0(src, nr, w.cols(), out, stream_); break;
+    case DType::Q8_0: dequantize_q8_0(src, nr, cols, out, stream_); break;
     case DType::F16:
     case DType::BF16: {
       // Row i of the widened block is the "embedding" of token i.
@@ -68,45 +68,44 @@ void Gemm::widen_to_f32(const DeviceWeight& w, int64_t r0, int64_t nr, float* ou
       for (int64_t i = 0; i < nr; ++i) idx[std::size_t(i)] = int32_t(i);
       DeviceBuffer didx(idx.size() * sizeof(int32_t));
       didx.upload(idx.data(), idx.size() * sizeof(int32_t));
-      embed_rows(src, w.dtype(), w.cols(), didx.as<int32_t>(), nr, out, stream_);
+      embed_rows(src, dt, cols, didx.as<int32_t>(), nr, out, stream_);
       LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // didx dies here
       break;
     }
   }
 }
 
-void Gemm::matmul(const float* x, int64_t n, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy,
-                  bool accumulate, GemmPrecision precision) {
-  if (n <= 0 || w.rows() <= 0) return;
-  const int64_t rows = w.rows(), cols = w.cols();
+void Gemm::matmul(const float* x, int64_t n, int64_t ldx, const void* wdata, DType dt, int64_t rows, int64_t cols,
+                  float* y, int64_t ldy, bool accumulate, GemmPrecision precision) {
+  if (n <= 0 || rows <= 0) return;
   LOOM_CHECK(ldx >= cols && ldy >= rows, "ldx=", ldx, " cols=", cols, " ldy=", ldy, " rows=", rows);
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // Row-major y[n, rows] = x[n, cols] W^T is column-major y^T[rows, n] = W[rows, cols] x^T:
   // W (row-major [rows, cols] = column-major [cols, rows], ld cols) transposed, x as is.
-  const bool half = w.dtype() == DType::F16 || w.dtype() == DType::BF16;
+  const bool half = dt == DType::F16 || dt == DType::BF16;
   if (half && precision == GemmPrecision::Native) {
     act_.reserve(std::size_t(n * cols) * 2);
     uint16_t* xa = act_.as<uint16_t>();
     // Pack x into [n, cols] contiguous (ldx may exceed cols), rounded to the weight dtype.
     for (int64_t i = 0; i < n; ++i) {
       if (ldx == cols) {
-        (w.dtype() == DType::BF16 ? convert_f32_to_bf16 : convert_f32_to_f16)(x, xa, n * cols, stream_);
+        (dt == DType::BF16 ? convert_f32_to_bf16 : convert_f32_to_f16)(x, xa, n * cols, stream_);
         break;
       }
-      (w.dtype() == DType::BF16 ? convert_f32_to_bf16 : convert_f32_to_f16)(x + i * ldx, xa + i * cols, cols, stream_);
+      (dt == DType::BF16 ? convert_f32_to_bf16 : convert_f32_to_f16)(x + i * ldx, xa + i * cols, cols, stream_);
     }
-    const cudaDataType_t t = w.dtype() == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t t = dt == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     cublas_check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    cublas_check(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(cols), &one, w.data(), t,
+    cublas_check(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(cols), &one, wdata, t,
                               int(cols), xa, t, int(cols), &beta, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
     return;
   }
   cublas_check(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-  if (w.dtype() == DType::F32) {
+  if (dt == DType::F32) {
     cublas_check(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(cols), &one,
-                             static_cast<const float*>(w.data()), int(cols), x, int(ldx), &beta, y, int(ldy)),
+                             static_cast<const float*>(wdata), int(cols), x, int(ldx), &beta, y, int(ldy)),
                  "cublasSgemm");
     return;
   }
@@ -115,7 +114,7 @@ void Gemm::matmul(const float* x, int64_t n, int64_t ldx, const DeviceWeight& w,
   wide_.reserve(std::size_t(std::min(rows, block_rows) * cols) * 4);
   for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
     const int64_t nr = std::min(block_rows, rows - r0);
-    widen_to_f32(w, r0, nr, wide_.as<float>());
+    widen_to_f32(wdata, dt, cols, r0, nr, wide_.as<float>());
     cublas_check(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(nr), int(n), int(cols), &one, wide_.as<float>(),
                              int(cols), x, int(ldx), &beta, y + r0, int(ldy)),
                  "cublasSgemm (widened)");

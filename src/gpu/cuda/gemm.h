@@ -63,7 +63,12 @@ class Gemm {
 
   // y[n, w.rows] (rows ldy floats apart) = x[n, w.cols] (ldx apart) . W^T, or += when accumulate.
   void matmul(const float* x, int64_t n, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy,
-              bool accumulate = false, GemmPrecision precision = GemmPrecision::Native);
+              bool accumulate = false, GemmPrecision precision = GemmPrecision::Native) {
+    matmul(x, n, ldx, w.data(), w.dtype(), w.rows(), w.cols(), y, ldy, accumulate, precision);
+  }
+  // The same over raw device bytes: W [rows, cols] of dtype dt in plain contiguous rows at w.
+  void matmul(const float* x, int64_t n, int64_t ldx, const void* w, DType dt, int64_t rows, int64_t cols, float* y,
+              int64_t ldy, bool accumulate, GemmPrecision precision);
   // The bf16 x bf16 -> f32 GEMM alone (both operands already bf16, row-major like matmul): what
   // bench_gpu measures as the device's GEMM peak.
   void gemm_bf16(const uint16_t* x, int64_t n, const uint16_t* w, int64_t rows, int64_t cols, float* y);
@@ -71,7 +76,7 @@ class Gemm {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  void widen_to_f32(const DeviceWeight& w, int64_t r0, int64_t nr, float* out);
+  void widen_to_f32(const void* w, DType dt, int64_t cols, int64_t r0, int64_t nr, float* out);
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
   DeviceBuffer act_, wide_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "gpu/cuda/cuda_util.h"
+#include "gpu/cuda/online_softmax.cuh"
 #include "gpu/cuda/ops.h"
 
 namespace loom::gpu {
@@ -153,86 +154,25 @@ __global__ void to_f16_kernel(const float* x, uint16_t* out, int64_t n) {
 // ------------------------------------------------------------------ attention
 constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 256;
-constexpr int kPerLane = kMaxHeadDim / 32;
 
 __device__ int64_t kv_offset(const DeviceKvView& kv, int64_t pos, int h) {
   const int64_t b = pos / kv.block_size, o = pos % kv.block_size;
   return (kv.block_table ? int64_t(kv.block_table[b]) : b) * kv.block_stride + h * kv.head_stride + o * kv.pos_stride;
 }
 
-// grid (n_heads, n_q), block kAttnWarps warps. Warp w takes keys kv_begin + w, + kAttnWarps, ...;
-// each lane owns dims lane, lane + 32, ... of q and of the running output.
+// grid (n_heads, n_q), block kAttnWarps warps (online_softmax.cuh).
 __global__ void attention_kernel(const float* q, int64_t ldq, const int32_t* q_pos, DeviceKvView kv, int64_t kv_begin,
                                  int64_t kv_end, int n_heads, int group, int head_dim, float scale, float* out,
                                  int64_t ldo, float* lse) {
   const int h = blockIdx.x;
   const int64_t t = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = h / group;
-  const float* qh = q + t * ldq + int64_t(h) * head_dim;
-  float* oh = out + t * ldo + int64_t(h) * head_dim;
   int64_t end = int64_t(q_pos[t]) + 1;
   if (end > kv_end) end = kv_end;
-
-  float qr[kPerLane], acc[kPerLane];
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    qr[j] = d < head_dim ? qh[d] : 0.0f;
-    acc[j] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t p = kv_begin + warp; p < end; p += kAttnWarps) {
-    const int64_t off = kv_offset(kv, p, kvh);
-    const float* kp = kv.k + off;
-    const float* vp = kv.v + off;
-    float dot = 0.0f;
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < head_dim) dot += qr[j] * kp[d];
-    }
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float sc = dot * scale;
-    const float m_new = fmaxf(m, sc);
-    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-    const float pj = expf(sc - m_new);
-    l = l * corr + pj;
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      acc[j] = acc[j] * corr + (d < head_dim ? pj * vp[d] : 0.0f);
-    }
-    m = m_new;
-  }
-  // Combine the warps' (m, l, acc).
-  __shared__ float sm[kAttnWarps], sl[kAttnWarps];
-  __shared__ float sacc[kAttnWarps][kMaxHeadDim];
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    if (d < head_dim) sacc[warp][d] = acc[j];
-  }
-  __syncthreads();
-  float M = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm[w]);
-  if (M == -INFINITY) {  // no key
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) oh[d] = 0.0f;
-    if (lse && threadIdx.x == 0) lse[t * n_heads + h] = -INFINITY;
-    return;
-  }
-  float L = 0.0f;
-  float wgt[kAttnWarps];
-  for (int w = 0; w < kAttnWarps; ++w) {
-    wgt[w] = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M);
-    L += sl[w] * wgt[w];
-  }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) o += sacc[w][d] * wgt[w];
-    oh[d] = o / L;
-  }
-  if (lse && threadIdx.x == 0) lse[t * n_heads + h] = M + logf(L);
+  online_softmax_block<kAttnWarps, kMaxHeadDim>(
+      q + t * ldq + int64_t(h) * head_dim, kv.k, kv.v, kv_begin, end, head_dim, scale,
+      [&](int64_t p) { return kv_offset(kv, p, kvh); }, out + t * ldo + int64_t(h) * head_dim,
+      lse ? lse + t * n_heads + h : nullptr);
 }
 
 struct PtrArgs {

@@ -75,6 +75,12 @@ bool NcclCommunicator::on_device(const char* what, std::initializer_list<const v
     (is_device_pointer(p) ? dev : host)++;
   }
   if (dev && host) fail(what, " on the nccl backend: some buffers are device memory and some host memory");
+  if (host == 0) {
+    // The fence of comm/rank_memory.h: what this rank enqueued on any stream of its GPU (the
+    // device's compute stream wrote the send buffer; the rank owns the GPU) is complete before
+    // NCCL's stream reads the buffers.
+    LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   return host == 0;
 }
 
@@ -305,6 +311,11 @@ void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
 void NcclCommunicator::barrier() {
   stream_->sync();
   host_->barrier();
+}
+
+std::shared_ptr<void> NcclCommunicator::allocate_host_shared(std::size_t bytes, void** data,
+                                                             std::function<void()>* sync) {
+  return host_->allocate_host_shared(bytes, data, sync);  // host memory: the host communicator's
 }
 
 void NcclCommunicator::register_buffer(int, void*, std::size_t) {

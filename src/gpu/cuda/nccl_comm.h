@@ -70,6 +70,8 @@ class NcclCommunicator final : public Communicator {
   void recv(int src, int tag, void* data, std::size_t bytes) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
+  std::shared_ptr<void> allocate_host_shared(std::size_t bytes, void** data,
+                                             std::function<void()>* sync = nullptr) override;
   void register_buffer(int id, void* ptr, std::size_t bytes) override;
   void deregister_buffer(int id) override;
   void get(int src_rank, int id, std::size_t offset, void* dst, std::size_t bytes) override;

@@ -107,4 +107,43 @@ void fill_random(void* dst, DType dt, int64_t n, uint64_t seed, float scale, cud
 // out[i, :] = x[rows[i], :] for i < n (rows device, [*, cols] f32): gathers the rows that sample.
 void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out, cudaStream_t s);
 
+// ---- the Device seam's batched ops (gpu/cuda/cuda_device.h; paged_attention.cu) ----
+
+// One run of contiguous floats: dst[dst_at, + n) = src[src_at, + n) (device/device.h CopySpan).
+struct DeviceSpan {
+  int64_t dst_at, src_at, n;
+};
+// Every span of spans[n_spans] (device array), device to device: one launch.
+void copy_spans(float* dst, const float* src, const DeviceSpan* spans, int64_t n_spans, cudaStream_t s);
+
+// One job of batched paged attention (device/device.h AttentionJob, on the device): the query rows
+// of one sequence for n_heads query heads that read one KV head, whose key sequence is the pages
+// in pages[] (each `block_size` positions x head_dim floats, page p's K at k + p * page_floats).
+// Query t at q_pos[t] attends keys [0, min(q_pos[t] + 1, kv_end)). The keys of a (query, head) are
+// cut into `splits` contiguous ranges of ceil(kv_end / splits) positions, each its own thread
+// block (FlashDecoding: long contexts with few queries still fill the GPU); the ranges' partial
+// outputs and LSEs are merged by log-sum-exp (Helix's merge) in a second launch.
+struct PagedJob {
+  const float* q;
+  int64_t ldq;
+  const int32_t* q_pos;  // device
+  const int32_t* pages;  // device
+  int64_t n_q, kv_end;
+  float* out;
+  int64_t ldo;
+  float* lse;  // nullable
+  int64_t ld_lse;
+  int n_heads, splits;
+  int64_t unit0;   // first thread block of the job: n_q * n_heads * splits of them
+  int64_t part0;   // splits > 1: first partial of the job in the scratch (-1 otherwise)
+  int64_t merge0;  // splits > 1: first merge item of the job (n_q * n_heads of them)
+};
+// jobs[n_jobs] (device, unit0 ascending), units = total thread blocks; split_jobs[n_split]
+// (device): the indices of the jobs with splits > 1, merge0 ascending, merges = their items in
+// all; scratch_o [parts][head_dim] and scratch_lse [parts] for the partials. head_dim <= 256.
+// Online softmax in f32 per block (FlashAttention's running max and sum, 4 warps over the keys).
+void paged_attention(const PagedJob* jobs, int64_t n_jobs, int64_t units, const int32_t* split_jobs,
+                     int64_t n_split, int64_t merges, const float* k, const float* v, int block_size, int head_dim,
+                     int64_t page_floats, float scale, float* scratch_o, float* scratch_lse, cudaStream_t s);
+
 }  // namespace loom::gpu
