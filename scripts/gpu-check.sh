@@ -36,10 +36,10 @@ build() {
   cp build-gpu/tests/test_gpu build-gpu/bench/bench_gpu build-gpu/loom "$bundle/"
   strip "$bundle/test_gpu" "$bundle/bench_gpu" "$bundle/loom"
   # Shared libraries beyond the C library and CUDA's (the device has those): cpp-httplib and what it
-  # links (TLS, compression), copied from this machine.
+  # links (TLS, compression), copied from this machine; the C and C++ runtimes are the machine's own.
   for b in test_gpu bench_gpu loom; do
     ldd "$bundle/$b" | awk '/=> \//{print $3}'
-  done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux[^/]*)\.so|libcuda|libcublas|libnccl|libcudart' \
+  done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so|libcuda|libcublas|libnccl|libcudart' \
     | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
   cp -r ../shared/models/stories260K "$bundle/shared/models/"
   cp -r ../shared/data/gpu-measurements/a100 "$bundle/shared/data/gpu-measurements/"

@@ -123,6 +123,11 @@ class Device {
   virtual void transfer(float* dst, const float* src, std::span<const CopySpan> spans) = 0;
   // Waits for everything called before.
   virtual void sync() = 0;
+  // Host memory that transfer() will copy to and from often (Seesaw's CPU tier): a GPU pins it
+  // (page-locked, so its copies run at the link's speed without a bounce buffer) until the handle
+  // it returns is released; the CPU does nothing (null). A range another handle pins already stays
+  // pinned by that one (copies stay correct either way; only their speed depends on it).
+  virtual std::shared_ptr<void> pin_host(void* host, std::size_t bytes) { return nullptr; }
 
   // ---- weights ----
   // The device's operand for `w` (plain rows or row tiles, any dtype; a vector: rows 1, f32). The

@@ -113,6 +113,7 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
     kv_ = std::make_shared<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages, dev_);
   }
   if (options.tier) {
+    pinned_tier_ = dev_->pin_host(options.tier->data, size_t(options.tier->bytes));  // a GPU's swaps
     swaps_ = std::make_unique<TierSwaps>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, plans_.n_ranks(),
                                          options.tier);
     if (options.tier_copy_hook) swaps_->set_before_task(options.tier_copy_hook);

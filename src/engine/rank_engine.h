@@ -194,6 +194,7 @@ class RankEngine {
   void prepare_swaps(const StepBatch& batch);
   void reshard_to(int plan, SwitchResult* r);
   std::shared_ptr<KvStore> kv_;
+  std::shared_ptr<void> pinned_tier_;  // the CPU tier page-locked for a GPU's copies (null on the CPU)
   std::unique_ptr<TierSwaps> swaps_;
   SwapOverlap overlap_;
   int64_t unready_decodes_ = 0;

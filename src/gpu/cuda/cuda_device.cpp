@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/log.h"
 #include "gpu/cuda/ops.h"
 #include "gpu/cuda/shared_gpu.h"
 
@@ -69,14 +70,22 @@ void* CudaDevice::stage(const void* host, std::size_t bytes) {
     kept.push_back(std::move(big));
     return p;
   }
+  // The same bytes staged again since the ring last wrapped (every layer's RoPE positions, the V
+  // spans after the K spans of a KV write): the device copy is still there.
+  for (const Recent& r : recent_)
+    if (r.generation == generation_ && r.bytes == bytes &&
+        std::memcmp(static_cast<const char*>(pinned_) + r.at, host, bytes) == 0)
+      return static_cast<char*>(ring_.data()) + r.at;
   if (ring_at_ + need > ring_.bytes()) {  // wrap: what read the ring's start is done
     sync();
     ring_at_ = 0;
+    ++generation_;
   }
   char* pin = static_cast<char*>(pinned_) + ring_at_;
   char* dev = static_cast<char*>(ring_.data()) + ring_at_;
   std::memcpy(pin, host, bytes);
   LOOM_CUDA_CHECK(cudaMemcpyAsync(dev, pin, bytes, cudaMemcpyHostToDevice, stream_));
+  recent_[next_recent_++ % recent_.size()] = Recent{ring_at_, bytes, generation_};
   ring_at_ += need;
   return dev;
 }
@@ -145,6 +154,17 @@ void CudaDevice::transfer(float* dst, const float* src, std::span<const CopySpan
 }
 
 void CudaDevice::sync() { LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+std::shared_ptr<void> CudaDevice::pin_host(void* host, std::size_t bytes) {
+  if (!host || bytes == 0) return nullptr;
+  const cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterPortable);
+  if (e == cudaSuccess) return std::shared_ptr<void>(host, [](void* p) { cudaHostUnregister(p); });
+  (void)cudaGetLastError();
+  if (e != cudaErrorHostMemoryAlreadyRegistered)  // not fatal: pageable copies are slower, not wrong
+    log_warn("GPU ", name_, ": could not pin ", bytes, " bytes of host memory for the CPU KV tier (",
+             cudaGetErrorString(e), "); its copies go through pageable memory");
+  return nullptr;
+}
 
 DeviceMatrix CudaDevice::upload(const WeightView& w) {
   DeviceMatrix m;

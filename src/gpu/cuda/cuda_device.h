@@ -21,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,7 @@ class CudaDevice final : public Device {
   void copy_spans(float* dst, const float* src, std::span<const CopySpan> spans) override;
   void transfer(float* dst, const float* src, std::span<const CopySpan> spans) override;
   void sync() override;
+  std::shared_ptr<void> pin_host(void* host, std::size_t bytes) override;
 
   DeviceMatrix upload(const WeightView& w) override;
   DeviceMatrix wrap(const WeightView& on_device) override;
@@ -89,10 +91,18 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   bool own_stream_ = false;
   std::unique_ptr<Gemm> gemm_;
-  // The staging ring: pinned host bytes and their device mirror.
+  // The staging ring: pinned host bytes and their device mirror; the last few blobs staged (their
+  // pinned copy is compared with a new one) and the ring's wrap count.
   void* pinned_ = nullptr;
   DeviceBuffer ring_;
   std::size_t ring_at_ = 0;
+  struct Recent {
+    std::size_t at = 0, bytes = 0;
+    uint64_t generation = ~uint64_t(0);
+  };
+  std::array<Recent, 4> recent_{};
+  std::size_t next_recent_ = 0;
+  uint64_t generation_ = 0;
   // RoPE inverse frequencies of the last parameters used (host copy to compare, device copy).
   std::vector<float> inv_host_;
   DeviceBuffer inv_dev_;
