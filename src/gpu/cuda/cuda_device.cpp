@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/log.h"
+#include "core/weight_tiles.h"
 #include "gpu/cuda/ops.h"
 #include "gpu/cuda/shared_gpu.h"
 
@@ -170,6 +171,23 @@ DeviceMatrix CudaDevice::upload(const WeightView& w) {
   DeviceMatrix m;
   m.view = w;
   if (!w.present() || w.rows * w.cols == 0) return m;
+  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16 && w.dtype != DType::Q8_0) {
+    // A type the GEMM has no path for (the K-quants, Q4_0, ...): dequantized once, exactly as the
+    // CPU's dequantize_row, and computed in f32.
+    std::vector<float> f(std::size_t(w.rows * w.cols));
+    std::vector<uint8_t> row(std::size_t(dtype_row_bytes(w.dtype, w.cols)));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      read_weight_row(w, r, row.data());
+      dequantize_row(w.dtype, row.data(), f.data() + r * w.cols, w.cols);
+    }
+    const WeightView wide{f.data(), DType::F32, w.rows, w.cols, w.cols * int64_t(sizeof(float))};
+    auto dw = std::make_shared<DeviceWeight>(wide);
+    m.view = wide;
+    m.view.data = nullptr;  // the host copy dies here; the device's is `data`
+    m.data = dw->data();
+    m.keep = std::move(dw);
+    return m;
+  }
   auto dw = std::make_shared<DeviceWeight>(w);
   m.data = dw->data();
   m.keep = std::move(dw);
