@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -32,8 +33,23 @@ int default_thread_count() {
     const int n = std::atoi(s);
     if (n > 0) return n;
   }
-  const unsigned n = std::thread::hardware_concurrency();
-  return n > 0 ? int(n) : 1;
+  int n = int(std::thread::hardware_concurrency());
+#if defined(__linux__)
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) n = CPU_COUNT(&allowed);
+  // cgroup v2 quota ("max 100000" or "200000 100000": quota and period in microseconds).
+  if (FILE* f = std::fopen("/sys/fs/cgroup/cpu.max", "r")) {
+    char quota[32] = {0};
+    long long period = 0;
+    if (std::fscanf(f, "%31s %lld", quota, &period) == 2 && std::string(quota) != "max" && period > 0) {
+      const long long q = std::atoll(quota);
+      if (q > 0) n = std::min(n, int(std::max(1LL, (q + period - 1) / period)));
+    }
+    std::fclose(f);
+  }
+#endif
+  return n > 0 ? n : 1;
 }
 
 bool bind_to_own_cores(int index, int slots, int cores_each) {
@@ -87,10 +103,23 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
-    generation_.fetch_add(1);
+    state_.fetch_add(uint64_t(1) << 32);
   }
   wake_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::claim(uint64_t generation) {
+  for (;;) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    if ((s >> 32) != generation) return;  // a later job: not this one's slices
+    const int slice = int(uint32_t(s));
+    if (slice >= n_threads_) return;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+    // job_ is this generation's: it changes only after every slice of this one is done.
+    (*job_)(slice, n_threads_);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
@@ -99,19 +128,19 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     return;
   }
   job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    state_.store(generation << 32, std::memory_order_release);  // slice 0 is next
   }
   wake_.notify_all();
-  fn(0, n_threads_);
-  // Spin briefly (workers usually finish together), then yield: on an oversubscribed machine a
-  // worker that was descheduled needs this core to finish, and spinning for a whole time slice
-  // cost a scheduler quantum per call (measured on the 2-core build machine at load 8-16, one run
-  // each: stories260K, 64 sequences x 128 tokens, 2 threads: 88 s before, 18.6 s after; 1 thread:
-  // 8-14 s).
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  claim(generation);
+  // Every slice is claimed; wait for those still running on workers. Spin briefly (workers usually
+  // finish together), then yield: on an oversubscribed machine a worker that was descheduled
+  // in its slice needs this core to finish (measured on the 2-core build machine at load 8-16, one
+  // run each: stories260K, 64 sequences x 128 tokens, 2 threads: 88 s spinning, 18.6 s yielding).
+  for (int spins = 0; done_.load(std::memory_order_acquire) != n_threads_; ++spins) {
     if (spins < kWaitSpins) LOOM_PAUSE();
     else std::this_thread::yield();
   }
@@ -122,18 +151,19 @@ void ThreadPool::worker(int ith) {
   uint64_t seen = 0;
   for (;;) {
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+    auto generation = [&] { return state_.load(std::memory_order_acquire) >> 32; };
+    while (generation() == seen && spins < kSpinIterations) {
       LOOM_PAUSE();
       ++spins;
     }
-    if (generation_.load(std::memory_order_acquire) == seen) {
+    if (generation() == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      wake_.wait(lock, [&] { return generation() != seen; });
     }
-    seen = generation_.load(std::memory_order_acquire);
+    seen = generation();
     if (stop_.load()) return;
-    (*job_)(ith, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (on_worker_wake) on_worker_wake(ith);
+    claim(seen);
   }
 }
 
