@@ -10,16 +10,35 @@ CMAKE_FLAGS ?=
 GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),Ninja)
 generator_for = $(if $(GENERATOR),$(if $(wildcard $(1)/CMakeCache.txt),,-G '$(GENERATOR)'))
 
-.PHONY: run test test-release test-sanitize build deps bench clean
+.PHONY: help run test test-release test-sanitize build deps deps-runtime bench clean
+
+help:
+	@echo "make run           build the loom binary only (Release, $(BUILD)/) and run the demo: a model generates,"
+	@echo "                   one load under sp=2, tp=2 and Shift side by side, a plan set migrating KV, the"
+	@echo "                   simulator on 8 H200 (installs only what building loom needs)"
+	@echo "make test          every test once: the paper sweeps in Release ($(BUILD)/), the rest under ASan+UBSan"
+	@echo "                   ($(BUILD)-asan/, a second build tree); what CI runs"
+	@echo "make test-release  every test in the Release build (quicker, no sanitizers)"
+	@echo "make test-sanitize SANITIZE_TARGETS=... SANITIZE_LABELS=...  a sanitized subset (tests/sanitize/README.md)"
+	@echo "make build         everything (loom, tests, benchmarks) in Release"
+	@echo "make bench         build and run every benchmark of bench/ (ratios, not CI)"
+	@echo "make clean         remove $(BUILD)/"
+	@echo "GPU: scripts/gpu-check.sh build|run (tests/gpu/README.md)"
 
 deps:
 	@bash scripts/install-deps.sh
 
+deps-runtime:
+	@bash scripts/install-deps.sh --runtime
+
 build: deps
-	@cmake -S . -B $(BUILD) $(call generator_for,$(BUILD)) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) $(call generator_for,$(BUILD)) -DCMAKE_BUILD_TYPE=Release -DLOOM_TESTS=ON -DLOOM_BENCH=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# The demo needs the loom binary alone: no tests, no benchmarks, none of their packages.
+run: deps-runtime
+	@cmake -S . -B $(BUILD) $(call generator_for,$(BUILD)) -DCMAKE_BUILD_TYPE=Release -DLOOM_TESTS=OFF -DLOOM_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target loom
 	@bash scripts/run-default.sh $(BUILD)/loom
 
 # `make test` runs every test once, each in one of two builds:
@@ -44,7 +63,7 @@ RELEASE_ONLY_TARGETS ?= test_sim
 
 test: deps
 	@echo "make test: Release build ($(BUILD)): the tests of RELEASE_ONLY (Makefile); then ASan + UBSan build ($(BUILD)-asan): every other test"
-	@cmake -S . -B $(BUILD) $(call generator_for,$(BUILD)) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) $(call generator_for,$(BUILD)) -DCMAKE_BUILD_TYPE=Release -DLOOM_TESTS=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target $(RELEASE_ONLY_TARGETS)
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900 --no-tests=error -R '$(RELEASE_ONLY)'
 	@$(MAKE) --no-print-directory test-sanitize

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom needs, by name, only when they are missing.
-# Usage: scripts/install-deps.sh            (everything the build and tests use)
+# Usage: scripts/install-deps.sh            (everything the build and tests use: `make test`)
+#        scripts/install-deps.sh --runtime  (what building and running `loom` needs: `make run`)
 set -euo pipefail
 
 packages=(
   g++ cmake make pkg-config         # toolchain
-  googletest libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
   nlohmann-json3-dev libcli11-dev    # JSON, command line
   libcpp-httplib-dev                 # HTTP server (loom serve)
   openmpi-bin libopenmpi-dev         # multi-process ranks (--comm mpi)
-  curl                               # raw HTTP client in server tests
-  clang libclang-rt-dev              # libFuzzer + sanitizer runtimes (tests/fuzz)
 )
 # Tools that may already come from elsewhere than Debian (a newer npm, say): install the
 # Debian package only when the command itself is missing.
-declare -A by_command=([node]=nodejs [npm]=npm [mpirun]=openmpi-bin [ninja]=ninja-build)
+declare -A by_command=([mpirun]=openmpi-bin [ninja]=ninja-build)
+if [ "${1:-}" != "--runtime" ]; then
+  packages+=(
+    googletest libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
+    curl                               # raw HTTP client in server tests
+    clang libclang-rt-dev              # libFuzzer + sanitizer runtimes (tests/fuzz)
+  )
+  by_command+=([node]=nodejs [npm]=npm)  # the official openai client in server tests
+fi
 
 missing=()
 for p in "${packages[@]}"; do
