@@ -577,7 +577,7 @@ class Control final : public PoolEngine, public LiveLoop {
       inst->loop->poll();
     }
     const double now = clock_.now();
-    if (now >= next_window_) window(now);
+    if (o_.window_steps > 0 ? steps_since_window_ >= o_.window_steps : now >= next_window_) window(now);
     if (pending_) try_apply();
     const bool launched = launch();
     const bool collected = collect(!launched);
@@ -771,6 +771,7 @@ class Control final : public PoolEngine, public LiveLoop {
     }
     PlanStats& gs = group_stats_[size_t(in.group)];
     ++gs.steps;
+    ++steps_since_window_;
     gs.tokens += p.batch.num_tokens;
     in.loop->end_step(p, &d.result);
     if (in.spec.role == Role::Prefill && !in.stopping && !pending_) handoffs(in, p.batch);
@@ -884,6 +885,7 @@ class Control final : public PoolEngine, public LiveLoop {
 
   void window(double now) {
     const double elapsed = std::max(1e-6, now - last_window_);
+    steps_since_window_ = 0;
     last_window_ = now;
     next_window_ = now + o_.window_s;
     {
@@ -1134,6 +1136,7 @@ class Control final : public PoolEngine, public LiveLoop {
   int64_t next_command_ = 0;
   std::optional<PendingChange> pending_;
   double last_window_ = 0, next_window_ = 0;
+  int64_t steps_since_window_ = 0;  // PoolOptions::window_steps
   int64_t retired_preemptions_ = 0, retired_steps_ = 0;
   bool shut_ = false;
 

@@ -116,6 +116,9 @@ struct PoolOptions {
   ProfileTable table;  // the planner's (needed without layouts)
   PlannerOptions planner;
   double window_s = 1.0;
+  // > 0: a control window ends after this many engine steps of the pool's instances instead of
+  // window_s seconds (tests: windows that count work, not the machine's speed).
+  int64_t window_steps = 0;
   int min_tp = 1, max_tp = 0;  // candidate TP degrees, powers of two; max 0: the pool size
   int64_t migration_buffer_bytes = 0;  // per round of a KV migration (0: kv_transfer.h default)
   // Test hooks, on the pool rank's thread: after each step it ran (with the group's engine), and

@@ -20,6 +20,7 @@ struct PoolStackOptions {
   cluster::ProfileTable table;       // the planner's, without layouts
   std::string tiers;                 // cluster::parse_tiers syntax; "" = none
   double window_s = 0.05;
+  int64_t window_steps = 0;  // > 0: windows of this many pool steps (PoolOptions::window_steps)
   int max_num_seqs = 16;
   int max_queue = 256;
   int max_tokens_per_step = 256;
@@ -45,6 +46,7 @@ class PoolStack {
     if (!opt_.tiers.empty()) po.tiers = cluster::parse_tiers(opt_.tiers);
     for (const std::string& l : opt_.layouts) po.layouts.push_back(cluster::parse_pool_layout(l, po.tiers));
     po.window_s = opt_.window_s;
+    po.window_steps = opt_.window_steps;
     po.table = opt_.table;
     po.after_step = opt_.after_step;
     exit_pages_.assign(size_t(opt_.ranks), -1);

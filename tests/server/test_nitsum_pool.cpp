@@ -332,16 +332,18 @@ TEST(NitsumPool, UnknownTierIs400AndKnownTiersServe) {
   EXPECT_EQ(metric_value(m->body, "loom:tier_requests_finished_total{model_name=\"test-model\",tier=\"loose\"}"), 1);
 }
 
-// A soak with switches under concurrent streaming load: every request completes or is
+// A soak with switches under concurrent streaming load (a layout change every 4 pool steps): every
+// request completes or is
 // cancelled, none is lost or duplicated (each completed stream ends once, with exactly its
 // max_tokens), and every KV block and page is back at the end.
 TEST(NitsumPool, SoakWithSwitchesUnderStreamingLoad) {
-  const auto t_start = Clock::now();
   PoolStackOptions o;
   o.ranks = 4;
   o.layouts = {"prefill:tp1,decode:tp1,both:tp2", "both:tp4", "prefill:tp2,decode:tp1,decode:tp1",
                "both:tp1,both:tp1,both:tp1,both:tp1"};
-  o.window_s = 0.015;
+  o.window_steps = 4;  // windows counted in steps: the reconfigurations and hand-offs below do not
+                       // depend on how fast this machine runs (it failed with 0 hand-offs on a
+                       // loaded one when windows were 15 ms)
   o.max_num_seqs = 24;
   o.kv_cache_bytes = 256 << 10;  // small: preemptions, and hand-offs that must recompute
   PoolStack p(o);
@@ -419,7 +421,6 @@ TEST(NitsumPool, SoakWithSwitchesUnderStreamingLoad) {
   EXPECT_GE(st.reconfigurations, 3);
   EXPECT_GT(st.handoffs, 0);
   expect_every_page_back(p);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t_start).count(), 90.0);
 }
 
 }  // namespace
