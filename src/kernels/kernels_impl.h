@@ -549,7 +549,18 @@ void swiglu_impl(float* out, const float* gate, const float* up, int64_t n) {
     const V silu = S::div(g, S::add(one, S::exp(S::mul(g, neg))));
     S::store(out + i, S::mul(silu, S::load(up + i)));
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + __builtin_expf(-gate[i])) * up[i];
+  if (i < n) {
+    // The tail through the same vector arithmetic (S::exp is not expf): an element's bits must not
+    // depend on where it falls in the call, or rows computed in batches of other sizes (pipeline
+    // micro-batches, DP replicas) would differ from the single rank's (AVX-512's 16 lanes left a
+    // tail of 8 on stories260K's 2 x 172 FFN rows, and the second row's last 8 values differed).
+    alignas(64) float g[W] = {}, u[W] = {}, o[W];
+    const int64_t left = n - i;
+    for (int64_t k = 0; k < left; ++k) g[k] = gate[i + k], u[k] = up[i + k];
+    const V gv = S::load(g);
+    S::store(o, S::mul(S::div(gv, S::add(one, S::exp(S::mul(gv, neg)))), S::load(u)));
+    for (int64_t k = 0; k < left; ++k) out[i + k] = o[k];
+  }
 }
 
 // ---------------------------------------------------------------- attention

@@ -58,6 +58,29 @@ TEST(KernelsElementwise, SwigluMatchesReference) {
   }
 }
 
+// An element's bits do not depend on where it falls in a call (vector body or tail): the FFN of a
+// row computed in a batch of 2 rows (a pipeline micro-batch) must equal the same row in a batch of
+// 20 (the single rank), which the exactness contract of PP and DP rests on. Pure data movement of
+// the same arithmetic: bit-equal, on every kernel path.
+TEST(KernelsElementwise, SwigluBitsDoNotDependOnTheCallsExtent) {
+  Rng rng(77);
+  const int64_t n = 20 * 172;
+  auto gate = test::random_vec(rng, size_t(n), 4.0);
+  const auto up = test::random_vec(rng, size_t(n));
+  test::for_each_path([&](const std::string& path) {
+    std::vector<float> whole(static_cast<size_t>(n));
+    kernels::swiglu(whole.data(), gate.data(), up.data(), n);
+    for (int64_t begin : {0, 1, 5, 172, 344}) {
+      for (int64_t len : {1, 3, 8, 15, 17, 172, 344, 1000}) {
+        std::vector<float> part(static_cast<size_t>(len));
+        kernels::swiglu(part.data(), gate.data() + begin, up.data() + begin, len);
+        ASSERT_EQ(std::memcmp(part.data(), whole.data() + begin, size_t(len) * sizeof(float)), 0)
+            << path << ": elements [" << begin << ", " << begin + len << ") differ from the same elements of one call";
+      }
+    }
+  });
+}
+
 TEST(KernelsElementwise, AddBiasStrided) {
   std::vector<float> x(3 * 5, 1.0f);
   const float bias[4] = {1, 2, 3, 4};
