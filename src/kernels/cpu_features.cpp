@@ -82,6 +82,8 @@ const detail::KernelTable& avx512_table() {
     detail::KernelTable x = detail::table_avx512();
     const detail::KernelTable& avx2 = detail::table_avx2();
     x.quantize_q8 = avx2.quantize_q8;
+    x.quant_fast_rows = avx2.quant_fast_rows;
+    x.quant_fast_name = avx2.quant_fast_name;
     const CpuFeatures& f = cpu_features();
     if (f.avx512_vnni) {
       x.q8_fast_rows = detail::q8_fast_rows_vnni();

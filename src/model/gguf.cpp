@@ -124,6 +124,12 @@ bool ggml_to_dtype(uint32_t t, DType* out) {
     case kGgmlF16: *out = DType::F16; return true;
     case kGgmlQ8_0: *out = DType::Q8_0; return true;
     case kGgmlBF16: *out = DType::BF16; return true;
+    case kGgmlQ4_0: *out = DType::Q4_0; return true;
+    case kGgmlQ4_1: *out = DType::Q4_1; return true;
+    case kGgmlQ5_0: *out = DType::Q5_0; return true;
+    case kGgmlQ4_K: *out = DType::Q4_K; return true;
+    case kGgmlQ5_K: *out = DType::Q5_K; return true;
+    case kGgmlQ6_K: *out = DType::Q6_K; return true;
     default: return false;
   }
 }
@@ -143,6 +149,12 @@ uint32_t ggml_type_of(DType t) {
     case DType::F16: return kGgmlF16;
     case DType::BF16: return kGgmlBF16;
     case DType::Q8_0: return kGgmlQ8_0;
+    case DType::Q4_0: return kGgmlQ4_0;
+    case DType::Q4_1: return kGgmlQ4_1;
+    case DType::Q5_0: return kGgmlQ5_0;
+    case DType::Q4_K: return kGgmlQ4_K;
+    case DType::Q5_K: return kGgmlQ5_K;
+    case DType::Q6_K: return kGgmlQ6_K;
   }
   return kGgmlF32;
 }
@@ -266,7 +278,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     t.offset = c.get<uint64_t>(what + " offset");
     if (!ggml_to_dtype(t.ggml_type, &t.dtype))
       fail("GGUF ", what, ": ggml type ", t.ggml_type, " (", ggml_type_name(t.ggml_type),
-           ") is not supported (loom reads F32, F16, BF16, Q8_0)");
+           ") is not supported (loom reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K)");
     const int be = dtype_block_elems(t.dtype);
     if (t.dims[0] % uint64_t(be) != 0)
       fail("GGUF ", what, ": innermost dimension ", t.dims[0], " is not a multiple of the ", dtype_name(t.dtype),

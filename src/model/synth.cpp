@@ -169,13 +169,14 @@ void check_synth_options(const SynthOptions& o) {
   c.validate();
   if (o.format != "gguf" && o.format != "safetensors")
     fail("unknown format '", o.format, "' (expected gguf or safetensors)");
-  if (o.format == "safetensors") safetensors_dtype_name(o.dtype);  // throws for q8_0
-  if (o.dtype == DType::Q8_0) {
+  if (o.format == "safetensors") safetensors_dtype_name(o.dtype);  // throws for the block types
+  if (dtype_is_quantized(o.dtype)) {
+    const int be = dtype_block_elems(o.dtype);
     const std::pair<const char*, int> lens[] = {{"d_model", c.d_model}, {"q_dim (heads * head_dim)", c.q_dim()},
                                                 {"ffn_dim", c.ffn_dim}};
     for (auto& [what, n] : lens)
-      if (n % kQ8BlockSize != 0)
-        fail("q8_0 needs every matrix row length to be a multiple of ", kQ8BlockSize, ": ", what, " = ", n,
+      if (n % be != 0)
+        fail(dtype_name(o.dtype), " needs every matrix row length to be a multiple of ", be, ": ", what, " = ", n,
              " is not");
   }
 }
@@ -299,11 +300,19 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 uint32_t gguf_file_type(DType t) {
-  switch (t) {  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32
+  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q4_1 3, MOSTLY_Q8_0 7, MOSTLY_Q5_0 8,
+  // MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18, MOSTLY_BF16 32 (every matrix of one type).
+  switch (t) {
     case DType::F32: return 0;
     case DType::F16: return 1;
     case DType::Q8_0: return 7;
     case DType::BF16: return 32;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q5_0: return 8;
+    case DType::Q4_K: return 14;
+    case DType::Q5_K: return 16;
+    case DType::Q6_K: return 18;
   }
   return 0;
 }

@@ -92,3 +92,139 @@ TEST(KernelsDtype, Q8_0ErrorBound) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// The block types' quantizers against the bounds dtype.h states for quantize_row, on values of
+// several scales, with blocks of one sign, constant blocks and all-zero blocks. The bounds are
+// computed here from the input alone (with the stated worst cases for the stored f16 scales).
+double f16_up_bound(double v) { return v * (1 + 0x1p-10) + 0x1p-24; }
+
+void check_quantizer(DType t, const std::vector<float>& x) {
+  SCOPED_TRACE(dtype_name(t));
+  const int64_t n = int64_t(x.size());
+  std::vector<uint8_t> q(size_t(dtype_row_bytes(t, n)));
+  quantize_row(t, x.data(), q.data(), n);
+  std::vector<float> w(static_cast<size_t>(n));
+  dequantize_row(t, q.data(), w.data(), n);
+  auto span_max = [&](int64_t b, int len) {
+    double a = 0;
+    for (int i = 0; i < len; ++i) a = std::max(a, std::fabs(double(x[size_t(b + i)])));
+    return a;
+  };
+  int bad = 0;
+  auto check = [&](int64_t i, double bound) {
+    const double err = std::fabs(double(x[size_t(i)]) - double(w[size_t(i)]));
+    if (!(err <= bound) && bad++ < 5) ADD_FAILURE() << "element " << i << ": x " << x[size_t(i)] << " w " << w[size_t(i)] << " err " << err << " > " << bound;
+  };
+  if (t == DType::Q4_0 || t == DType::Q5_0) {
+    const double levels = t == DType::Q4_0 ? 8 : 16;
+    for (int64_t b = 0; b < n; b += 32) {
+      const double A = span_max(b, 32);
+      for (int i = 0; i < 32; ++i) check(b + i, A / levels * (1 + 0x1p-7) + 0x1p-20);
+    }
+  } else if (t == DType::Q4_1) {
+    for (int64_t b = 0; b < n; b += 32) {
+      double lo = x[size_t(b)], hi = x[size_t(b)];
+      for (int i = 0; i < 32; ++i) {
+        lo = std::min(lo, double(x[size_t(b + i)]));
+        hi = std::max(hi, double(x[size_t(b + i)]));
+      }
+      const double R = hi - lo;
+      for (int i = 0; i < 32; ++i) check(b + i, R / 30 + 0x1p-10 * (R + std::fabs(lo)) + 0x1p-20);
+    }
+  } else if (t == DType::Q4_K || t == DType::Q5_K) {
+    const double L = t == DType::Q4_K ? 15 : 31;
+    for (int64_t sb = 0; sb < n; sb += 256) {
+      double M[8], R[8], maxM = 0;
+      for (int j = 0; j < 8; ++j) {
+        double lo = x[size_t(sb + 32 * j)], hi = lo;
+        for (int l = 0; l < 32; ++l) {
+          lo = std::min(lo, double(x[size_t(sb + 32 * j + l)]));
+          hi = std::max(hi, double(x[size_t(sb + 32 * j + l)]));
+        }
+        M[j] = std::max(0.0, -lo);
+        R[j] = hi + M[j];
+        maxM = std::max(maxM, M[j]);
+      }
+      const double dmin = f16_up_bound(maxM / 63);
+      double maxspan = 0;
+      for (int j = 0; j < 8; ++j) maxspan = std::max(maxspan, R[j] + dmin);
+      const double d = f16_up_bound(maxspan / (63 * L));
+      for (int j = 0; j < 8; ++j)
+        for (int l = 0; l < 32; ++l) {
+          const int64_t i = sb + 32 * j + l;
+          check(i, (R[j] + dmin) / (2 * L) + d / 2 + 0x1p-20 * (std::fabs(x[size_t(i)]) + R[j] + dmin));
+        }
+    }
+  } else if (t == DType::Q6_K) {
+    for (int64_t sb = 0; sb < n; sb += 256) {
+      double A[16], maxA = 0;
+      for (int k = 0; k < 16; ++k) maxA = std::max(maxA, A[k] = span_max(sb + 16 * k, 16));
+      const double d = f16_up_bound(maxA / (31 * 127));
+      for (int k = 0; k < 16; ++k)
+        for (int l = 0; l < 16; ++l) check(sb + 16 * k + l, A[k] / 62 + d / 2 + 0x1p-20 * A[k]);
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(KernelsDtype, BlockQuantizersWithinTheirBounds) {
+  Rng rng(11);
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (double scale : {1e-4, 0.02, 1.0, 50.0}) {
+      const int64_t n = 256 * 9;
+      auto x = test::random_vec(rng, size_t(n), scale);
+      for (int i = 0; i < 32; ++i) x[size_t(64 + i)] = 0.0f;                           // an all-zero block
+      for (int i = 0; i < 32; ++i) x[size_t(288 + i)] = float(scale);                   // a constant block
+      for (int i = 0; i < 256; ++i) x[size_t(512 + i)] = -std::fabs(x[size_t(512 + i)]) - float(scale);  // all negative
+      for (int i = 0; i < 256; ++i) x[size_t(768 + i)] = std::fabs(x[size_t(768 + i)]) + float(scale);   // all positive
+      for (int i = 0; i < 256; ++i) x[size_t(1024 + i)] *= (i / 32 == 3) ? 100.0f : 0.01f;  // one loud sub-block
+      check_quantizer(t, x);
+    }
+  }
+}
+
+// Refused with a message naming the value: non-finite input, scales past f16.
+TEST(KernelsDtype, BlockQuantizersRefuseWhatF16CannotHold) {
+  for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    std::vector<float> x(256, 1.0f);
+    std::vector<uint8_t> q(size_t(dtype_row_bytes(t, 256)));
+    x[7] = std::numeric_limits<float>::quiet_NaN();
+    try {
+      quantize_row(t, x.data(), q.data(), 256);
+      ADD_FAILURE() << dtype_name(t) << ": NaN accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+    }
+    x[7] = 1e30f;
+    try {
+      quantize_row(t, x.data(), q.data(), 256);
+      ADD_FAILURE() << dtype_name(t) << ": 1e30 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("f16 range"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// dequantize_span is dequantize_row's values from an offset (views inside K-quant super-blocks).
+TEST(KernelsDtype, DequantizeSpanIsTheRowsValuesFromTheOffset) {
+  Rng rng(12);
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const auto x = test::random_vec(rng, 768);
+    std::vector<uint8_t> q(size_t(dtype_row_bytes(t, 768)));
+    quantize_row(t, x.data(), q.data(), 768);
+    std::vector<float> all(768);
+    dequantize_row(t, q.data(), all.data(), 768);
+    for (int64_t off : {0, 32, 224})
+      for (int64_t len : {32, 256, 512 - 32}) {
+        std::vector<float> part(static_cast<size_t>(len));
+        dequantize_span(t, q.data(), off, part.data(), len);
+        for (int64_t i = 0; i < len; ++i) ASSERT_EQ(part[size_t(i)], all[size_t(off + i)]) << off << "+" << i;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace loom
