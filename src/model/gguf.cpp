@@ -619,6 +619,31 @@ std::shared_ptr<Model> load_gguf_model(const std::string& path) {
   return m;
 }
 
+std::string gguf_arch_of(const ModelConfig& c) { return c.arch == "qwen2" ? "qwen2" : "llama"; }
+
+void gguf_put_model_config(GgufWriter& w, const ModelConfig& c, const std::string& name, uint32_t file_type) {
+  const std::string arch = gguf_arch_of(c);
+  w.set("general.architecture", GgufValue::string(arch));
+  w.set("general.name", GgufValue::string(name));
+  w.set("general.file_type", GgufValue::u32(file_type));
+  w.set("general.quantization_version", GgufValue::u32(2));
+  const std::string p = arch + ".";
+  w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_seq_len)));
+  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.d_model)));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
+  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.ffn_dim)));
+  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
+  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
+  if (c.head_dim * c.n_heads != c.d_model) {
+    w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
+    w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
+  }
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
+  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
+}
+
 // ---- vocabulary ----
 
 Vocab gguf_vocab(const GgufFile& f) {

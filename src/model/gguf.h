@@ -154,6 +154,12 @@ class GgufWriter {
 std::shared_ptr<Model> load_gguf_model(const std::string& path);
 ModelConfig gguf_model_config(const GgufFile& f);
 
+// The general.* and <arch>.* keys of a model of config c (arch "llama" or "qwen2"; GGUF writes Mistral
+// as llama), as loom synth and loom quantize write them.
+void gguf_put_model_config(GgufWriter& w, const ModelConfig& c, const std::string& name, uint32_t file_type);
+// "llama" or "qwen2": the GGUF architecture of config c.
+std::string gguf_arch_of(const ModelConfig& c);
+
 // tokenizer.ggml.* keys <-> Vocab. "llama" -> Spm, "gpt2" -> Bpe; other models are an error.
 Vocab gguf_vocab(const GgufFile& f);
 void gguf_put_vocab(GgufWriter& w, const Vocab& v);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernel_test_util.h"
+#include "quant_bounds.h"
 
 namespace loom {
 namespace {
@@ -96,11 +97,9 @@ TEST(KernelsDtype, Q8_0ErrorBound) {
 namespace loom {
 namespace {
 
-// The block types' quantizers against the bounds dtype.h states for quantize_row, on values of
-// several scales, with blocks of one sign, constant blocks and all-zero blocks. The bounds are
-// computed here from the input alone (with the stated worst cases for the stored f16 scales).
-double f16_up_bound(double v) { return v * (1 + 0x1p-10) + 0x1p-24; }
-
+// The block types' quantizers against the bounds dtype.h states for quantize_row
+// (tests/quant_bounds.h), on values of several scales, with blocks of one sign, constant blocks
+// and all-zero blocks.
 void check_quantizer(DType t, const std::vector<float>& x) {
   SCOPED_TRACE(dtype_name(t));
   const int64_t n = int64_t(x.size());
@@ -108,64 +107,13 @@ void check_quantizer(DType t, const std::vector<float>& x) {
   quantize_row(t, x.data(), q.data(), n);
   std::vector<float> w(static_cast<size_t>(n));
   dequantize_row(t, q.data(), w.data(), n);
-  auto span_max = [&](int64_t b, int len) {
-    double a = 0;
-    for (int i = 0; i < len; ++i) a = std::max(a, std::fabs(double(x[size_t(b + i)])));
-    return a;
-  };
+  const std::vector<double> bound = test::quant_error_bounds(t, x.data(), n);
   int bad = 0;
-  auto check = [&](int64_t i, double bound) {
+  for (int64_t i = 0; i < n; ++i) {
     const double err = std::fabs(double(x[size_t(i)]) - double(w[size_t(i)]));
-    if (!(err <= bound) && bad++ < 5) ADD_FAILURE() << "element " << i << ": x " << x[size_t(i)] << " w " << w[size_t(i)] << " err " << err << " > " << bound;
-  };
-  if (t == DType::Q4_0 || t == DType::Q5_0) {
-    const double levels = t == DType::Q4_0 ? 8 : 16;
-    for (int64_t b = 0; b < n; b += 32) {
-      const double A = span_max(b, 32);
-      for (int i = 0; i < 32; ++i) check(b + i, A / levels * (1 + 0x1p-7) + 0x1p-20);
-    }
-  } else if (t == DType::Q4_1) {
-    for (int64_t b = 0; b < n; b += 32) {
-      double lo = x[size_t(b)], hi = x[size_t(b)];
-      for (int i = 0; i < 32; ++i) {
-        lo = std::min(lo, double(x[size_t(b + i)]));
-        hi = std::max(hi, double(x[size_t(b + i)]));
-      }
-      const double R = hi - lo;
-      for (int i = 0; i < 32; ++i) check(b + i, R / 30 + 0x1p-10 * (R + std::fabs(lo)) + 0x1p-20);
-    }
-  } else if (t == DType::Q4_K || t == DType::Q5_K) {
-    const double L = t == DType::Q4_K ? 15 : 31;
-    for (int64_t sb = 0; sb < n; sb += 256) {
-      double M[8], R[8], maxM = 0;
-      for (int j = 0; j < 8; ++j) {
-        double lo = x[size_t(sb + 32 * j)], hi = lo;
-        for (int l = 0; l < 32; ++l) {
-          lo = std::min(lo, double(x[size_t(sb + 32 * j + l)]));
-          hi = std::max(hi, double(x[size_t(sb + 32 * j + l)]));
-        }
-        M[j] = std::max(0.0, -lo);
-        R[j] = hi + M[j];
-        maxM = std::max(maxM, M[j]);
-      }
-      const double dmin = f16_up_bound(maxM / 63);
-      double maxspan = 0;
-      for (int j = 0; j < 8; ++j) maxspan = std::max(maxspan, R[j] + dmin);
-      const double d = f16_up_bound(maxspan / (63 * L));
-      for (int j = 0; j < 8; ++j)
-        for (int l = 0; l < 32; ++l) {
-          const int64_t i = sb + 32 * j + l;
-          check(i, (R[j] + dmin) / (2 * L) + d / 2 + 0x1p-20 * (std::fabs(x[size_t(i)]) + R[j] + dmin));
-        }
-    }
-  } else if (t == DType::Q6_K) {
-    for (int64_t sb = 0; sb < n; sb += 256) {
-      double A[16], maxA = 0;
-      for (int k = 0; k < 16; ++k) maxA = std::max(maxA, A[k] = span_max(sb + 16 * k, 16));
-      const double d = f16_up_bound(maxA / (31 * 127));
-      for (int k = 0; k < 16; ++k)
-        for (int l = 0; l < 16; ++l) check(sb + 16 * k + l, A[k] / 62 + d / 2 + 0x1p-20 * A[k]);
-    }
+    if (!(err <= bound[size_t(i)]) && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": x " << x[size_t(i)] << " w " << w[size_t(i)] << " err " << err << " > "
+                    << bound[size_t(i)];
   }
   EXPECT_EQ(bad, 0);
 }
