@@ -111,6 +111,9 @@ void (*q8_fast_rows_vnni())(const MatmulArgs&, int64_t, int64_t);
 void (*bf16_fast_rows_avx512bf16())(const MatmulArgs&, int64_t, int64_t);
 // The AVX2 fast-mode kernels of the block types beyond q8_0 (kernels_quant_avx2.cpp).
 void (*quant_fast_rows_avx2())(const MatmulArgs&, int64_t, int64_t);
+// The same with AVX-512 VNNI dot products (kernels_quant_vnni.cpp): call only where the CPU has
+// avx512_vnni (and avx512vl).
+void (*quant_fast_rows_vnni())(const MatmulArgs&, int64_t, int64_t);
 // The table of the current path (kernel_path()).
 const KernelTable& active_table();
 

@@ -236,6 +236,8 @@ const char* kernel_path();
 // "avx2" / "scalar" for bf16 (the AVX-512 path uses VNNI and AVX512-BF16 only where the CPU has them).
 const char* fast_q8_kernel();
 const char* fast_bf16_kernel();
+// The fast mode's kernel of q4_0 .. q6_k on the current path: "vnni" / "avx2" / "scalar".
+const char* fast_quant_kernel();
 // Paths this CPU can run, lowest first (always starts with "scalar").
 std::vector<const char*> available_kernel_paths();
 // Tests and benchmarks: makes `path` the kernel path of this process (overrides LOOM_KERNELS).

@@ -214,7 +214,7 @@ void fast_case(const WeightView& v, int64_t n, ThreadPool* pool, uint64_t seed) 
       first = y;
       first_path = path;
     } else {
-      EXPECT_EQ(count_diff(y, first), 0) << path << " vs " << first_path;
+      EXPECT_EQ(count_diff(y, first), 0) << path << " (" << kernels::fast_quant_kernel() << ") vs " << first_path;
     }
     std::vector<float> y1(size_t(n * ldy), 7.0f);
     for (int64_t i = 0; i < n; ++i)
@@ -324,6 +324,20 @@ TEST(KernelsMatmulQuant, Threaded) {
       exact_case(w, w.view, n, &pool2, seed++, false);
       fast_case(w.view, n, &pool2, seed++);
     }
+  }
+}
+
+// Every fast kernel this CPU has is among the paths compared above.
+TEST(KernelsMatmulQuant, FastKernelsOfThePaths) {
+  std::vector<std::string> seen;
+  test::for_each_path([&](const std::string&) { seen.push_back(kernels::fast_quant_kernel()); });
+  EXPECT_EQ(seen.front(), "scalar");
+  const auto& f = kernels::cpu_features();
+  if (f.avx2 && f.fma && f.f16c) {
+    EXPECT_EQ(seen[1], "avx2");
+  }
+  if (seen.size() > 2) {
+    EXPECT_EQ(seen[2], f.avx512_vnni && f.avx512vl ? "vnni" : "avx2");
   }
 }
 
