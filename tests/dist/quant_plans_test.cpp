@@ -108,20 +108,34 @@ TEST(QuantPlans, TpShardsOfKQuantsStartInsideSuperBlocks) {
   EXPECT_EQ(m->layers[0].wo.col_block(w.wo_cols.begin, w.wo_cols.size()).col_offset, 128);
 }
 
+// Every plan on the Q4_K_M file (Q4_K and Q6_K) and the Q4_0 file (32-weight blocks) in both modes;
+// TP over the Q5_K_M and Q6_K files (their K-quant shards inside super-blocks) in fast mode.
 TEST(QuantPlans, EveryPlanMatchesSingleRankInBothModes) {
-  for (const std::string q : {"q4_k_m", "q4_0", "q5_k_m", "q6_k"}) {
-    const std::string path = quant_file(q);
+  struct Case {
+    const char* file;
+    std::vector<kernels::Numerics> modes;
+    std::vector<std::string> plans;
+  };
+  const std::vector<std::string> all = {"tp=2", "tp=4", "dp=2,tp=2", "sp=2,tp=2", "kvp=2,tpa=2", "pp=2",
+                                        "tp=2,pp=2", "tp=2,weights=full"};
+  const std::vector<Case> cases = {
+      {"q4_k_m", {kernels::Numerics::fast, kernels::Numerics::exact}, all},
+      {"q4_0", {kernels::Numerics::fast, kernels::Numerics::exact}, all},
+      {"q5_k_m", {kernels::Numerics::fast}, {"tp=2", "tp=4"}},
+      {"q6_k", {kernels::Numerics::fast}, {"tp=2", "tp=4"}},
+  };
+  for (const Case& c : cases) {
+    const std::string path = quant_file(c.file);
     if (path.empty() || !std::ifstream(path)) GTEST_SKIP() << "../shared/models/tiny-quants is missing";
     const auto model = load_model(path);
     const auto prompts = test::random_prompts(6, 30, model->config.vocab_size, 41);
-    for (kernels::Numerics num : {kernels::Numerics::fast, kernels::Numerics::exact}) {
+    for (kernels::Numerics num : c.modes) {
       const kernels::Numerics before = kernels::default_numerics();
       kernels::set_default_numerics(num);
       std::vector<std::vector<int32_t>> want;
       for (const auto& p : prompts) want.push_back(test::alone(model, p, 8));
-      for (const std::string plan : {"tp=2", "tp=4", "dp=2,tp=2", "sp=2,tp=2", "kvp=2,tpa=2", "pp=2",
-                                     "tp=2,pp=2", "tp=2,weights=full"}) {
-        SCOPED_TRACE(cat(q, " ", kernels::numerics_name(num), " ", plan));
+      for (const std::string& plan : c.plans) {
+        SCOPED_TRACE(cat(c.file, " ", kernels::numerics_name(num), " ", plan));
         const auto got = run_plan(plan, model, test::greedy_requests(prompts, std::vector<int>(prompts.size(), 8)));
         if (num == kernels::Numerics::exact) {
           test::expect_tokens(cat("plan ", plan), model, prompts, want, got);
