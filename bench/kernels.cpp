@@ -3,8 +3,9 @@
 //
 //   bench_kernels [--path scalar|avx2|avx512] [--rows R] [--cols C] [--tokens N]
 //                 [--stream-mib M] [--rounds K] [--dtypes f32,f16,bf16,q8_0]
+//                 (any of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k)
 //
-// bf16 and q8_0 rows run in both numerics modes (kernels.h "Numerics"): "exact" (f32
+// bf16 and the quantized rows run in both numerics modes (kernels.h "Numerics"): "exact" (f32
 // activations) and "fast" (bf16 / int8-block activations; the engines' default), each row against
 // the roofline measured right beside it (compare modes by their fractions).
 //
@@ -114,8 +115,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  cols = (cols + 31) / 32 * 32;
-  std::printf("fast-mode kernels: q8_0 %s, bf16 %s\n", kernels::fast_q8_kernel(), kernels::fast_bf16_kernel());
+  cols = (cols + 255) / 256 * 256;
+  std::printf("fast-mode kernels: q8_0 %s, bf16 %s, q4_0 .. q6_k %s\n", kernels::fast_q8_kernel(),
+              kernels::fast_bf16_kernel(), kernels::fast_quant_kernel());
   std::printf("kernel path: %s   last-level cache: %zu MiB   gemv working set: %zu MiB   rounds: %d\n",
               kernels::kernel_path(), kernels::last_level_cache_bytes() >> 20, stream_bytes >> 20, rounds);
   kernels::Roofline roof(2);
@@ -133,7 +135,7 @@ int main(int argc, char** argv) {
   for (auto& v : x) v = float(rng.normal());
   const std::string gemv_shape = std::to_string(rows) + "x" + std::to_string(cols);
   const std::string gemm_shape = std::to_string(tokens) + "x" + gemv_shape;
-  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+  for (DType dt : kAllDTypes) {
     if (("," + dtypes + ",").find("," + std::string(dtype_name(dt)) + ",") == std::string::npos) continue;
     const Matrices m = make_matrices(dt, rows, cols, stream_bytes);
    for (kernels::Numerics num : {kernels::Numerics::exact, kernels::Numerics::fast}) {

@@ -22,6 +22,7 @@ void run_selected(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_info(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_quantize(CLI::App& app);  // cmd_quantize.cpp
 void register_sim(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_profile(CLI::App& app);  // cmd_profile.cpp

@@ -27,6 +27,7 @@ void register_all(CLI::App& app) {
   register_generate(app);
   register_info(app);
   register_synth(app);
+  register_quantize(app);
   register_sim(app);
   register_plan(app);
   register_profile(app);

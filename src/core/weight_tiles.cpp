@@ -12,7 +12,8 @@
 namespace loom {
 
 bool can_tile(const WeightView& w) {
-  return !w.tiled() && w.present() && w.rows > 0 && w.cols > 0 && w.cols % tile_chunk_cols(w.dtype) == 0;
+  return !w.tiled() && w.present() && w.rows > 0 && w.cols > 0 && w.col_offset == 0 &&
+         w.cols % tile_chunk_cols(w.dtype) == 0;
 }
 
 int64_t tiled_bytes(const WeightView& w) {
@@ -20,6 +21,8 @@ int64_t tiled_bytes(const WeightView& w) {
 }
 
 namespace {
+
+#include "core/dtype_blocks_impl.h"
 
 // Byte offsets, inside a tile, of lane l's piece of chunk c: for q8_0 the scale of block b of the
 // chunk and its 32 int8; otherwise the lane's 64 bytes.
@@ -33,7 +36,10 @@ template <class F>
 void for_each_piece(DType t, int64_t cols, int l, F&& f) {
   const int64_t chunks = cols / tile_chunk_cols(t);
   for (int64_t c = 0; c < chunks; ++c) {
-    if (t == DType::Q8_0) {
+    if (dtype_is_quantized(t) && t != DType::Q8_0) {  // the other block types: dtype_blocks_impl.h
+      const int64_t bb = dtype_block_bytes(t);
+      qb_tile_pieces(t, l, [&](int at_chunk, int at_block, int n) { f(chunk_at(t, c) + at_chunk, c * bb + at_block, size_t(n)); });
+    } else if (t == DType::Q8_0) {
       for (int b = 0; b < kTileQ8Blocks; ++b) {
         const int64_t blk = (c * kTileQ8Blocks + b) * int64_t(sizeof(BlockQ8_0));
         f(q8_scale_at(c, b, l), blk + int64_t(offsetof(BlockQ8_0, d)), sizeof(uint16_t));
@@ -101,7 +107,7 @@ bool decode_copy_affordable(int64_t bytes) {
 void read_weight_row(const WeightView& w, int64_t r, void* dst) {
   LOOM_CHECK(r >= 0 && r < w.rows, "row ", r, " of ", w.rows);
   if (!w.tiled()) {
-    std::memcpy(dst, w.row(r), size_t(dtype_row_bytes(w.dtype, w.cols)));
+    std::memcpy(dst, w.row(r), size_t(w.row_bytes()));
     return;
   }
   LOOM_CHECK(w.tile_rows == kTileRows, "tile_rows=", w.tile_rows);

@@ -16,6 +16,9 @@
 //  - q8_0: 4 blocks (128 columns): first the 4 x kTileRows f16 scales, scale of block b and lane
 //    l at chunk + 2*(b*kTileRows + l) (64 bytes), then the 4 x kTileRows blocks of 32 int8, at
 //    chunk + 64 + 32*(b*kTileRows + l) (1024 bytes).
+//  - the other block types (q4_0, q4_1, q5_0, q4_k, q5_k, q6_k): one block of each of the 8 rows
+//    per chunk, rearranged so that a 32-byte load holds 4 bytes of each row
+//    (core/dtype_blocks_impl.h states each type's layout).
 // Values are the plain encoding's bytes, moved: a tiled copy holds exactly the same weights.
 #pragma once
 
@@ -31,7 +34,8 @@ inline constexpr int kTileQ8Blocks = 4;  // q8_0 blocks per chunk
 
 // Columns and bytes (of all kTileRows rows) per chunk.
 constexpr int64_t tile_chunk_cols(DType t) {
-  return t == DType::Q8_0 ? int64_t(kTileQ8Blocks) * kQ8BlockSize : 64 / dtype_block_bytes(t);
+  return t == DType::Q8_0 ? int64_t(kTileQ8Blocks) * kQ8BlockSize
+         : dtype_is_quantized(t) ? dtype_block_elems(t) : 64 / dtype_block_bytes(t);
 }
 constexpr int64_t tile_chunk_bytes(DType t) { return kTileRows * dtype_row_bytes(t, tile_chunk_cols(t)); }
 
@@ -52,7 +56,8 @@ bool weight_tiles_enabled();
 // (a model close to the machine's memory keeps running from the page cache, as before).
 bool decode_copy_affordable(int64_t bytes);
 
-// Row r of a tiled or plain matrix in the plain encoding (dtype_row_bytes(dtype, cols) bytes).
+// Row r of a tiled or plain matrix in the plain encoding (w.row_bytes() bytes: the blocks that hold
+// the row's columns, from col_offset).
 void read_weight_row(const WeightView& w, int64_t r, void* dst);
 
 }  // namespace loom

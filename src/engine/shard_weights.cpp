@@ -41,7 +41,7 @@ size_t matrix_copy_bytes(const WeightView& w, bool tile) {
 // Copies `w` to `at` (matrix_copy_bytes(w, tile) bytes) and returns the view of the copy.
 WeightView copy_matrix(const WeightView& w, bool tile, uint8_t* at, ThreadPool* pool) {
   if (tile && can_tile(w)) return tile_weights(w, at, pool);
-  const int64_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  const int64_t row_bytes = w.row_bytes();  // from col_offset: a K-quant shard keeps it
   WeightView out = w;
   out.data = at;
   out.row_stride = row_bytes;

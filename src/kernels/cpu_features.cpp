@@ -83,6 +83,13 @@ const detail::KernelTable& avx512_table() {
     const detail::KernelTable& avx2 = detail::table_avx2();
     x.quantize_q8 = avx2.quantize_q8;
     const CpuFeatures& f = cpu_features();
+    if (f.avx512_vnni && f.avx512vl) {
+      x.quant_fast_rows = detail::quant_fast_rows_vnni();
+      x.quant_fast_name = "vnni";
+    } else {
+      x.quant_fast_rows = avx2.quant_fast_rows;
+      x.quant_fast_name = avx2.quant_fast_name;
+    }
     if (f.avx512_vnni) {
       x.q8_fast_rows = detail::q8_fast_rows_vnni();
       x.q8_fast_name = "vnni";
@@ -138,6 +145,7 @@ const detail::KernelTable& detail::active_table() {
 const char* kernel_path() { return detail::active_table().name; }
 const char* fast_q8_kernel() { return detail::active_table().q8_fast_name; }
 const char* fast_bf16_kernel() { return detail::active_table().bf16_fast_name; }
+const char* fast_quant_kernel() { return detail::active_table().quant_fast_name; }
 
 std::vector<const char*> available_kernel_paths() {
   std::vector<const char*> out;

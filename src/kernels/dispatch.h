@@ -27,6 +27,9 @@ struct MatmulArgs {
   // passed to matmul_rows then start on a tile boundary.
   int tile_rows = 0;
   int64_t tile_stride = 0;
+  // Plain rows of the block types: weights of the first block before column 0 (core/weight_view.h;
+  // a multiple of 32, non-zero only for a K-quant column block).
+  int64_t col_offset = 0;
   float* y = nullptr;  // [n, rows], rows ldy floats apart
   int64_t ldy = 0;
   bool accumulate = false;
@@ -38,6 +41,10 @@ struct MatmulArgs {
   const int8_t* xq = nullptr;
   const float* xd = nullptr;
   const int32_t* xs = nullptr;
+  //  the other block types (kernels_quant_impl.h) also: xm + t*(cols/32), d * float(qsum) per
+  //  block (rounded once), and xs16 + t*(cols/16), the sums of q over each 16 values.
+  const float* xm = nullptr;
+  const int32_t* xs16 = nullptr;
   const uint32_t* xb = nullptr;
   //  bf16, n > 1 only: the same rounded values widened to f32 in column order, token t at xf + t*cols.
   const float* xf = nullptr;
@@ -84,6 +91,10 @@ struct KernelTable {
   void (*bf16_fast_rows)(const MatmulArgs& a, int64_t r0, int64_t r1);
   const char* q8_fast_name;
   const char* bf16_fast_name;
+  // Fast mode for Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K weights (kernels_quant_impl.h), with the
+  // q8 activations plus xm, xs16.
+  void (*quant_fast_rows)(const MatmulArgs& a, int64_t r0, int64_t r1);
+  const char* quant_fast_name;
   // Roofline: `iters` rounds of 12 independent register-resident FMA vectors; returns the FLOP done.
   double (*fma_peak)(int64_t iters);
   // The fast mode's activation quantizer (quantize_activations_q8's definition, the same bits for
@@ -98,6 +109,11 @@ const KernelTable& table_avx512();
 // avx512_vnni / avx512_bf16.
 void (*q8_fast_rows_vnni())(const MatmulArgs&, int64_t, int64_t);
 void (*bf16_fast_rows_avx512bf16())(const MatmulArgs&, int64_t, int64_t);
+// The AVX2 fast-mode kernels of the block types beyond q8_0 (kernels_quant_avx2.cpp).
+void (*quant_fast_rows_avx2())(const MatmulArgs&, int64_t, int64_t);
+// The same with AVX-512 VNNI dot products (kernels_quant_vnni.cpp): call only where the CPU has
+// avx512_vnni (and avx512vl).
+void (*quant_fast_rows_vnni())(const MatmulArgs&, int64_t, int64_t);
 // The table of the current path (kernel_path()).
 const KernelTable& active_table();
 

@@ -45,7 +45,7 @@ Numerics default_numerics() {
 void set_default_numerics(Numerics n) { g_numerics.store(int(n), std::memory_order_release); }
 
 bool numerics_applies(Numerics numerics, DType dtype) {
-  return numerics == Numerics::fast && (dtype == DType::Q8_0 || dtype == DType::BF16);
+  return numerics == Numerics::fast && (dtype_is_quantized(dtype) || dtype == DType::BF16);
 }
 
 void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, int32_t* qsum) {
@@ -82,6 +82,8 @@ struct FastScratch {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int32_t> s;
+  std::vector<float> m;
+  std::vector<int32_t> s16;
   std::vector<uint32_t> b;
   std::vector<float> f;
 };
@@ -91,7 +93,7 @@ thread_local FastScratch t_fast;
 void quantize_for(detail::MatmulArgs& a) {
   FastScratch& f = t_fast;
   const int64_t n = a.n, cols = a.cols;
-  if (a.dtype == DType::Q8_0) {
+  if (dtype_is_quantized(a.dtype)) {
     const int64_t nb = cols / kQ8BlockSize;
     if (int64_t(f.q.size()) < n * cols) f.q.resize(size_t(n * cols));
     if (int64_t(f.d.size()) < n * nb) {
@@ -104,6 +106,23 @@ void quantize_for(detail::MatmulArgs& a) {
     a.xq = f.q.data();
     a.xd = f.d.data();
     a.xs = f.s.data();
+    if (a.dtype != DType::Q8_0) {
+      // kernels_quant_impl.h: xm = d * float(qsum) per block, xs16 = the sums of each 16 values.
+      if (int64_t(f.m.size()) < n * nb) {
+        f.m.resize(size_t(n * nb));
+        f.s16.resize(size_t(2 * n * nb));
+      }
+      for (int64_t i = 0; i < n * nb; ++i) {
+        f.m[size_t(i)] = f.d[size_t(i)] * float(f.s[size_t(i)]);
+        const int8_t* q = f.q.data() + i * kQ8BlockSize;
+        int32_t lo = 0;
+        for (int k = 0; k < 16; ++k) lo += q[k];
+        f.s16[size_t(2 * i)] = lo;
+        f.s16[size_t(2 * i + 1)] = f.s[size_t(i)] - lo;
+      }
+      a.xm = f.m.data();
+      a.xs16 = f.s16.data();
+    }
   } else {
     if (int64_t(f.b.size()) < n * cols / 2) f.b.resize(size_t(n * cols / 2));
     if (n > 1 && int64_t(f.f.size()) < n * cols) f.f.resize(size_t(n * cols));
@@ -134,7 +153,10 @@ void quantize_for(detail::MatmulArgs& a) {
 void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
             ThreadPool* pool, bool accumulate, Numerics numerics) {
   LOOM_CHECK(n >= 0 && w.rows >= 0 && w.cols >= 0, "n=", n, " rows=", w.rows, " cols=", w.cols);
-  LOOM_CHECK(w.cols % dtype_block_elems(w.dtype) == 0, "cols=", w.cols, " dtype=", dtype_name(w.dtype));
+  LOOM_CHECK(w.cols % dtype_split_elems(w.dtype) == 0 && w.col_offset % dtype_split_elems(w.dtype) == 0 &&
+                 w.col_offset >= 0 && w.col_offset < dtype_block_elems(w.dtype),
+             "cols=", w.cols, " col_offset=", w.col_offset, " dtype=", dtype_name(w.dtype));
+  LOOM_CHECK(dtype_is_k_quant(w.dtype) || w.col_offset == 0, "col_offset=", w.col_offset, " ", dtype_name(w.dtype));
   LOOM_CHECK(n <= 1 || (ldx >= w.cols && ldy >= w.rows), "ldx=", ldx, " ldy=", ldy);
   if (n == 0 || w.rows == 0) return;
   detail::MatmulArgs a;
@@ -148,6 +170,7 @@ void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* 
   a.row_stride = w.row_stride;
   a.tile_rows = w.tile_rows;
   a.tile_stride = w.tile_stride;
+  a.col_offset = w.col_offset;
   LOOM_CHECK(!w.tiled() || w.tile_rows == kTileRows, "tile_rows=", w.tile_rows);
   a.y = y;
   a.ldy = ldy;
@@ -155,9 +178,9 @@ void matmul(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* 
   const detail::KernelTable& tab = detail::active_table();
   auto rows_fn = tab.matmul_rows;
   // Fast mode: bf16 needs whole 32-column chunks (else the call stays exact).
-  if (numerics_applies(numerics, w.dtype) && w.cols > 0 && (w.dtype == DType::Q8_0 || w.cols % 32 == 0)) {
+  if (numerics_applies(numerics, w.dtype) && w.cols > 0 && (w.dtype != DType::BF16 || w.cols % 32 == 0)) {
     quantize_for(a);
-    rows_fn = w.dtype == DType::Q8_0 ? tab.q8_fast_rows : tab.bf16_fast_rows;
+    rows_fn = w.dtype == DType::Q8_0 ? tab.q8_fast_rows : w.dtype == DType::BF16 ? tab.bf16_fast_rows : tab.quant_fast_rows;
   }
   // Small products stay on the calling thread: waking workers costs more than they save.
   const bool small = double(n) * double(w.rows) * double(w.cols) < 64.0 * 1024;

@@ -17,9 +17,10 @@ namespace loom::kernels {
 
 // ---------------------------------------------------------------- matmul (gemm / gemv)
 // y[n, w.rows] = x[n, w.cols] . W^T   (y row i at y + i*ldy, x row i at x + i*ldx)
-// W may be f32, f16, bf16 or q8_0, plain rows (possibly a strided row_block / col_block view) or
-// row tiles (core/weight_tiles.h, the engines' decode layout; same results bit for bit for n == 1
-// and for the packed gemm, n > 24).
+// W may be f32, f16, bf16, q8_0 or one of ggml's block types q4_0, q4_1, q5_0, q4_k, q5_k, q6_k
+// (core/dtype.h), plain rows (possibly a strided row_block / col_block view; a K-quant col_block may
+// start inside a super-block, WeightView::col_offset) or row tiles (core/weight_tiles.h, the
+// engines' decode layout; same results bit for bit for n == 1 and for the packed gemm, n > 24).
 // n == 1 is the decode gemv (memory-bound: streams W once); n > 1 is the prefill gemm
 // (W tiles reused across rows of x). Work is split over output rows across the pool.
 // accumulate: y += x . W^T instead of y = x . W^T.
@@ -28,8 +29,13 @@ namespace loom::kernels {
 // matmul_ref, between paths, and between n == 1 and n > 1, only by the f32 summation order:
 // |y - y_ref| <= (cols + 8) * 2^-24 * sum_k |x_k w_k| (tests/kernels/test_matmul.cpp).
 //
+// The block types q4_0 .. q6_k in exact mode: each row dequantized to f32 (exactly dequantize_row's
+// values, which are ggml's), then the f32 kernel of the path: the same bits as matmul of the f32
+// matrix of those values (kernels_quant_impl.h), so the same bound.
+//
 // Numerics modes (`numerics`): Numerics::exact is the above. Numerics::fast changes what the
-// activations are for two weight dtypes (f32 and f16 weights compute exactly as in exact mode):
+// activations are for the quantized dtypes and bf16 (f32 and f16 weights compute exactly as in
+// exact mode):
 //  - q8_0: each token's x is quantized per 32-value block (the weight's blocks, so a block never
 //    straddles a shard boundary: col_block of q8_0 starts on a block) to int8, as
 //    quantize_activations_q8 states: amax = max|x_i|, d = amax / 127 (f32), q_i = round-to-even
@@ -43,6 +49,15 @@ namespace loom::kernels {
 //                       |x_i - d q_i| <= d/2, plus 127 * 2^-22 * d for the product x * (127/amax))
 //                   + (nb + 2) * 2^-24 * sum_b |p_b * s_b|                       (f32 rounding)
 //    and against matmul_fast_ref (the same quantization, summed in double) the second term alone.
+//  - q4_0, q4_1, q5_0, q4_k, q5_k, q6_k: the same int8 activation blocks (xm = d_x * qsum per block
+//    besides), then per output, per 32-weight sub-block b of the weights (its levels q, integer
+//    sub-scales k, zero point, f32 scale a_b and min mn_b, kernels_quant_impl.h):
+//    s_b = sum_i k_i (q_i - zero) q_x,i exact in int32, acc = fmaf(float(s_b), a_b * d_x, acc), and
+//    for q4_1 / q4_k / q5_k accm = fmaf(mn_b, xm_b, accm); y = acc + accm. Every path (scalar, AVX2;
+//    the AVX-512 path runs the AVX2 kernel), n == 1 and n > 1, plain rows, row tiles and views give
+//    the same bits. Error against matmul_ref as for q8_0, with the f32 rounding term over the two
+//    accumulations, (nb + 4) * 2^-24 * sum_b sum_i (|a_b k_i (q_i - zero)| + |mn_b|) (|x_i| + d_b)
+//    (tests/kernels/test_matmul_quant.cpp).
 //  - bf16: each x value is rounded to bf16 (round to nearest even; quantize_activations_bf16) and
 //    multiplied with the bf16 weights as AVX512-BF16's vdpbf16ps does (products exact in f32):
 //    per output 16 lane sums over 32-column chunks c, lane j taking, in this order,
@@ -68,7 +83,8 @@ void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, flo
 // weights: bf16 values; other dtypes: x unchanged), then the product summed in double.
 void matmul_fast_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
                      bool accumulate = false);
-// Whether `numerics` changes what matmul computes for weights of `dtype` (fast: q8_0 and bf16).
+// Whether `numerics` changes what matmul computes for weights of `dtype` (fast: the quantized types
+// and bf16).
 bool numerics_applies(Numerics numerics, DType dtype);
 // The activation quantization of the fast mode, one token row of `cols` values (cols % 32 == 0):
 // q[cols], d[cols/32] (block scales), qsum[cols/32] (sum of each block's q).
@@ -220,6 +236,8 @@ const char* kernel_path();
 // "avx2" / "scalar" for bf16 (the AVX-512 path uses VNNI and AVX512-BF16 only where the CPU has them).
 const char* fast_q8_kernel();
 const char* fast_bf16_kernel();
+// The fast mode's kernel of q4_0 .. q6_k on the current path: "vnni" / "avx2" / "scalar".
+const char* fast_quant_kernel();
 // Paths this CPU can run, lowest first (always starts with "scalar").
 std::vector<const char*> available_kernel_paths();
 // Tests and benchmarks: makes `path` the kernel path of this process (overrides LOOM_KERNELS).

@@ -136,6 +136,7 @@ struct Avx2 {
 
 #include "kernels/kernels_impl.h"
 #include "kernels/kernels_fast_impl.h"
+#include "kernels/kernels_quant_impl.h"
 
 // ---- fast mode, batched q8_0 (n >= kQ8BatchMinTokens): the operations of kernels.h per output,
 // arranged so that each weight load serves several tokens and no horizontal add is left per block.
@@ -453,6 +454,7 @@ const KernelTable& table_avx2() {
     x.q8_fast_rows = &q8_fast_rows_avx2;
     x.bf16_fast_rows = &bf16_fast_rows_avx2;
     x.quantize_q8 = &quantize_q8_avx2;
+    x.quant_fast_rows = quant_fast_rows_avx2();
     return x;
   }();
   return t;

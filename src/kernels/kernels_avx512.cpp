@@ -72,6 +72,7 @@ struct Avx512 {
 };
 
 #include "kernels/kernels_impl.h"
+#include "kernels/kernels_quant_impl.h"
 
 }  // namespace
 

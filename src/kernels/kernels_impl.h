@@ -496,6 +496,10 @@ void matmul_rows_t(const MatmulArgs& a, int64_t r0, int64_t r1) {
   __builtin_free(wbuf);
 }
 
+// The other block types (Q4_0 .. Q6_K): kernels_quant_impl.h.
+template <class S>
+void quant_exact_rows(const MatmulArgs& a, int64_t r0, int64_t r1);
+
 template <class S>
 void matmul_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1) {
   switch (a.dtype) {
@@ -503,6 +507,7 @@ void matmul_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1) {
     case DType::F16: matmul_rows_t<S, DType::F16>(a, r0, r1); return;
     case DType::BF16: matmul_rows_t<S, DType::BF16>(a, r0, r1); return;
     case DType::Q8_0: matmul_rows_t<S, DType::Q8_0>(a, r0, r1); return;
+    default: quant_exact_rows<S>(a, r0, r1); return;
   }
 }
 
@@ -720,16 +725,19 @@ template <class S>
 void q8_fast_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1);
 template <class S>
 void bf16_fast_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1);
+template <class S>
+void quant_fast_rows_impl(const MatmulArgs& a, int64_t r0, int64_t r1);
 
 // kFast: S has the fast-mode members (kernels_fast_impl.h); else the table's fast entries are
 // null and the dispatch fills them (cpu_features.cpp).
 template <class S, bool kFast = true>
 const KernelTable& make_table(const char* name, const char* q8_fast_name, const char* bf16_fast_name) {
   using Rows = void (*)(const MatmulArgs&, int64_t, int64_t);
-  Rows q8 = nullptr, bf16 = nullptr;
+  Rows q8 = nullptr, bf16 = nullptr, quant = nullptr;
   if constexpr (kFast) {
     q8 = &q8_fast_rows_impl<S>;
     bf16 = &bf16_fast_rows_impl<S>;
+    quant = &quant_fast_rows_impl<S>;
   }
   static const KernelTable t{name,
                              &matmul_rows_impl<S>,
@@ -740,6 +748,8 @@ const KernelTable& make_table(const char* name, const char* q8_fast_name, const 
                              bf16,
                              q8_fast_name,
                              bf16_fast_name,
+                             quant,
+                             q8_fast_name,
                              &fma_peak_impl<S>};
   return t;
 }

@@ -128,6 +128,7 @@ struct Scalar {
 
 #include "kernels/kernels_impl.h"
 #include "kernels/kernels_fast_impl.h"
+#include "kernels/kernels_quant_impl.h"
 
 }  // namespace
 

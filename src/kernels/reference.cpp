@@ -18,12 +18,12 @@ namespace loom::kernels {
 void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
                 bool accumulate) {
   const int64_t rows = w.rows, cols = w.cols;
-  LOOM_CHECK(cols % dtype_block_elems(w.dtype) == 0, "cols=", cols);
+  LOOM_CHECK(cols % dtype_split_elems(w.dtype) == 0, "cols=", cols);
   std::vector<float> wrow(size_t(std::max<int64_t>(cols, 1)));  // [cols] one dequantized row of W
-  std::vector<uint8_t> raw(size_t(std::max<int64_t>(dtype_row_bytes(w.dtype, cols), 1)));  // the row's bytes
+  std::vector<uint8_t> raw(size_t(std::max<int64_t>(w.row_bytes(), 1)));  // the row's bytes
   for (int64_t r = 0; r < rows; ++r) {
     read_weight_row(w, r, raw.data());
-    dequantize_row(w.dtype, raw.data(), wrow.data(), cols);
+    dequantize_span(w.dtype, raw.data(), w.col_offset, wrow.data(), cols);
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * ldx;
       double acc = 0.0;
@@ -37,7 +37,8 @@ void matmul_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, flo
 void matmul_fast_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w, float* y, int64_t ldy,
                      bool accumulate) {
   const int64_t cols = w.cols;
-  const bool q8 = w.dtype == DType::Q8_0, bf16 = w.dtype == DType::BF16 && cols % 32 == 0;
+  // Every block type takes the q8 activations (kernels.h, kernels_quant_impl.h).
+  const bool q8 = dtype_is_quantized(w.dtype), bf16 = w.dtype == DType::BF16 && cols % 32 == 0;
   std::vector<float> xs(size_t(std::max<int64_t>(n * cols, 1)));  // x as the fast mode sees it
   for (int64_t i = 0; i < n; ++i)
     for (int64_t b = 0; b < cols; b += 32) {
@@ -71,8 +72,8 @@ void matmul_fast_ref(const float* x, int64_t n, int64_t ldx, const WeightView& w
         for (int64_t k = 0; k < m; ++k) o[k] = xi[k];
       }
     }
-  // q8_0: d * q is exact in f32 and d_w * q_w too, so the double products below are the exact
-  // products of the quantized values.
+  // d * q is exact in f32, and the dequantized weights are exact f32 values, so the double
+  // products below are the exact products of the quantized values.
   matmul_ref(xs.data(), n, cols, w, y, ldy, accumulate);
 }
 

@@ -124,6 +124,12 @@ bool ggml_to_dtype(uint32_t t, DType* out) {
     case kGgmlF16: *out = DType::F16; return true;
     case kGgmlQ8_0: *out = DType::Q8_0; return true;
     case kGgmlBF16: *out = DType::BF16; return true;
+    case kGgmlQ4_0: *out = DType::Q4_0; return true;
+    case kGgmlQ4_1: *out = DType::Q4_1; return true;
+    case kGgmlQ5_0: *out = DType::Q5_0; return true;
+    case kGgmlQ4_K: *out = DType::Q4_K; return true;
+    case kGgmlQ5_K: *out = DType::Q5_K; return true;
+    case kGgmlQ6_K: *out = DType::Q6_K; return true;
     default: return false;
   }
 }
@@ -143,6 +149,12 @@ uint32_t ggml_type_of(DType t) {
     case DType::F16: return kGgmlF16;
     case DType::BF16: return kGgmlBF16;
     case DType::Q8_0: return kGgmlQ8_0;
+    case DType::Q4_0: return kGgmlQ4_0;
+    case DType::Q4_1: return kGgmlQ4_1;
+    case DType::Q5_0: return kGgmlQ5_0;
+    case DType::Q4_K: return kGgmlQ4_K;
+    case DType::Q5_K: return kGgmlQ5_K;
+    case DType::Q6_K: return kGgmlQ6_K;
   }
   return kGgmlF32;
 }
@@ -266,7 +278,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     t.offset = c.get<uint64_t>(what + " offset");
     if (!ggml_to_dtype(t.ggml_type, &t.dtype))
       fail("GGUF ", what, ": ggml type ", t.ggml_type, " (", ggml_type_name(t.ggml_type),
-           ") is not supported (loom reads F32, F16, BF16, Q8_0)");
+           ") is not supported (loom reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K)");
     const int be = dtype_block_elems(t.dtype);
     if (t.dims[0] % uint64_t(be) != 0)
       fail("GGUF ", what, ": innermost dimension ", t.dims[0], " is not a multiple of the ", dtype_name(t.dtype),
@@ -605,6 +617,31 @@ std::shared_ptr<Model> load_gguf_model(const std::string& path) {
     return nullptr;
   });
   return m;
+}
+
+std::string gguf_arch_of(const ModelConfig& c) { return c.arch == "qwen2" ? "qwen2" : "llama"; }
+
+void gguf_put_model_config(GgufWriter& w, const ModelConfig& c, const std::string& name, uint32_t file_type) {
+  const std::string arch = gguf_arch_of(c);
+  w.set("general.architecture", GgufValue::string(arch));
+  w.set("general.name", GgufValue::string(name));
+  w.set("general.file_type", GgufValue::u32(file_type));
+  w.set("general.quantization_version", GgufValue::u32(2));
+  const std::string p = arch + ".";
+  w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_seq_len)));
+  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.d_model)));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
+  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.ffn_dim)));
+  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
+  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
+  if (c.head_dim * c.n_heads != c.d_model) {
+    w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
+    w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
+  }
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
+  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
 }
 
 // ---- vocabulary ----

@@ -9,7 +9,9 @@
 //
 // The reader validates everything up front: magic, version, every length against the end of
 // the file, value types of the keys loom reads, tensor types, dims, offsets (in range, aligned,
-// not overlapping) and sizes. loom reads tensors of ggml types F32, F16, Q8_0 and BF16.
+// not overlapping) and sizes. loom reads tensors of ggml types F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+// Q5_0, Q4_K, Q5_K and Q6_K; a tensor of any other type is refused, in one line naming the tensor
+// and the type, when the file is opened (before any weight is used).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,8 @@ enum class GgufType : uint32_t {
 std::string_view gguf_type_name(GgufType t);
 
 // ggml tensor type ids loom reads, and their mapping to DType.
-inline constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
+inline constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ8_0 = 8,
+                          kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlBF16 = 30;
 uint32_t ggml_type_of(DType t);
 // Name of any ggml type id ("Q4_K"), or "unknown".
 std::string ggml_type_name(uint32_t type);
@@ -150,6 +153,12 @@ class GgufWriter {
 // scaling) becomes config.rope_scaling.freq_factors.
 std::shared_ptr<Model> load_gguf_model(const std::string& path);
 ModelConfig gguf_model_config(const GgufFile& f);
+
+// The general.* and <arch>.* keys of a model of config c (arch "llama" or "qwen2"; GGUF writes Mistral
+// as llama), as loom synth and loom quantize write them.
+void gguf_put_model_config(GgufWriter& w, const ModelConfig& c, const std::string& name, uint32_t file_type);
+// "llama" or "qwen2": the GGUF architecture of config c.
+std::string gguf_arch_of(const ModelConfig& c);
 
 // tokenizer.ggml.* keys <-> Vocab. "llama" -> Spm, "gpt2" -> Bpe; other models are an error.
 Vocab gguf_vocab(const GgufFile& f);

@@ -208,7 +208,7 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
     if (c.arch == x.arch) a = &x;
   if (!a) fail("model config: arch '", c.arch, "' has no HF architecture (expected llama, mistral, qwen2)");
   const char* torch_dtype = dtype == DType::F32 ? "float32" : dtype == DType::F16 ? "float16" : "bfloat16";
-  if (dtype == DType::Q8_0) fail("HF config.json: torch_dtype cannot be q8_0");
+  if (dtype_is_quantized(dtype)) fail("HF config.json: torch_dtype cannot be ", dtype_name(dtype));
   j["architectures"] = json::array({a->hf});
   j["model_type"] = a->model_type;
   j["hidden_size"] = c.d_model;

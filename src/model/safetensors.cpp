@@ -34,7 +34,7 @@ std::string safetensors_dtype_name(DType t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
-    case DType::Q8_0: break;
+    default: break;  // the block-quantized types
   }
   fail("safetensors cannot hold ", dtype_name(t), " tensors (it holds f32, f16, bf16)");
 }

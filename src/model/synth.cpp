@@ -8,12 +8,14 @@
 #include <map>
 #include <memory>
 #include <numbers>
+#include <optional>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
+#include "model/quantize.h"
 #include "model/safetensors.h"
 #include "model/vocab_io.h"
 
@@ -169,13 +171,19 @@ void check_synth_options(const SynthOptions& o) {
   c.validate();
   if (o.format != "gguf" && o.format != "safetensors")
     fail("unknown format '", o.format, "' (expected gguf or safetensors)");
-  if (o.format == "safetensors") safetensors_dtype_name(o.dtype);  // throws for q8_0
-  if (o.dtype == DType::Q8_0) {
+  if (o.format == "safetensors") safetensors_dtype_name(o.dtype);  // throws for the block types
+  if (!o.mix.empty()) {
+    if (o.format != "gguf") fail("--dtype ", o.mix, " is a GGUF type mix: use --format gguf");
+    const QuantScheme s = parse_quant_scheme(o.mix);
+    for (const auto& t : synth_tensors(c))  // throws for a matrix no type of the mix can hold
+      if (t.kind == SynthTensor::Matrix) quant_scheme_tensor_type(s, gguf_tensor_name(t.name), t.cols, c.n_layers, c.tied_embeddings);
+  } else if (dtype_is_quantized(o.dtype)) {
+    const int be = dtype_block_elems(o.dtype);
     const std::pair<const char*, int> lens[] = {{"d_model", c.d_model}, {"q_dim (heads * head_dim)", c.q_dim()},
                                                 {"ffn_dim", c.ffn_dim}};
     for (auto& [what, n] : lens)
-      if (n % kQ8BlockSize != 0)
-        fail("q8_0 needs every matrix row length to be a multiple of ", kQ8BlockSize, ": ", what, " = ", n,
+      if (n % be != 0)
+        fail(dtype_name(o.dtype), " needs every matrix row length to be a multiple of ", be, ": ", what, " = ", n,
              " is not");
   }
 }
@@ -299,11 +307,19 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 uint32_t gguf_file_type(DType t) {
-  switch (t) {  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32
+  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q4_1 3, MOSTLY_Q8_0 7, MOSTLY_Q5_0 8,
+  // MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18, MOSTLY_BF16 32 (every matrix of one type).
+  switch (t) {
     case DType::F32: return 0;
     case DType::F16: return 1;
     case DType::Q8_0: return 7;
     case DType::BF16: return 32;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q5_0: return 8;
+    case DType::Q4_K: return 14;
+    case DType::Q5_K: return 16;
+    case DType::Q6_K: return 18;
   }
   return 0;
 }
@@ -325,36 +341,26 @@ SynthResult write_synth_model(const SynthOptions& o, const std::string& out) {
   auto identity = [](int64_t r) { return r; };
 
   if (o.format == "gguf") {
-    const std::string arch = c.arch == "qwen2" ? "qwen2" : "llama";  // GGUF writes Mistral as llama
+    const std::string arch = gguf_arch_of(c);  // GGUF writes Mistral as llama
     const bool permute_qk = arch == "llama";
     GgufWriter w;
-    w.set("general.architecture", GgufValue::string(arch));
-    w.set("general.name", GgufValue::string(cat("loom-synth-", o.shape.name)));
-    w.set("general.file_type", GgufValue::u32(gguf_file_type(o.dtype)));
-    w.set("general.quantization_version", GgufValue::u32(2));
-    const std::string p = arch + ".";
-    w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_seq_len)));
-    w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.d_model)));
-    w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
-    w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.ffn_dim)));
-    w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
-    w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
-    if (c.head_dim * c.n_heads != c.d_model) {
-      w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
-      w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
-    }
-    w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
-    w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
-    w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.head_dim)));
-    w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
+    gguf_put_model_config(w, c, cat("loom-synth-", o.shape.name), o.mix.empty() ? gguf_file_type(o.dtype) : parse_quant_scheme(o.mix).file_type);
     gguf_put_vocab(w, vocab);
     const auto freq_factors = llama3_rope_freq_factors(c);
-    w.add_tensor("token_embd.weight", {uint64_t(c.d_model), uint64_t(c.vocab_size)}, o.dtype);
+    // Per matrix: o.dtype, or the type the mix (model/quantize.h) gives it.
+    std::optional<QuantScheme> mix;
+    if (!o.mix.empty()) mix = parse_quant_scheme(o.mix);
+    std::vector<DType> types;
+    for (const auto& t : tensors)
+      types.push_back(t.kind != SynthTensor::Matrix ? DType::F32
+                      : mix ? quant_scheme_tensor_type(*mix, gguf_tensor_name(t.name), t.cols, c.n_layers, c.tied_embeddings)
+                            : o.dtype);
+    w.add_tensor("token_embd.weight", {uint64_t(c.d_model), uint64_t(c.vocab_size)}, types[0]);
     if (!freq_factors.empty()) w.add_tensor("rope_freqs.weight", {uint64_t(freq_factors.size())}, DType::F32);
     for (size_t i = 1; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
       const bool matrix = t.kind == SynthTensor::Matrix;
-      if (matrix) w.add_tensor(gguf_tensor_name(t.name), {uint64_t(t.cols), uint64_t(t.rows)}, o.dtype);
+      if (matrix) w.add_tensor(gguf_tensor_name(t.name), {uint64_t(t.cols), uint64_t(t.rows)}, types[i]);
       else w.add_tensor(gguf_tensor_name(t.name), {uint64_t(t.cols)}, DType::F32);
     }
     w.begin(out);
@@ -369,10 +375,10 @@ SynthResult write_synth_model(const SynthOptions& o, const std::string& out) {
                                                                t.name.compare(t.name.size() - 7, 7, ".attn_k") == 0));
       if (is_qk) {
         const int hd = c.head_dim;
-        stream_tensor(pool.get(), o.seed, t, o.dtype, [hd](int64_t r) { return gguf_llama_qk_source_row(r, hd); }, buf,
+        stream_tensor(pool.get(), o.seed, t, types[i], [hd](int64_t r) { return gguf_llama_qk_source_row(r, hd); }, buf,
                       sink);
       } else {
-        stream_tensor(pool.get(), o.seed, t, matrix ? o.dtype : DType::F32, identity, buf, sink);
+        stream_tensor(pool.get(), o.seed, t, matrix ? types[i] : DType::F32, identity, buf, sink);
       }
       if (i == 0 && !freq_factors.empty()) sink(freq_factors.data(), freq_factors.size() * 4);
     }

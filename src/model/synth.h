@@ -43,14 +43,17 @@ SynthShape parse_synth_dims(const std::string& spec);
 struct SynthOptions {
   SynthShape shape;
   DType dtype = DType::F16;
+  // A llama-quantize type mix (model/quantize.h: q4_k_m, q5_k_m, q6_k, q4_0, q4_1, q5_0) instead of
+  // one dtype for every matrix; GGUF only. Empty: every matrix `dtype`.
+  std::string mix;
   std::string format = "gguf";  // "gguf" | "safetensors"
   uint64_t seed = 0;
   int threads = 0;  // 0: default_thread_count()
 };
 
-// Throws loom::Error when the options cannot be written: an invalid config, q8_0 with a matrix
-// row length (d_model, q_dim, ffn_dim) not a multiple of 32, q8_0 in safetensors, an unknown
-// format.
+// Throws loom::Error when the options cannot be written: an invalid config, a block type with a
+// matrix row length (d_model, q_dim, ffn_dim) not a multiple of its block, a block type or a mix
+// in safetensors, an unknown format.
 void check_synth_options(const SynthOptions& o);
 
 struct SynthResult {

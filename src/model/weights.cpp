@@ -55,7 +55,7 @@ WeightView Model::own_f32(const float* values, int64_t n) {
 int weight_block_elems(const Model& m) {
   int b = 1;
   for (const LayerWeights& L : m.layers)
-    for (const WeightView* w : L.matrices()) b = std::max(b, dtype_block_elems(w->dtype));
+    for (const WeightView* w : L.matrices()) b = std::max(b, dtype_split_elems(w->dtype));
   return b;
 }
 

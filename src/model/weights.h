@@ -70,8 +70,9 @@ struct Model {
   DecodeCache decode_;
 };
 
-// The largest storage block of the layer matrices (1, or 32 for q8_0): TP splits them in whole
-// blocks.
+// The largest split unit of the layer matrices (core/dtype.h dtype_split_elems: 1, or 32 for every
+// quantized type): TP splits their columns in whole units (a K-quant column shard may start inside
+// a 256-weight super-block, core/weight_view.h col_offset).
 int weight_block_elems(const Model& m);
 
 // Makes a view over `bytes` holding a [rows, cols] matrix of `dtype`, checking the size.

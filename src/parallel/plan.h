@@ -49,7 +49,8 @@ struct ModelConfig;
 //   little duplicated KV memory and Wk/Wv work but no communication, so it is allowed.
 //   SP x TP and Helix keep the even rules (their all-to-alls replicate KV heads evenly).
 // - The FFN (and any column split) is cut in units of `weight_block` columns (the weight dtype's
-//   block: 1 for f32/f16/bf16, 32 for q8_0, since a q8_0 row cannot be cut inside a block).
+//   split unit: 1 for f32/f16/bf16, 32 for every block type, since a q8_0 row cannot be cut inside
+//   a block; K-quant super-blocks of 256 are cut between their 32-weight sub-blocks).
 //   With U = F / weight_block units and degree n, FFN shard i is the units
 //   [floor(i*U/n), floor((i+1)*U/n)): contiguous, sizes differing by at most one unit, and for
 //   F % n == 0 exactly PLANS.md's [i*F/n, (i+1)*F/n). Uneven shards are accepted because real
@@ -66,7 +67,7 @@ struct ModelShape {
   int ffn_dim = 0;     // SwiGLU width F
   int n_layers = 0;    // L
   int d_model = 0;     // hidden size d
-  int weight_block = 1;  // columns per weight dtype block (dtype_block_elems): 1, or 32 for q8_0
+  int weight_block = 1;  // columns per weight split unit (dtype_split_elems): 1, or 32 for the quantized types
 
   static ModelShape from(const ModelConfig& cfg, int weight_block = 1);
   int group_size() const { return n_heads / n_kv_heads; }  // G: query heads per KV head

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernel_test_util.h"
+#include "quant_bounds.h"
 
 namespace loom {
 namespace {
@@ -87,6 +88,89 @@ TEST(KernelsDtype, Q8_0ErrorBound) {
       }
     }
     for (int j = 0; j < 32; ++j) EXPECT_EQ(back[size_t(64 + j)], 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The block types' quantizers against the bounds dtype.h states for quantize_row
+// (tests/quant_bounds.h), on values of several scales, with blocks of one sign, constant blocks
+// and all-zero blocks.
+void check_quantizer(DType t, const std::vector<float>& x) {
+  SCOPED_TRACE(dtype_name(t));
+  const int64_t n = int64_t(x.size());
+  std::vector<uint8_t> q(size_t(dtype_row_bytes(t, n)));
+  quantize_row(t, x.data(), q.data(), n);
+  std::vector<float> w(static_cast<size_t>(n));
+  dequantize_row(t, q.data(), w.data(), n);
+  const std::vector<double> bound = test::quant_error_bounds(t, x.data(), n);
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double err = std::fabs(double(x[size_t(i)]) - double(w[size_t(i)]));
+    if (!(err <= bound[size_t(i)]) && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": x " << x[size_t(i)] << " w " << w[size_t(i)] << " err " << err << " > "
+                    << bound[size_t(i)];
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(KernelsDtype, BlockQuantizersWithinTheirBounds) {
+  Rng rng(11);
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (double scale : {1e-4, 0.02, 1.0, 50.0}) {
+      const int64_t n = 256 * 9;
+      auto x = test::random_vec(rng, size_t(n), scale);
+      for (int i = 0; i < 32; ++i) x[size_t(64 + i)] = 0.0f;                           // an all-zero block
+      for (int i = 0; i < 32; ++i) x[size_t(288 + i)] = float(scale);                   // a constant block
+      for (int i = 0; i < 256; ++i) x[size_t(512 + i)] = -std::fabs(x[size_t(512 + i)]) - float(scale);  // all negative
+      for (int i = 0; i < 256; ++i) x[size_t(768 + i)] = std::fabs(x[size_t(768 + i)]) + float(scale);   // all positive
+      for (int i = 0; i < 256; ++i) x[size_t(1024 + i)] *= (i / 32 == 3) ? 100.0f : 0.01f;  // one loud sub-block
+      check_quantizer(t, x);
+    }
+  }
+}
+
+// Refused with a message naming the value: non-finite input, scales past f16.
+TEST(KernelsDtype, BlockQuantizersRefuseWhatF16CannotHold) {
+  for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    std::vector<float> x(256, 1.0f);
+    std::vector<uint8_t> q(size_t(dtype_row_bytes(t, 256)));
+    x[7] = std::numeric_limits<float>::quiet_NaN();
+    try {
+      quantize_row(t, x.data(), q.data(), 256);
+      ADD_FAILURE() << dtype_name(t) << ": NaN accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+    }
+    x[7] = 1e30f;
+    try {
+      quantize_row(t, x.data(), q.data(), 256);
+      ADD_FAILURE() << dtype_name(t) << ": 1e30 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("f16 range"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// dequantize_span is dequantize_row's values from an offset (views inside K-quant super-blocks).
+TEST(KernelsDtype, DequantizeSpanIsTheRowsValuesFromTheOffset) {
+  Rng rng(12);
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const auto x = test::random_vec(rng, 768);
+    std::vector<uint8_t> q(size_t(dtype_row_bytes(t, 768)));
+    quantize_row(t, x.data(), q.data(), 768);
+    std::vector<float> all(768);
+    dequantize_row(t, q.data(), all.data(), 768);
+    for (int64_t off : {0, 32, 224})
+      for (int64_t len : {32, 256, 512 - 32}) {
+        std::vector<float> part(static_cast<size_t>(len));
+        dequantize_span(t, q.data(), off, part.data(), len);
+        for (int64_t i = 0; i < len; ++i) ASSERT_EQ(part[size_t(i)], all[size_t(off + i)]) << off << "+" << i;
+      }
   }
 }
 
