@@ -85,8 +85,11 @@ TEST(Quantize, TypeMixesOfLlamaQuantizeAndRoundTripBounds) {
     for (const GgufTensorInfo& t : g.tensors())
       EXPECT_EQ(ggml_type_name(t.ggml_type), rec.at(t.name).at("ggml_type").get<std::string>()) << t.name;
     // The metadata is the input's (besides the file type).
-    for (const auto& [key, v] : f32.kvs())
-      if (key != "general.file_type") EXPECT_EQ(g.find(key) ? g.find(key)->short_text() : "(missing)", v.short_text()) << key;
+    for (const auto& [key, v] : f32.kvs()) {
+      if (key != "general.file_type") {
+        EXPECT_EQ(g.find(key) ? g.find(key)->short_text() : "(missing)", v.short_text()) << key;
+      }
+    }
     expect_round_trip(f32, g);
     EXPECT_NO_THROW(load_model(out));
   }

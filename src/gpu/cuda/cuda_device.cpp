@@ -175,10 +175,10 @@ DeviceMatrix CudaDevice::upload(const WeightView& w) {
     // A type the GEMM has no path for (the K-quants, Q4_0, ...): dequantized once, exactly as the
     // CPU's dequantize_row, and computed in f32.
     std::vector<float> f(std::size_t(w.rows * w.cols));
-    std::vector<uint8_t> row(std::size_t(dtype_row_bytes(w.dtype, w.cols)));
-    for (int64_t r = 0; r < w.rows; ++r) {
+    std::vector<uint8_t> row(std::size_t(w.row_bytes()));
+    for (int64_t r = 0; r < w.rows; ++r) {  // a TP column shard may start inside a super-block
       read_weight_row(w, r, row.data());
-      dequantize_row(w.dtype, row.data(), f.data() + r * w.cols, w.cols);
+      dequantize_span(w.dtype, row.data(), w.col_offset, f.data() + r * w.cols, w.cols);
     }
     const WeightView wide{f.data(), DType::F32, w.rows, w.cols, w.cols * int64_t(sizeof(float))};
     auto dw = std::make_shared<DeviceWeight>(wide);

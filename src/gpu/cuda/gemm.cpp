@@ -72,6 +72,8 @@ void Gemm::widen_to_f32(const void* w, DType dt, int64_t cols, int64_t r0, int64
       LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // didx dies here
       break;
     }
+    default:  // the block types reach the GPU dequantized to f32 (CudaDevice::upload)
+      fail("GPU GEMM: no path for ", dtype_name(dt), " weights (upload them through CudaDevice, which widens them)");
   }
 }
 

@@ -108,6 +108,7 @@ __device__ float load_weight(const void* row, DType dt, int64_t c) {
       const int8_t q = int8_t(blk[2 + c % 32]);
       return __fmul_rn(__half2float(__ushort_as_half(d)), float(q));
     }
+    default: break;  // other types are dequantized on the host before they reach a kernel (cuda_device.cpp)
   }
   return 0.0f;
 }
@@ -118,6 +119,7 @@ __device__ int64_t row_bytes(DType dt, int64_t cols) {
     case DType::F16:
     case DType::BF16: return cols * 2;
     case DType::Q8_0: return cols / 32 * 34;
+    default: break;
   }
   return 0;
 }
@@ -276,7 +278,7 @@ __global__ void fill_random_kernel(void* dst, DType dt, int64_t n, uint64_t seed
       case DType::F32: static_cast<float*>(dst)[i] = v; break;
       case DType::F16: static_cast<uint16_t*>(dst)[i] = __half_as_ushort(__float2half_rn(v)); break;
       case DType::BF16: static_cast<uint16_t*>(dst)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v)); break;
-      case DType::Q8_0: break;
+      default: break;
     }
   }
 }
