@@ -9,8 +9,9 @@
 //     |gpu - cpu| <= 2 ulp(|cpu|) + 2^-40 (the CPU kernels are themselves within an ulp of the
 //     double references, test_kernels);
 //   - matmul: gpu/cuda/gemm.h's bound against the exact product, (u_x + (cols + 8) 2^-24)
-//     sum_k |x_k w_k|, u_x = 0 for f32 and q8_0, 2^-8 for bf16 and 2^-11 for f16 (activations
-//     rounded for the tensor cores);
+//     sum_k |x_k w_k|, u_x = 0 for f32 and the block types (q8_0 and q4_0 / K-quants dequantized
+//     exactly: the CPU's exact numerics, the GPU's f32 GEMM), 2^-8 for bf16 and 2^-11 for f16
+//     (activations rounded for the tensor cores);
 //   - paged attention over many jobs (GQA runs, scattered pages, split long contexts, LSE with a
 //     row stride): the f32 online-softmax model, |lse - ref| <= 8 (head_dim + n_keys) 2^-24
 //     (1 + max|score|) and 5x that for the output, against kernels::attention_ref in double.
@@ -170,10 +171,10 @@ TEST_P(DeviceOps, ElementwiseOpsWithinTwoUlpsOfTheCpuDevice) {
 
 TEST_P(DeviceOps, EmbeddingIsExactForEveryDtype) {
   Rng rng(3);
-  const int64_t vocab = 300, d = 64;
+  const int64_t vocab = 300, d = 256;  // one K-quant super-block per row
   const auto table = randv(rng, std::size_t(vocab * d));
   std::vector<int32_t> tokens = {0, 299, 7, 7, 150};
-  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     const int64_t rb = dtype_row_bytes(dt, d);
     std::vector<uint8_t> raw(std::size_t(vocab * rb));
     for (int64_t r = 0; r < vocab; ++r) quantize_row(dt, table.data() + r * d, raw.data() + r * rb, d);
@@ -188,7 +189,8 @@ TEST_P(DeviceOps, EmbeddingIsExactForEveryDtype) {
 
 TEST_P(DeviceOps, MatmulWithinTheGemmBound) {
   Rng rng(4);
-  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::Q8_0}) {
+  // Q4_0 and the K-quants: dequantized exactly (a GPU widens them to f32 once, at upload).
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     for (int64_t n : {1, 5, 64}) {
       const int64_t rows = 96, cols = 256, ldx = cols + 32, ldy = rows + 8;
       const auto wf = randv(rng, std::size_t(rows * cols), 0.1);
