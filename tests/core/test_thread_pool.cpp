@@ -29,11 +29,13 @@ TEST(ThreadPool, EverySliceExactlyOnce) {
 }
 
 TEST(ThreadPool, AWorkerThatDoesNotRunHoldsNothingUp) {
-  ThreadPool pool(3);
+  // The hook's state outlives the pool: the pool's destructor wakes worker 2 once more, and the
+  // hook then reads `release` (declared after it, the pool would read it out of scope).
   std::mutex mu;
   std::condition_variable cv;
   bool release = false;
   std::atomic<int> held{0};
+  ThreadPool pool(3);
   // Worker 2 stops as it wakes for the first job and stays there until released.
   pool.on_worker_wake = [&](int ith) {
     if (ith != 2) return;
