@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 
 namespace loom::cluster {
 
@@ -97,7 +98,7 @@ int SloTiers::find(const std::string& name) const {
     if (tiers_[i].name == name) return int(i);
   std::string known;
   for (const auto& t : tiers_) known += (known.empty() ? "" : ", ") + t.name;
-  fail("unknown tier '", name, "' (known: ", known, ")");
+  fail("unknown tier '", text_excerpt(name, 64), "' (known: ", known, ")");
 }
 
 int SloTiers::background() const {
