@@ -184,6 +184,14 @@ Vocab load_vocab(const std::string& model_path, const std::string& tokenizer_pat
     fail("tokenizer '", tok, "' has ", v.size(), " tokens but model '", model_path, "' has vocab_size ",
          config.vocab_size, " (token ids would index past the embedding)");
   if (v.size() == 0) fail("tokenizer '", tok, "' has no tokens");
+  // Smaller is how padded vocabularies look (Qwen2.5: 151,665 tokens for 151,936 rows), but ids
+  // past the tokenizer decode to nothing: a gap wider than padding is the wrong tokenizer.
+  const int gap = config.vocab_size - v.size();
+  const int padding = std::max(256, config.vocab_size / 64);
+  if (gap > padding)
+    fail("tokenizer '", tok, "' has ", v.size(), " tokens but model '", model_path, "' has vocab_size ",
+         config.vocab_size, ": ids ", v.size(), "..", config.vocab_size - 1,
+         " would decode to nothing (a padded vocabulary leaves at most ", padding, " ids unused)");
   return v;
 }
 
