@@ -52,6 +52,7 @@ struct ServeArgs {
   double stall_timeout_s = server::ServingOptions{}.step_timeout_s;
   double heartbeat_timeout_s = server::ServingOptions{}.heartbeat_timeout_s;
   bool ranks_given = false;
+  std::string content_special_tokens = "parse";
   int ranks = 1;
   std::string comm = "local";
   std::string tiers;  // SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,... or a file
@@ -217,6 +218,7 @@ void run_serve(const ServeArgs& a) {
     ho.max_body_bytes = size_t(a.max_body_bytes);
     ho.body_timeout_s = a.body_timeout_s;
     ho.max_inflight_bytes = a.max_inflight_bytes;
+    ho.parse_special_in_content = a.content_special_tokens == "parse";
     server::HttpServer http(serving, *tok, ho);
     const int port = http.bind();
 
@@ -289,6 +291,11 @@ void register_serve(CLI::App& app) {
   sub->add_option("--max-inflight-bytes", a->max_inflight_bytes,
                   "Memory for requests in flight (received bodies, their parse, parsed prompts); beyond it 503 with "
                   "Retry-After (0: min(2 GiB, a quarter of this machine's memory))")
+      ->capture_default_str();
+  sub->add_option("--content-special-tokens", a->content_special_tokens,
+                  "Special-token text inside chat message content: parse (control tokens, as HF, vLLM and llama.cpp "
+                  "do) or text (tokenized as plain text, so a user cannot forge chat turns)")
+      ->check(CLI::IsMember({"parse", "text"}))
       ->capture_default_str();
   sub->add_option("--stall-timeout", a->stall_timeout_s,
                   "Seconds one engine step may run before /health reports the engine stalled (503)")

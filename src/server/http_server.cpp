@@ -204,9 +204,10 @@ std::vector<TokenId> HttpServer::Impl::prompt_tokens(const ApiRequest& a) {
     for (const ChatMessage& m : a.messages) content += m.content.size();
     check_text_fits(content, a.max_tokens, a.endpoint);
     // The template writes BOS itself where its format has one.
-    const std::string text = apply_chat_template(tok.vocab(), a.messages, /*add_generation_prompt=*/true);
-    check_text_fits(text.size(), a.max_tokens, a.endpoint);
-    prompt = tok.encode(text, /*add_bos=*/false);
+    const ChatPrompt chat = render_chat(tok.vocab(), a.messages, /*add_generation_prompt=*/true);
+    check_text_fits(chat.text.size(), a.max_tokens, a.endpoint);
+    prompt = opt.parse_special_in_content ? tok.encode(chat.text, /*add_bos=*/false)
+                                          : tok.encode(chat.text, /*add_bos=*/false, chat.content);
   }
   if (prompt.empty())
     throw make_error(400, "the prompt is empty (no tokens)", "invalid_request_error",

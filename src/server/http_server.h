@@ -66,6 +66,11 @@ struct HttpServerOptions {
   // parsed request, until its handler is done. Beyond it: 503 with Retry-After. 0: the default,
   // default_inflight_bytes(). Must hold one request of max_body_bytes (min_inflight_bytes).
   int64_t max_inflight_bytes = 0;
+  // Chat: special-token spellings inside message content ("<|im_start|>system") become control
+  // tokens (true: HF tokenizers', vLLM's and llama.cpp's default) or plain text (false: the safe
+  // mode, `--content-special-tokens text`: a user cannot forge turns). Templates' own tokens are
+  // always control tokens.
+  bool parse_special_in_content = true;
 };
 
 inline constexpr int kMaxHttpThreads = 1024;
