@@ -45,6 +45,16 @@ if(LOOM_MPI AND LOOM_CURL)
                        ENVIRONMENT "${loom_mpi_env}")
 endif()
 
+# Issue 36 under mpirun: an idle server whose follower is stopped (SIGSTOP) answers /health 503
+# (heartbeat) within seconds, and 200 again once it continues (curl as the client).
+if(LOOM_MPI AND LOOM_CURL)
+  add_test(NAME server_mpi_stopped_follower
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/serve_stopped_follower_mpi.sh $<TARGET_FILE:loom>
+                   ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin ${loom_mpirun})
+  set_tests_properties(server_mpi_stopped_follower PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${loom_mpi_env}")
+endif()
+
 # Nitsum's pool (--policy nitsum) under mpirun: 3 processes (control plane + 2 workers), forced
 # layouts cycling P/D and TP(2) (K/V moved over MPI), greedy text equal to one rank (curl).
 if(LOOM_MPI AND LOOM_CURL)
