@@ -77,7 +77,7 @@ std::vector<OptionRange> build_table() {
       I("serve", "--max-inflight-bytes", 0, mem, memory_why() + "; 0: min(2 GiB, a quarter of it)"),
       R("serve", "--stall-timeout", 0.001L, 86400),
       R("serve", "--heartbeat-timeout", 0.001L, 3600),
-      R("serve", "--window", 0.001L, 3600),
+      R("serve", "--window", 0, 3600, /*lo_open=*/true),
       I("serve", "--min-tp", 1, threads, threads_why()),
       I("serve", "--max-tp", 0, threads, threads_why() + "; 0: the pool size"),
       // ---- bench offline ----

@@ -482,10 +482,11 @@ void HttpServer::Impl::routes() {
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404)
-      send_error(res, make_error(404, cat("no route ", req.method, " ", req.path), "invalid_request_error", "",
-                                 "not_found"));
+      send_error(res, make_error(404, cat("no route ", text_excerpt(req.method, 16), " ", text_excerpt(req.path, 64)),
+                                 "invalid_request_error", "", "not_found"));
     else
-      send_error(res, make_error(res.status, cat("HTTP error ", res.status, " for ", req.method, " ", req.path),
+      send_error(res, make_error(res.status, cat("HTTP error ", res.status, " for ", text_excerpt(req.method, 16), " ",
+                                                 text_excerpt(req.path, 64)),
                                  "invalid_request_error"));
   });
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
