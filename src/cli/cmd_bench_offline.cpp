@@ -27,6 +27,8 @@
 #include "cli/cli.h"
 #include "cli/layout_cli.h"
 #include "core/error.h"
+#include "core/json_bounded.h"
+#include "core/parse_number.h"
 #include "core/rng.h"
 #include "engine/dist_engine.h"
 #include "engine/engine.h"
@@ -84,17 +86,8 @@ TraceFormat parse_trace_format(const std::string& s) {
 
 // "N" -> fixed N; "LO:HI" -> uniform integers in [LO, HI].
 LengthDist parse_length(const std::string& flag, const std::string& s) {
-  auto num = [&](const std::string& t) {
-    size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != t.size() || v < 1) fail(flag, " ", s, ": '", t, "' is not a positive integer");
-    return v;
-  };
+  // Token counts: the simulator's and benchmarks' range for lengths (cli/option_ranges.cpp).
+  auto num = [&](const std::string& t) { return int(parse_int(t, cat(flag, " ", text_excerpt(s, 32), ": a length"), 1, 1 << 22)); };
   const auto c = s.find(':');
   if (c == std::string::npos) return LengthDist::fixed(num(s));
   const int lo = num(s.substr(0, c)), hi = num(s.substr(c + 1));
@@ -114,17 +107,8 @@ ArrivalSpec parse_synthetic(const std::string& s) {
   }
   const std::string kind = parts[0];
   std::vector<double> v;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    size_t used = 0;
-    double x = 0;
-    try {
-      x = std::stod(parts[i], &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != parts[i].size()) fail("--synthetic ", s, ": '", parts[i], "' is not a number");
-    v.push_back(x);
-  }
+  for (size_t i = 1; i < parts.size(); ++i)
+    v.push_back(parse_double(parts[i], cat("--synthetic ", text_excerpt(s, 48), ": a value"), 0, 1e9));
   auto arg = [&](size_t i, double dflt) { return i < v.size() ? v[i] : dflt; };
   ArrivalSpec spec;
   if (kind == "batch" && v.empty()) spec = ArrivalSpec::all_at_zero();
@@ -471,7 +455,12 @@ void register_bench_offline(CLI::App& bench) {
   sub->add_option("--output-json", a->output_json, "Write the report as JSON");
   sub->add_option("--output-csv", a->output_csv, "Write one CSV row per request");
   sub->add_flag("--quiet,-q", a->quiet, "Print nothing (use with --output-json)");
-  set_action(sub, [a] { run_bench_offline(*a); });
+  CLI::Option* ranks = sub->get_option("--ranks");
+  set_action(sub, [a, ranks] {
+    if (ranks->count() > 0 && a->ranks == 0 && a->comm != "mpi")
+      fail("--ranks 0 means as many ranks as mpirun started: only with --comm mpi (give --ranks N >= 1)");
+    run_bench_offline(*a);
+  });
 }
 
 }  // namespace loom::cli

@@ -10,6 +10,8 @@
 #include "cluster/tiers.h"
 #include "cli/cli.h"
 #include "core/error.h"
+#include "core/json_bounded.h"
+#include "core/parse_number.h"
 #include "engine/trace.h"
 #include "server/bench_serve.h"
 
@@ -38,30 +40,19 @@ struct BenchServeArgs {
 
 // "N" -> fixed, "A:B" -> uniform integers in [A, B].
 LengthDist parse_len(const std::string& flag, const std::string& v) {
-  try {
-    const size_t c = v.find(':');
-    if (c == std::string::npos) {
-      const int n = std::stoi(v);
-      if (n < 1) fail(flag, " must be >= 1, got ", v);
-      return LengthDist::fixed(n);
-    }
-    const int lo = std::stoi(v.substr(0, c)), hi = std::stoi(v.substr(c + 1));
-    if (lo < 1 || hi < lo) fail(flag, " range ", v, " must be A:B with 1 <= A <= B");
-    return LengthDist::uniform(lo, hi);
-  } catch (const std::logic_error&) {
-    fail(flag, " must be N or A:B (token counts), got '", v, "'");
-  }
+  const std::string what = cat(flag, " ", text_excerpt(v, 32), ": a length");
+  const size_t c = v.find(':');
+  if (c == std::string::npos) return LengthDist::fixed(int(parse_int(v, what, 1, 1 << 22)));
+  const int lo = int(parse_int(v.substr(0, c), what, 1, 1 << 22)), hi = int(parse_int(v.substr(c + 1), what, 1, 1 << 22));
+  if (hi < lo) fail(flag, " range ", text_excerpt(v, 32), " must be A:B with A <= B");
+  return LengthDist::uniform(lo, hi);
 }
 
 ArrivalSpec parse_arrivals(const BenchServeArgs& a, std::string kind) {
   double rate = a.rate;
   // poisson:RATE (the `loom sim` spelling) as well as poisson --rate RATE.
   if (const size_t c = kind.find(':'); c != std::string::npos) {
-    try {
-      rate = std::stod(kind.substr(c + 1));
-    } catch (const std::exception&) {
-      fail("--synthetic ", kind, ": '", kind.substr(c + 1), "' is not a number");
-    }
+    rate = parse_double(kind.substr(c + 1), cat("--synthetic ", text_excerpt(kind, 32), ": the rate"), 0, 1e6);
     kind = kind.substr(0, c);
   }
   if (rate <= 0) fail("--synthetic ", kind, " needs --rate R (requests per second, > 0)");

@@ -263,7 +263,11 @@ void register_generate(CLI::App& app) {
   sub->add_option("--ranks", a->ranks, "Ranks to run on (local: threads of this process; mpi: must match mpirun -np)");
   sub->add_option("--comm", a->comm, "Communicator backend: single, local or mpi (default local)");
   add_layout_options(sub, a->layout);
-  set_action(sub, [a] {
+  CLI::Option* ranks = sub->get_option("--ranks");
+  set_action(sub, [a, ranks] {
+    // Ranges: cli/option_ranges.cpp. --ranks 0 (or negative) no longer silently means 1.
+    if (ranks->count() > 0 && a->ranks == 0 && a->comm != "mpi")
+      fail("--ranks 0 means as many ranks as mpirun started: only with --comm mpi (give --ranks N >= 1)");
     if (a->prompts.empty()) a->prompts.push_back("Once upon a time");
     run_generate(*a);
   });

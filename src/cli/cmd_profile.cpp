@@ -43,7 +43,9 @@
 #include "cli/cli.h"
 #include "comm/world.h"
 #include "core/buffer.h"
+#include "cli/option_ranges.h"
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "core/weight_tiles.h"
@@ -89,20 +91,13 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-std::vector<int> int_list(const std::string& flag, const std::string& s) {
+// A comma list of integers in [lo, hi] (the flags' ranges: cli/option_ranges.h states them for
+// numeric options; these are lists in one string).
+std::vector<int> int_list(const std::string& flag, const std::string& s, int lo, int hi) {
   std::vector<int> out;
-  for (const auto& x : split_list(s)) {
-    size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(x, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != x.size() || v < 1) fail(flag, " ", s, ": '", x, "' is not a positive integer");
-    out.push_back(v);
-  }
+  for (const auto& x : split_list(s)) out.push_back(int(parse_int(x, cat(flag, " entry"), lo, hi)));
   if (out.empty()) fail(flag, " is empty");
+  if (out.size() > 4096) fail(flag, " lists ", out.size(), " values; at most 4096");
   return out;
 }
 
@@ -911,9 +906,10 @@ void run_profile(const ProfileArgs& a) {
   std::vector<DType> dtypes;
   for (const auto& d : split_list(a.dtypes)) dtypes.push_back(parse_dtype(d));
   const std::vector<int> tokens =
-      int_list("--tokens", !a.tokens.empty() ? a.tokens : a.quick ? "1,4,16,64" : "1,2,4,8,16,32,64,128,256,512");
-  const std::vector<int> tps = int_list("--tp", a.tp);
-  const std::vector<int> ranks = int_list("--ranks", !a.ranks.empty() ? a.ranks : a.quick ? "2" : "2,4");
+      int_list("--tokens", !a.tokens.empty() ? a.tokens : a.quick ? "1,4,16,64" : "1,2,4,8,16,32,64,128,256,512", 1,
+               1 << 16);
+  const std::vector<int> tps = int_list("--tp", a.tp, 1, 1024);
+  const std::vector<int> ranks = int_list("--ranks", !a.ranks.empty() ? a.ranks : a.quick ? "2" : "2,4", 1, max_threads());
   const double t_start = now_s();
 
   // Roofline of one rank.
@@ -937,7 +933,7 @@ void run_profile(const ProfileArgs& a) {
   g_cpu_clock = a.clock == "cpu";
   ps.budget = int64_t(a.budget_mib) << 20;
   ps.dir = a.out;
-  const std::vector<int> concurrency = int_list("--concurrent", !a.concurrent.empty() ? a.concurrent : "1,2");
+  const std::vector<int> concurrency = int_list("--concurrent", !a.concurrent.empty() ? a.concurrent : "1,2", 1, max_threads());
   for (int r : concurrency)
     for (const Shape& sh : shapes) {
       for (DType dt : dtypes) profile_mlp(sh, dt, r, ps);

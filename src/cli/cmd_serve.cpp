@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "cluster/tiers.h"
 #include "cli/cli.h"
 #include "cli/layout_cli.h"
+#include "comm/communicator.h"
 #include "gpu/device.h"
 #include "core/error.h"
 #include "model/loader.h"
@@ -45,6 +47,12 @@ struct ServeArgs {
   int max_connections = 0;
   double header_timeout_s = server::HttpServerOptions{}.header_timeout_s;
   int64_t max_body_bytes = int64_t(server::HttpServerOptions{}.max_body_bytes);
+  double body_timeout_s = server::HttpServerOptions{}.body_timeout_s;
+  int64_t max_inflight_bytes = 0;  // 0: server::default_inflight_bytes
+  double stall_timeout_s = server::ServingOptions{}.step_timeout_s;
+  double heartbeat_timeout_s = server::ServingOptions{}.heartbeat_timeout_s;
+  bool ranks_given = false;
+  std::string content_special_tokens = "parse";
   int ranks = 1;
   std::string comm = "local";
   std::string tiers;  // SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,... or a file
@@ -106,6 +114,9 @@ std::string base_name(const std::string& path) {
 }
 
 void run_serve(const ServeArgs& a) {
+  // Ranges: cli/option_ranges.cpp (checked while parsing). What depends on two options is here.
+  if (a.ranks_given && a.ranks == 0 && a.comm != "mpi")
+    fail("--ranks 0 means as many ranks as mpirun started: only with --comm mpi (give --ranks N >= 1)");
   if (a.port < 0 || a.port > 65535) fail("--port must be in [0, 65535], got ", a.port);
   if (a.max_queue < 1) fail("--max-queue must be >= 1, got ", a.max_queue);
   if (a.kv_cache_bytes < 0) fail("--kv-cache-bytes must be > 0, got ", a.kv_cache_bytes);
@@ -115,8 +126,7 @@ void run_serve(const ServeArgs& a) {
   if (a.max_connections < 0) fail("--max-connections must be >= 0 (0: from the descriptor limit), got ", a.max_connections);
   if (!(a.header_timeout_s > 0) || a.header_timeout_s > 3600)
     fail("--header-timeout must be in (0, 3600] seconds, got ", a.header_timeout_s);
-  if (a.max_body_bytes < 1024 || a.max_body_bytes > (int64_t(1) << 30))
-    fail("--max-body-bytes must be in [1024, 2^30], got ", a.max_body_bytes);
+
 
   // Stop signals are taken by sigwait below; block them before any thread starts so every
   // thread inherits the mask.
@@ -181,6 +191,10 @@ void run_serve(const ServeArgs& a) {
     so.max_queue = a.max_queue;
     so.tiers = tiers;
     so.model_name = a.served_model_name.empty() ? base_name(a.model) : a.served_model_name;
+    so.step_timeout_s = a.stall_timeout_s;
+    so.heartbeat_timeout_s = a.heartbeat_timeout_s;
+    // Heartbeats well inside the communicator timeout: idle followers wait that long for a step.
+    so.heartbeat_period_s = std::clamp(CommOptions::default_timeout_s() / 4, 0.01, 1.0);
     // A dead engine (a follower rank failed, died or froze) stops the server: /health already
     // answers 503; the stop signal wakes the waiter below, and serve exits with the error.
     std::mutex dead_mu;
@@ -202,6 +216,9 @@ void run_serve(const ServeArgs& a) {
     ho.max_connections = a.max_connections;
     ho.header_timeout_s = a.header_timeout_s;
     ho.max_body_bytes = size_t(a.max_body_bytes);
+    ho.body_timeout_s = a.body_timeout_s;
+    ho.max_inflight_bytes = a.max_inflight_bytes;
+    ho.parse_special_in_content = a.content_special_tokens == "parse";
     server::HttpServer http(serving, *tok, ho);
     const int port = http.bind();
 
@@ -268,8 +285,27 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-body-bytes", a->max_body_bytes, "Request bodies above this get 413 unread")
       ->capture_default_str();
-  sub->add_option("--ranks", a->ranks, "Ranks of the engine (local: threads; mpi: 0 = mpirun's -np)")
+  sub->add_option("--body-timeout", a->body_timeout_s,
+                  "Seconds a client has to send its request body after the headers, chunked or not (then 408)")
       ->capture_default_str();
+  sub->add_option("--max-inflight-bytes", a->max_inflight_bytes,
+                  "Memory for requests in flight (received bodies, their parse, parsed prompts); beyond it 503 with "
+                  "Retry-After (0: min(2 GiB, a quarter of this machine's memory))")
+      ->capture_default_str();
+  sub->add_option("--content-special-tokens", a->content_special_tokens,
+                  "Special-token text inside chat message content: parse (control tokens, as HF, vLLM and llama.cpp "
+                  "do) or text (tokenized as plain text, so a user cannot forge chat turns)")
+      ->check(CLI::IsMember({"parse", "text"}))
+      ->capture_default_str();
+  sub->add_option("--stall-timeout", a->stall_timeout_s,
+                  "Seconds one engine step may run before /health reports the engine stalled (503)")
+      ->capture_default_str();
+  sub->add_option("--heartbeat-timeout", a->heartbeat_timeout_s,
+                  "Seconds a heartbeat to the engine's ranks (sent every second while idle) may take before /health "
+                  "reports a stalled rank (503)")
+      ->capture_default_str();
+  auto* ranks = sub->add_option("--ranks", a->ranks, "Ranks of the engine (local: threads; mpi: 0 = mpirun's -np)")
+                    ->capture_default_str();
   sub->add_option("--comm", a->comm, "Communicator for several ranks: local or mpi")->capture_default_str();
   add_layout_options(sub, a->layout);
   sub->add_option("--window", a->window_s,
@@ -285,7 +321,10 @@ void register_serve(CLI::App& app) {
   sub->add_option("--pool-lengths", a->pool_lengths,
                   "--policy nitsum: mean PROMPT/OUTPUT tokens the planner's profile table assumes for every tier")
       ->capture_default_str();
-  set_action(sub, [a] { run_serve(*a); });
+  set_action(sub, [a, ranks] {
+    a->ranks_given = ranks->count() > 0;
+    run_serve(*a);
+  });
 }
 
 }  // namespace loom::cli

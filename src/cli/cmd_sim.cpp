@@ -19,6 +19,8 @@
 
 #include "cli/cli.h"
 #include "core/error.h"
+#include "core/json_bounded.h"
+#include "core/parse_number.h"
 #include "sim/calibration.h"
 #include "sim/hardware.h"
 
@@ -149,11 +151,7 @@ std::vector<TraceRequest> load_trace(const RunArgs& a) {
   while (pos < rest.size()) {
     size_t c = rest.find(':', pos);
     if (c == std::string::npos) c = rest.size();
-    try {
-      v.push_back(std::stod(rest.substr(pos, c - pos)));
-    } catch (const std::exception&) {
-      fail("--synthetic ", a.synthetic, ": '", rest.substr(pos, c - pos), "' is not a number");
-    }
+    v.push_back(parse_double(rest.substr(pos, c - pos), cat("--synthetic ", text_excerpt(a.synthetic, 48), ": a value"), 0, 1e9));
     pos = c + 1;
   }
   ArrivalSpec spec;

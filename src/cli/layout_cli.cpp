@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/sysmem.h"
 #include "engine/policy.h"
 #include "gpu/device.h"
 #include "engine/rank_engine.h"
@@ -75,6 +76,12 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
   o.sidp_threshold = a.sidp_threshold;
   o.shift_weights = a.weights;
   if (a.cpu_kv_bytes < 0) fail("--cpu-kv-bytes must be >= 0, got ", a.cpu_kv_bytes);
+  // The tier is allocated (and zeroed) whole: checked against what is free before anything is.
+  if (a.cpu_kv_bytes > 0) {
+    const std::optional<int64_t> avail = mem_available();
+    if (avail && a.cpu_kv_bytes > *avail)
+      fail("--cpu-kv-bytes ", a.cpu_kv_bytes, " is more than the ", *avail, " bytes of memory available (MemAvailable)");
+  }
   o.engine.cpu_kv_bytes = a.cpu_kv_bytes;
   const std::string profile = a.profile;
   // The ranks talk over MPI when mpirun started this process (the profile's mpi collectives).

@@ -5,19 +5,35 @@
 #include <exception>
 
 #include "cli/cli.h"
+#include "cli/option_ranges.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"loom: LLM inference with a runtime-chosen parallel layout, and a simulator/planner"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
-  loom::cli::register_all(app);
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    loom::cli::register_all(app);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 2;
   }
   try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, as every other user error (an option out of its range names the option, the
+    // value and the range: cli/option_ranges.h).
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  try {
+    loom::cli::check_environment();
     loom::cli::run_selected(app);
   } catch (const loom::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -26,7 +42,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", loom::describe_exception(e).c_str());
     return 1;
   }
   return 0;

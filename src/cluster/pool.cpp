@@ -21,6 +21,7 @@
 #include "core/byte_io.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "core/thread_pool.h"
 #include "engine/plan_executor.h"
 #include "engine/step_codec.h"
@@ -1369,7 +1370,7 @@ std::vector<InstanceSpec> parse_pool_layout(const std::string& text, const SloTi
     if (f[1].size() < 3 || f[1].compare(0, 2, "tp") != 0 || f[1].find_first_not_of("0123456789", 2) != std::string::npos ||
         f[1].size() > 6)
       bad(cat("has '", f[1], "' where tpT belongs"));
-    x.tp = std::stoi(f[1].substr(2));
+    x.tp = int(parse_int(f[1].substr(2), "--pool-layout TP degree", 0, 9999));
     if (x.tp < 1 || (x.tp & (x.tp - 1))) bad(cat("has TP degree ", x.tp, ", not a power of two"));
     x.tier = 0;
     if (f.size() == 3) {

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
+#include "core/mmap_file.h"
 
 namespace loom::cluster {
 
@@ -97,7 +99,7 @@ int SloTiers::find(const std::string& name) const {
     if (tiers_[i].name == name) return int(i);
   std::string known;
   for (const auto& t : tiers_) known += (known.empty() ? "" : ", ") + t.name;
-  fail("unknown tier '", name, "' (known: ", known, ")");
+  fail("unknown tier '", text_excerpt(name, 64), "' (known: ", known, ")");
 }
 
 int SloTiers::background() const {
@@ -195,20 +197,12 @@ std::vector<int> assign_tiers(size_t n, const std::vector<double>& weights) {
 
 SloTiers parse_tiers(const std::string& spec) {
   std::error_code ec;
-  if (std::filesystem::is_regular_file(spec, ec)) {
-    std::ifstream f(spec);
-    if (!f) fail("cannot read the tier file ", spec);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    const std::string text = ss.str();
+  if (std::filesystem::exists(spec, ec)) {
+    // A tier file: a regular file of at most 1 MiB (a FIFO or /dev/zero is refused unread).
+    const std::string text = read_text_file(spec, size_t(1) << 20, "tier file");
     const std::string t = trim(text);
     if (!t.empty() && (t[0] == '[' || t[0] == '{')) {
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(text);
-      } catch (const std::exception& e) {
-        fail(spec, ": not valid JSON (", e.what(), ")");
-      }
+      const nlohmann::json j = parse_json_bounded(text, spec, JsonLimits{size_t(1) << 20, 8});
       return tiers_from_json(j, spec);
     }
     return parse_text(text);

@@ -14,8 +14,9 @@ double CommOptions::default_timeout_s() {
   if (env == nullptr || *env == '\0') return 60.0;
   char* end = nullptr;
   double v = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(v > 0)) {
-    fail("LOOM_COMM_TIMEOUT_S='", env, "' is not a positive number of seconds");
+  // At most a week: the timeout becomes a duration in nanoseconds (1e10 s overflowed it).
+  if (end == env || *end != '\0' || !(v > 0) || !(v <= 604800)) {
+    fail("LOOM_COMM_TIMEOUT_S='", env, "' is not a number of seconds in (0, 604800]");
   }
   return v;
 }

@@ -37,6 +37,10 @@ template <typename... Args>
   throw Error(cat(std::forward<Args>(args)...));
 }
 
+// What a caught exception means, in words for a user: never a bare exception name
+// (std::bad_alloc's "std::bad_alloc", std::stoi's "stoi"). loom's own errors keep their message.
+std::string describe_exception(const std::exception& e);
+
 }  // namespace loom
 
 #define LOOM_CHECK(cond, ...)                                                              \

@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include "core/parse_number.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -29,9 +31,12 @@ constexpr int kWaitSpins = 2000;        // the caller's pause rounds before it y
 }
 
 int default_thread_count() {
-  if (const char* s = std::getenv("LOOM_THREADS")) {
-    const int n = std::atoi(s);
-    if (n > 0) return n;
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int cores = hw > 0 ? int(hw) : 1;
+  if (const char* s = std::getenv("LOOM_THREADS"); s && *s) {
+    // The CLI's range (cli/option_ranges.h): at most max(64, 8 x cores).
+    const int64_t n = parse_int(s, "LOOM_THREADS", 1, std::max(64, 8 * cores));
+    return int(n);
   }
   int n = int(std::thread::hardware_concurrency());
 #if defined(__linux__)

@@ -281,6 +281,9 @@ class Leader final : public DistEngine {
     if (replicas_) return replicas_->fault();
     return core_->executor().broken() ? core_->executor().error() : std::string();
   }
+  void heartbeat() override {
+    if (!replicas_) core_->executor().heartbeat();
+  }
   TierStats tier_stats() const override { return st_.rank->tier_stats(); }
   Scheduler& scheduler() override { return replicas_ ? replicas_->scheduler(0) : core_->scheduler(); }
   LiveLoop& loop() override { return replicas_ ? static_cast<LiveLoop&>(*replicas_) : core_->loop(); }
@@ -324,8 +327,10 @@ void run_rank(const DistOptions& o, Communicator& started, const std::function<v
   if (world.rank() != 0) {
     std::function<void(const StepBatch&)> hook;
     if (o.follower_before_step) hook = [&o, r = world.rank()](const StepBatch& b) { o.follower_before_step(r, b); };
+    std::function<void()> beat;
+    if (o.follower_heartbeat) beat = [&o, r = world.rank()] { o.follower_heartbeat(r); };
     if (!channels.empty()) follow_replica(*channels[size_t(world.rank())], *st.rank, hook);
-    else follow_steps(world, *st.rank, hook);
+    else follow_steps(world, *st.rank, hook, beat);
     return;
   }
   // A keep-alive well inside the communicator's timeout.

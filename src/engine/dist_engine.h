@@ -77,6 +77,8 @@ struct DistOptions {
   // Called on every rank but world rank 0 with each step before it executes (tracing; tests inject
   // a mid-run failure with it). May throw: that rank fails, and so does the job.
   std::function<void(int world_rank, const StepBatch&)> follower_before_step;
+  // Test hook: runs on a follower rank before it answers a heartbeat (EngineHandle::heartbeat).
+  std::function<void(int world_rank)> follower_heartbeat;
 
   // Called on every rank after each step it ran (RankEngine::after_step; tests check each rank's
   // KV store against the placement here). Runs on the rank's thread (world rank 0 of SiDP replicas

@@ -66,6 +66,12 @@ class EngineHandle {
   // a communicator error, a peer that failed or timed out, plan_executor.h). A faulted engine
   // fails every later step at once: a server must stop serving it (server/serving_engine.h).
   virtual std::string fault() const { return {}; }
+  // Called by the driving thread while it has nothing to run: a no-work round trip with every
+  // rank that follows this one (plan_executor.h StepLeader::heartbeat), so a stalled rank shows
+  // while the engine idles (server/serving_engine.h "Health"). Throws when the group failed.
+  // Default: nothing to check (one rank; SiDP's replicas and a Nitsum pool keep their channels
+  // alive on threads of their own).
+  virtual void heartbeat() {}
 };
 
 // World rank 0's scheduling side over a RankEngine, shared by the single-rank Engine and the

@@ -128,7 +128,7 @@ bool EngineLoop::step() {
   try {
     result = exec_.execute(p->batch);
   } catch (const std::exception& e) {
-    end_step(*p, nullptr, e.what());
+    end_step(*p, nullptr, describe_exception(e));  // never a bare "std::bad_alloc" in a finish detail
     return true;
   }
   end_step(*p, &result);

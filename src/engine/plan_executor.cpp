@@ -48,6 +48,20 @@ void StepLeader::stop() {
   broadcast_descriptor(group_, wire_, inline_);
 }
 
+void StepLeader::heartbeat() {
+  check_usable();
+  if (group_.size() == 1) return;
+  try {
+    wire_ = encode_heartbeat();
+    broadcast_descriptor(group_, wire_, inline_);
+    group_.barrier();
+  } catch (const std::exception& e) {
+    broken_ = true;
+    error_ = cat("heartbeat: ", e.what());
+    throw;
+  }
+}
+
 PlanExecutor::PlanExecutor(Communicator& world, RankEngine& rank) : leader_(world), rank_(rank) {
   LOOM_CHECK(world.rank() == 0, "the PlanExecutor runs on world rank 0, not ", world.rank());
   for (int id = 0; id < rank.plans().size(); ++id) stats_.push_back(PlanStats{rank.plans().name(id)});
@@ -79,7 +93,8 @@ StepResult PlanExecutor::execute(const StepBatch& batch) {
   return r;
 }
 
-int64_t follow_steps(Communicator& world, RankEngine& rank, const std::function<void(const StepBatch&)>& before_step) {
+int64_t follow_steps(Communicator& world, RankEngine& rank, const std::function<void(const StepBatch&)>& before_step,
+                     const std::function<void()>& on_heartbeat) {
   LOOM_CHECK(world.rank() != 0, "world rank 0 leads; it does not follow");
   std::vector<uint8_t> wire, inl;
   int64_t steps = 0;
@@ -87,6 +102,11 @@ int64_t follow_steps(Communicator& world, RankEngine& rank, const std::function<
     broadcast_descriptor(world, wire, inl);
     DecodedStep d = decode_step(wire.data(), wire.size());
     if (d.command == StepCommand::kStop) return steps;
+    if (d.command == StepCommand::kHeartbeat) {
+      if (on_heartbeat) on_heartbeat();
+      world.barrier();
+      continue;
+    }
     if (d.batch.plan_id >= rank.plans().size())
       fail("step ", d.batch.step_index, ": plan id ", d.batch.plan_id, " outside the set of ", rank.plans().size());
     if (before_step) before_step(d.batch);

@@ -52,6 +52,9 @@ class StepLeader {
     }
   }
   void stop();
+  // A no-work round trip with every follower (kHeartbeat + barrier): returns once all of them
+  // answered; throws (and marks the group broken) when the communicator times out or fails.
+  void heartbeat();
   bool broken() const { return broken_; }
   const std::string& error() const { return error_; }
 
@@ -86,6 +89,7 @@ class PlanExecutor : public StepExecutor {
 
   // Sends the stop command to the followers (once; nothing on a broken group).
   void stop() { leader_.stop(); }
+  void heartbeat() { leader_.heartbeat(); }
   bool broken() const { return leader_.broken(); }
   const std::string& error() const { return leader_.error(); }
   int64_t num_steps() const { return num_steps_; }
@@ -101,9 +105,11 @@ class PlanExecutor : public StepExecutor {
 };
 
 // World ranks != 0: executes the broadcast steps with `rank` until the stop command; returns the
-// steps run. `before_step` (optional) sees each decoded batch first (tracing; tests inject faults).
+// steps run. `before_step` (optional) sees each decoded batch first (tracing; tests inject faults);
+// `on_heartbeat` (optional) runs before each heartbeat is answered (tests stall a follower there).
 int64_t follow_steps(Communicator& world, RankEngine& rank,
-                     const std::function<void(const StepBatch&)>& before_step = nullptr);
+                     const std::function<void(const StepBatch&)>& before_step = nullptr,
+                     const std::function<void()>& on_heartbeat = nullptr);
 
 // One descriptor from `group` rank 0 to the others: on rank 0 `wire` holds it, on the others it
 // receives it; `inline_buf` is scratch.

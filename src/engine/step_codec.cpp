@@ -79,6 +79,13 @@ std::vector<uint8_t> encode_stop() {
   return out;
 }
 
+std::vector<uint8_t> encode_heartbeat() {
+  std::vector<uint8_t> out;
+  ByteWriter w(out);
+  put_header(w, StepCommand::kHeartbeat);
+  return out;
+}
+
 DecodedStep decode_step(const uint8_t* data, size_t bytes) {
   static_assert(sizeof(TokenId) == 4 && sizeof(RequestId) == 8, "wire format uses 32-bit token ids, 64-bit sequence ids");
   ByteReader r(data, bytes, "step descriptor");
@@ -88,8 +95,8 @@ DecodedStep decode_step(const uint8_t* data, size_t bytes) {
   if (version != kVersion) fail("step descriptor version ", version, ", this build reads ", kVersion);
   const uint32_t cmd = r.get<uint32_t>("command");
   DecodedStep d;
-  if (cmd == uint32_t(StepCommand::kStop)) {
-    d.command = StepCommand::kStop;
+  if (cmd == uint32_t(StepCommand::kStop) || cmd == uint32_t(StepCommand::kHeartbeat)) {
+    d.command = StepCommand(cmd);
     return d;
   }
   if (cmd != uint32_t(StepCommand::kStep)) fail("step descriptor: unknown command ", cmd);

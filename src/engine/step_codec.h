@@ -34,13 +34,17 @@
 
 namespace loom {
 
-enum class StepCommand : uint32_t { kStep = 1, kStop = 2 };
+// kHeartbeat: no work; every rank answers it in a barrier (a leader with nothing to run checks that
+// its followers still follow, server/serving_engine.h "Health").
+enum class StepCommand : uint32_t { kStep = 1, kStop = 2, kHeartbeat = 3 };
 
 // Serialises `batch` (and the sequences to release first) as a kStep descriptor into `out`
 // (replacing its contents).
 void encode_step(const StepBatch& batch, const std::vector<RequestId>& released, std::vector<uint8_t>& out);
 // A kStop descriptor.
 std::vector<uint8_t> encode_stop();
+// A kHeartbeat descriptor.
+std::vector<uint8_t> encode_heartbeat();
 
 struct DecodedStep {
   StepCommand command = StepCommand::kStop;

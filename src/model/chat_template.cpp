@@ -18,64 +18,94 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(ws) + 1 - b);
 }
 
+// A rendering: the text, and where message contents sit in it (ChatPrompt::content).
+struct Out {
+  ChatPrompt p;
+  void t(const std::string& x) { p.text += x; }
+  void c(const std::string& x) {
+    p.content.push_back({p.text.size(), p.text.size() + x.size()});
+    p.text += x;
+  }
+};
+
 // Llama-2 chat (Meta's llama/generation.py chat_completion): the system prompt is folded into
 // the first user turn as "<<SYS>>\n{system}\n<</SYS>>\n\n"; each user/assistant pair is
 // "<s>[INST] {user} [/INST] {assistant} </s>"; a final user turn is "<s>[INST] {user} [/INST]"
 // (the model answers after it, so add_generation_prompt adds nothing). Contents are stripped.
-std::string render_llama2(const std::vector<ChatMessage>& msgs) {
-  std::string out, system;
+ChatPrompt render_llama2(const std::vector<ChatMessage>& msgs) {
+  Out out;
+  std::string system;  // the system prompt waiting for the first user turn
   bool in_turn = false;  // an [INST] ... [/INST] is open, awaiting the assistant's answer
   for (const auto& m : msgs) {
     if (m.role == "system") {
       system += trim(m.content);
     } else if (m.role == "assistant") {
-      if (!in_turn) out += "<s>";  // an assistant message with no user before it
-      out += ' ';
-      out += trim(m.content);
-      out += " </s>";
+      if (!in_turn) out.t("<s>");  // an assistant message with no user before it
+      out.t(" ");
+      out.c(trim(m.content));
+      out.t(" </s>");
       in_turn = false;
     } else {  // "user" and any other role speak inside [INST]
-      std::string content = trim(m.content);
+      out.t("<s>[INST] ");
       if (!system.empty()) {
-        content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+        out.t("<<SYS>>\n");
+        out.c(system);
+        out.t("\n<</SYS>>\n\n");
         system.clear();
       }
-      out += "<s>[INST] " + content + " [/INST]";
+      out.c(trim(m.content));
+      out.t(" [/INST]");
       in_turn = true;
     }
   }
-  if (!system.empty()) out += "<s>[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n [/INST]";
-  return out;
+  if (!system.empty()) {
+    out.t("<s>[INST] <<SYS>>\n");
+    out.c(system);
+    out.t("\n<</SYS>>\n\n [/INST]");
+  }
+  return out.p;
 }
 
 // Llama-3 instruct (Meta's model card / tokenizer_config chat_template): "<|begin_of_text|>"
 // once, then per message "<|start_header_id|>{role}<|end_header_id|>\n\n{content | trim}
 // <|eot_id|>"; the generation prompt is the assistant header.
-std::string render_llama3(const std::vector<ChatMessage>& msgs, bool gen) {
-  std::string out = "<|begin_of_text|>";
-  for (const auto& m : msgs)
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+ChatPrompt render_llama3(const std::vector<ChatMessage>& msgs, bool gen) {
+  Out out;
+  out.t("<|begin_of_text|>");
+  for (const auto& m : msgs) {
+    out.t("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+    out.c(trim(m.content));
+    out.t("<|eot_id|>");
+  }
+  if (gen) out.t("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out.p;
 }
 
 // ChatML (OpenAI's ChatML document, used by Qwen): "<|im_start|>{role}\n{content}<|im_end|>\n"
 // per message, content as given; the generation prompt is "<|im_start|>assistant\n". No
 // default system message is inserted (Qwen's own templates add one; ours leaves that to the
 // caller).
-std::string render_chatml(const std::vector<ChatMessage>& msgs, bool gen) {
-  std::string out;
-  for (const auto& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (gen) out += "<|im_start|>assistant\n";
-  return out;
+ChatPrompt render_chatml(const std::vector<ChatMessage>& msgs, bool gen) {
+  Out out;
+  for (const auto& m : msgs) {
+    out.t("<|im_start|>" + m.role + "\n");
+    out.c(m.content);
+    out.t("<|im_end|>\n");
+  }
+  if (gen) out.t("<|im_start|>assistant\n");
+  return out.p;
 }
 
 // Plain: "{role}: {content}\n" per message; the generation prompt is "assistant:".
-std::string render_plain(const std::vector<ChatMessage>& msgs, bool gen) {
-  std::string out;
-  for (const auto& m : msgs) out += m.role + ": " + m.content + "\n";
-  if (gen) out += "assistant:";
-  return out;
+ChatPrompt render_plain(const std::vector<ChatMessage>& msgs, bool gen) {
+  Out out;
+  for (const auto& m : msgs) {
+    out.t(m.role + ": ");
+    out.c(m.content);
+    out.t("\n");
+  }
+  if (gen) out.t("assistant:");
+  return out.p;
 }
 
 }  // namespace
@@ -104,11 +134,19 @@ const char* chat_format_name(ChatFormat f) {
 
 std::string apply_chat_template(const Vocab& v, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt) {
-  return apply_chat_template(detect_chat_format(v), msgs, add_generation_prompt);
+  return render_chat(detect_chat_format(v), msgs, add_generation_prompt).text;
 }
 
 std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt) {
+  return render_chat(f, msgs, add_generation_prompt).text;
+}
+
+ChatPrompt render_chat(const Vocab& v, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+  return render_chat(detect_chat_format(v), msgs, add_generation_prompt);
+}
+
+ChatPrompt render_chat(ChatFormat f, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
   switch (f) {
     case ChatFormat::Llama2: return render_llama2(msgs);
     case ChatFormat::Llama3: return render_llama3(msgs, add_generation_prompt);

@@ -6,7 +6,9 @@
 //  - Plain:   "{role}: {content}\n"
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/vocab.h"
@@ -32,5 +34,16 @@ std::string apply_chat_template(const Vocab& v, const std::vector<ChatMessage>& 
                                 bool add_generation_prompt);
 std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt);
+
+// The same text, and the byte ranges [begin, end) of it that are message content (what a client
+// wrote). Tokenizer::encode with these as literal ranges tokenizes special-token spellings in
+// content as plain text (the safe mode: a user cannot forge "<|im_start|>system" turns; by default
+// HF tokenizers, vLLM and llama.cpp parse them as control tokens, and so does loom).
+struct ChatPrompt {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content;
+};
+ChatPrompt render_chat(const Vocab& v, const std::vector<ChatMessage>& msgs, bool add_generation_prompt);
+ChatPrompt render_chat(ChatFormat f, const std::vector<ChatMessage>& msgs, bool add_generation_prompt);
 
 }  // namespace loom

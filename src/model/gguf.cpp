@@ -16,30 +16,40 @@ namespace {
 constexpr uint64_t kDefaultAlignment = 32;
 
 // Bounds-checked little-endian cursor over the mapped header; every read names what it reads.
+// The name is `what` + `suffix`, put together only when a read fails (a metadata array of a
+// million entries builds no strings).
 class Cursor {
  public:
   Cursor(const uint8_t* data, uint64_t size, const std::string& path) : p_(data), size_(size), path_(path) {}
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return size_ - pos_; }
-  void need(uint64_t n, const std::string& what) const {
+  void need(uint64_t n, const std::string& what, const char* suffix = "") const {
     if (n > left())
-      fail("GGUF '", path_, "': truncated reading ", what, " at offset ", pos_, ": need ", n, " bytes, ", left(),
-           " left in the file");
+      fail("GGUF '", path_, "': truncated reading ", what, suffix, " at offset ", pos_, ": need ", n, " bytes, ",
+           left(), " left in the file");
   }
   template <typename T>
-  T get(const std::string& what) {
-    need(sizeof(T), what);
+  T get(const std::string& what, const char* suffix = "") {
+    need(sizeof(T), what, suffix);
     T v;
     std::memcpy(&v, p_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return v;
   }
   std::string str(const std::string& what) {
-    const uint64_t n = get<uint64_t>(what + " length");
+    const uint64_t n = get<uint64_t>(what, " length");
     need(n, what);
     std::string s(reinterpret_cast<const char*>(p_ + pos_), size_t(n));
     pos_ += n;
     return s;
+  }
+  void advance(uint64_t n) {  // after need(n, ...)
+    pos_ += std::min(n, left());
+  }
+  void skip_str(const std::string& what) {
+    const uint64_t n = get<uint64_t>(what, " length");
+    need(n, what);
+    pos_ += n;
   }
 
  private:
@@ -81,7 +91,68 @@ double read_scalar(Cursor& c, GgufType t, const std::string& what) {
   fail("GGUF ", what, ": not a scalar type ", uint32_t(t));
 }
 
-GgufValue read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
+// Arrays nested in arrays are read and checked but not kept; their elements count towards this
+// bound (a metadata array of 10^6 empty arrays took over 30 s in the sanitized build).
+constexpr uint64_t kMaxNestedElements = uint64_t(1) << 24;
+
+// An integer scalar exactly (num as well, for the callers that want a double).
+void read_int_exact(Cursor& c, GgufType t, const std::string& what, GgufValue* v) {
+  switch (t) {
+    case GgufType::U8: v->ival = c.get<uint8_t>(what); break;
+    case GgufType::I8: v->ival = c.get<int8_t>(what); break;
+    case GgufType::U16: v->ival = c.get<uint16_t>(what); break;
+    case GgufType::I16: v->ival = c.get<int16_t>(what); break;
+    case GgufType::U32: v->ival = c.get<uint32_t>(what); break;
+    case GgufType::I32: v->ival = c.get<int32_t>(what); break;
+    case GgufType::I64: v->ival = c.get<int64_t>(what); break;
+    case GgufType::U64: {
+      const uint64_t u = c.get<uint64_t>(what);
+      if (u > uint64_t(std::numeric_limits<int64_t>::max())) {
+        v->uval_high = u;
+        v->num = double(u);
+        return;
+      }
+      v->ival = int64_t(u);
+      break;
+    }
+    default: fail("GGUF ", what, ": not an integer type ", uint32_t(t));
+  }
+  v->num = double(v->ival);
+}
+
+// Skips one array value nested in an array (its elements are not kept): depth-bounded, every
+// element counted against *budget.
+void skip_nested_array(Cursor& c, const std::string& what, int depth, uint64_t* budget) {
+  if (depth > 4) fail("GGUF ", what, ": arrays nested deeper than 4");
+  const uint32_t et = c.get<uint32_t>(what, " array type");
+  if (et > 12) fail("GGUF ", what, ": unknown array element type ", et, " (expected 0..12)");
+  const uint64_t count = c.get<uint64_t>(what, " array length");
+  if (count > *budget)
+    fail("GGUF ", what, ": arrays nested in it hold more than ", kMaxNestedElements, " elements in all");
+  *budget -= count;
+  const GgufType t = GgufType(et);
+  if (t == GgufType::String) {
+    if (count > c.left() / 8)
+      fail("GGUF ", what, ": array of ", count, " strings cannot fit in the ", c.left(), " bytes left");
+    for (uint64_t i = 0; i < count; ++i) c.skip_str(what);
+  } else if (t == GgufType::Array) {
+    if (count > c.left() / 12)
+      fail("GGUF ", what, ": array of ", count, " arrays cannot fit in the ", c.left(), " bytes left");
+    for (uint64_t i = 0; i < count; ++i) skip_nested_array(c, what, depth + 1, budget);
+  } else {
+    const uint64_t sz = uint64_t(scalar_size(t));
+    if (count > c.left() / sz)
+      fail("GGUF ", what, ": array of ", count, " x ", sz, " bytes runs past the end of the file (", c.left(),
+           " bytes left)");
+    if (t == GgufType::Bool) {
+      for (uint64_t i = 0; i < count; ++i) read_scalar(c, t, what);  // each must be 0 or 1
+    } else {
+      c.advance(count * sz);
+    }
+  }
+}
+
+GgufValue read_value(Cursor& c, uint32_t type, const std::string& key) {
   const std::string what = cat("key '", key, "'");
   GgufValue v;
   if (type > 12) fail("GGUF ", what, ": unknown value type ", type, " (expected 0..12)");
@@ -89,11 +160,10 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& key, int depth
   if (v.type == GgufType::String) {
     v.str = c.str(what);
   } else if (v.type == GgufType::Array) {
-    if (depth > 4) fail("GGUF ", what, ": arrays nested deeper than 4");
-    const uint32_t et = c.get<uint32_t>(what + " array type");
+    const uint32_t et = c.get<uint32_t>(what, " array type");
     if (et > 12) fail("GGUF ", what, ": unknown array element type ", et, " (expected 0..12)");
     v.elem_type = GgufType(et);
-    v.count = c.get<uint64_t>(what + " array length");
+    v.count = c.get<uint64_t>(what, " array length");
     if (v.elem_type == GgufType::String) {
       // each string takes at least its 8-byte length: bound the count before reserving
       if (v.count > c.left() / 8)
@@ -103,7 +173,11 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& key, int depth
     } else if (v.elem_type == GgufType::Array) {
       if (v.count > c.left() / 12)
         fail("GGUF ", what, ": array of ", v.count, " arrays cannot fit in the ", c.left(), " bytes left");
-      for (uint64_t i = 0; i < v.count; ++i) read_value(c, uint32_t(GgufType::Array), key, depth + 1);
+      uint64_t budget = kMaxNestedElements;
+      if (v.count > budget)
+        fail("GGUF ", what, ": arrays nested in it hold more than ", kMaxNestedElements, " elements in all");
+      budget -= v.count;
+      for (uint64_t i = 0; i < v.count; ++i) skip_nested_array(c, what, 1, &budget);
     } else {
       const uint64_t sz = uint64_t(scalar_size(v.elem_type));
       if (v.count > c.left() / sz)
@@ -112,6 +186,8 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& key, int depth
       v.nums.resize(size_t(v.count));
       for (uint64_t i = 0; i < v.count; ++i) v.nums[i] = read_scalar(c, v.elem_type, what);
     }
+  } else if (v.is_integer()) {
+    read_int_exact(c, v.type, what, &v);
   } else {
     v.num = read_scalar(c, v.type, what);
   }
@@ -171,8 +247,8 @@ std::string ggml_type_name(uint32_t type) {
 
 // ---- GgufValue ----
 
-GgufValue GgufValue::u32(uint32_t x) { GgufValue v; v.type = GgufType::U32; v.num = x; return v; }
-GgufValue GgufValue::i32(int32_t x) { GgufValue v; v.type = GgufType::I32; v.num = x; return v; }
+GgufValue GgufValue::u32(uint32_t x) { GgufValue v; v.type = GgufType::U32; v.num = x; v.ival = x; return v; }
+GgufValue GgufValue::i32(int32_t x) { GgufValue v; v.type = GgufType::I32; v.num = x; v.ival = x; return v; }
 GgufValue GgufValue::f32(float x) { GgufValue v; v.type = GgufType::F32; v.num = x; return v; }
 GgufValue GgufValue::boolean(bool x) { GgufValue v; v.type = GgufType::Bool; v.num = x ? 1 : 0; return v; }
 GgufValue GgufValue::string(std::string x) { GgufValue v; v.type = GgufType::String; v.str = std::move(x); return v; }
@@ -210,11 +286,26 @@ bool GgufValue::is_integer() const {
 }
 bool GgufValue::is_number() const { return is_integer() || type == GgufType::F32 || type == GgufType::F64; }
 
+bool GgufValue::int_in(int64_t lo, int64_t hi, int64_t* out) const {
+  if (!is_integer() || uval_high != 0) return false;
+  if (ival < lo || ival > hi) return false;
+  *out = ival;
+  return true;
+}
+
+std::string GgufValue::int_text() const {
+  if (uval_high != 0) return cat(uval_high);
+  return cat(ival);
+}
+
 std::string GgufValue::short_text() const {
   if (type == GgufType::String) return str.size() > 60 ? cat('"', str.substr(0, 57), "...\"") : cat('"', str, '"');
   if (type == GgufType::Array) return cat("[", count, " x ", gguf_type_name(elem_type), "]");
   if (type == GgufType::Bool) return num != 0 ? "true" : "false";
-  return cat(num);
+  if (is_integer()) return int_text();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", num);
+  return buf;
 }
 
 // ---- GgufFile ----
@@ -247,17 +338,20 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.str(cat("key #", i));
     const uint32_t type = c.get<uint32_t>(cat("type of key '", key, "'"));
-    GgufValue v = read_value(c, type, key, 0);
+    GgufValue v = read_value(c, type, key);
     if (kv_index_.count(key)) fail("GGUF '", path, "': key '", key, "' appears twice");
     kv_index_[key] = kvs_.size();
     kvs_.emplace_back(std::move(key), std::move(v));
   }
+  // ggml's rule: general.alignment is a positive power of two (any integer type; -1, INT64_MIN or
+  // UINT64_MAX were undefined behaviour here before). loom also caps it at 2^20.
   if (const GgufValue* a = find("general.alignment")) {
     if (!a->is_integer()) fail("GGUF key 'general.alignment': expected an integer, found ", gguf_type_name(a->type));
-    const auto al = uint64_t(a->num);
-    if (al == 0 || (al & (al - 1)) != 0 || al > (1u << 20))
-      fail("GGUF key 'general.alignment': ", al, " is not a power of two in [1, 2^20]");
-    alignment_ = al;
+    int64_t al = 0;
+    if (!a->int_in(1, int64_t(1) << 20, &al) || (al & (al - 1)) != 0)
+      fail("GGUF key 'general.alignment': ", a->int_text(), " (", gguf_type_name(a->type),
+           ") is not a power of two in [1, 2^20]");
+    alignment_ = uint64_t(al);
   }
 
   for (uint64_t i = 0; i < n_tensors; ++i) {
@@ -295,8 +389,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   const uint64_t data_size = data_start <= size ? size - data_start : 0;
   for (auto& t : tensors_) {
     if (t.offset > data_size || t.bytes > data_size - t.offset)
-      fail("GGUF tensor '", t.name, "': bytes [", t.offset, ", ", t.offset + t.bytes, ") of the data section run past its end (",
-           data_size, " bytes; file truncated?)");
+      fail("GGUF tensor '", t.name, "': its ", t.bytes, " bytes at offset ", t.offset,
+           " of the data section run past its end (", data_size, " bytes; file truncated?)");
     t.data = base + data_start + t.offset;
   }
   std::vector<const GgufTensorInfo*> order;
@@ -323,8 +417,10 @@ int64_t GgufFile::get_int(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) fail("GGUF '", path_, "': missing key '", key, "'");
   if (!v->is_integer()) fail("GGUF key '", key, "': expected an integer, found ", gguf_type_name(v->type));
-  if (!(v->num >= -9.2e18 && v->num <= 9.2e18)) fail("GGUF key '", key, "': ", v->num, " is out of range");
-  return int64_t(v->num);
+  int64_t out = 0;
+  if (!v->int_in(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &out))
+    fail("GGUF key '", key, "': ", v->int_text(), " is out of range (at most 2^63-1)");
+  return out;
 }
 int64_t GgufFile::get_int(const std::string& key, int64_t fallback) const {
   return find(key) ? get_int(key) : fallback;

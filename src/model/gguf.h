@@ -41,11 +41,15 @@ uint32_t ggml_type_of(DType t);
 std::string ggml_type_name(uint32_t type);
 
 // One metadata value. Scalars: `num` (every numeric type and bool, exact for integers up to
-// 2^53) or `str`. Arrays: elem_type and `nums` or `strs` (arrays of arrays are parsed and
-// counted but their elements not kept).
+// 2^53) or `str`; integer scalars also exactly (`ival` for values that fit an int64, `uval_high`
+// for u64 values above INT64_MAX), so errors print the file's number, not a rounded one.
+// Arrays: elem_type and `nums` or `strs` (arrays of arrays are parsed and counted but their
+// elements not kept).
 struct GgufValue {
   GgufType type = GgufType::U32;
   double num = 0.0;
+  int64_t ival = 0;         // integer scalars that fit an int64
+  uint64_t uval_high = 0;   // u64 scalars above INT64_MAX (then ival is unused)
   std::string str;
   GgufType elem_type = GgufType::U32;
   uint64_t count = 0;  // arrays: number of elements
@@ -63,6 +67,9 @@ struct GgufValue {
   bool is_array() const { return type == GgufType::Array; }
   bool is_integer() const;  // any integer type (not bool, not float)
   bool is_number() const;   // integer or float type
+  // Integer scalars: the exact value when it fits [lo, hi] (true), else false.
+  bool int_in(int64_t lo, int64_t hi, int64_t* out) const;
+  std::string int_text() const;  // integer scalars: the exact value
   std::string short_text() const;  // for `loom info`: scalars in full, arrays as "[n x type]"
 };
 

@@ -198,7 +198,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
 }
 
 HfConfig load_hf_config(const std::string& path) {
-  return parse_hf_config(read_text_file(path, kHfConfigJsonLimits.max_bytes), path);
+  return parse_hf_config(read_text_file(path, kHfConfigJsonLimits.max_bytes, "config.json"), path);
 }
 
 std::string hf_config_json(const ModelConfig& c, DType dtype) {

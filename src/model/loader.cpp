@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "model/gguf.h"
@@ -102,14 +104,9 @@ std::string detect_model_format(const std::string& path) {
     fail("'", path, "' is a directory without config.json (expected an HF safetensors model directory)");
   }
   if (!fs::exists(path, ec)) fail("model '", path, "' does not exist");
-  char magic[4] = {};
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    const size_t n = std::fread(magic, 1, 4, f);
-    std::fclose(f);
-    if (n == 4 && std::memcmp(magic, "GGUF", 4) == 0) return "gguf";
-  } else {
-    fail("cannot open model '", path, "'");
-  }
+  // A FIFO or a device is refused here, before anything blocks on it or reads it.
+  ::close(open_regular_file(path, "model"));
+  if (read_file_head(path, 4) == "GGUF") return "gguf";
   if (fs::path(path).extension() == ".safetensors") return "safetensors";
   return "llama2c";
 }
@@ -123,17 +120,11 @@ std::shared_ptr<Model> load_model(const std::string& path) {
 
 namespace {
 
-bool starts_with_gguf(const std::string& path) {
-  char magic[4] = {};
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  const size_t n = std::fread(magic, 1, 4, f);
-  std::fclose(f);
-  return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-}
+bool starts_with_gguf(const std::string& path) { return read_file_head(path, 4) == "GGUF"; }
 
 Vocab vocab_from_file(const std::string& path, int vocab_size) {
   if (!file_exists(path)) fail("tokenizer '", path, "' does not exist");
+  ::close(open_regular_file(path, "tokenizer"));
   if (starts_with_gguf(path)) return gguf_vocab(GgufFile(path));
   if (fs::path(path).extension() == ".json") return load_tokenizer_json(path, vocab_size);
   return load_llama2c_vocab(path, vocab_size);
@@ -193,6 +184,14 @@ Vocab load_vocab(const std::string& model_path, const std::string& tokenizer_pat
     fail("tokenizer '", tok, "' has ", v.size(), " tokens but model '", model_path, "' has vocab_size ",
          config.vocab_size, " (token ids would index past the embedding)");
   if (v.size() == 0) fail("tokenizer '", tok, "' has no tokens");
+  // Smaller is how padded vocabularies look (Qwen2.5: 151,665 tokens for 151,936 rows), but ids
+  // past the tokenizer decode to nothing: a gap wider than padding is the wrong tokenizer.
+  const int gap = config.vocab_size - v.size();
+  const int padding = std::max(256, config.vocab_size / 64);
+  if (gap > padding)
+    fail("tokenizer '", tok, "' has ", v.size(), " tokens but model '", model_path, "' has vocab_size ",
+         config.vocab_size, ": ids ", v.size(), "..", config.vocab_size - 1,
+         " would decode to nothing (a padded vocabulary leaves at most ", padding, " ids unused)");
   return v;
 }
 

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "model/bpe_pretokenize.h"
 
 namespace loom {
@@ -133,11 +134,23 @@ class SpmTokenizer final : public Tokenizer {
         use_marker_ = true;
         break;
       }
+    int bytes = 0, first_missing = -1;
     for (int b = 0; b < 256; ++b) {
       char name[8];
       std::snprintf(name, sizeof name, "<0x%02X>", b);
       byte_id_[size_t(b)] = lookup(map_, name);
+      if (byte_id_[size_t(b)] >= 0) ++bytes;
+      else if (first_missing < 0) first_missing = b;
     }
+    // Text the pieces do not cover falls back to byte tokens, else to the unknown token; with
+    // neither it would vanish from the prompt (issue 36: such a tokenizer decoded to nothing).
+    if (bytes > 0 && bytes < 256)
+      fail("vocabulary has ", bytes, " of the 256 byte-fallback tokens <0x00>..<0xFF> (the first missing: <0x",
+           "0123456789ABCDEF"[first_missing >> 4], "0123456789ABCDEF"[first_missing & 15],
+           ">): text with the missing bytes could not be encoded");
+    if (bytes == 0 && vocab_.unk_id < 0)
+      fail("vocabulary has neither byte-fallback tokens <0x00>..<0xFF> nor an unknown token: text outside its ",
+           vocab_.tokens.size(), " pieces would be dropped");
     decoded_.resize(vocab_.tokens.size());
     is_byte_.assign(vocab_.tokens.size(), 0);
     for (size_t i = 0; i < vocab_.tokens.size(); ++i) {
@@ -247,11 +260,19 @@ class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(Vocab v)
       : Tokenizer(std::move(v)), map_(build_piece_map(vocab_)), pre_(pre_tokenizer_from_name(vocab_.pre)) {
+    int missing = 0, first_missing = -1;
     for (int b = 0; b < 256; ++b) {
       std::string c;
       utf8_append(c, byte_to_unicode(static_cast<unsigned char>(b)));
       byte_id_[size_t(b)] = lookup(map_, c);
+      if (byte_id_[size_t(b)] < 0 && missing++ == 0) first_missing = b;
     }
+    // Byte-level BPE spells every byte with one character of the GPT-2 alphabet: all 256 must
+    // be tokens, or text holding the missing bytes cannot be encoded (issue 36).
+    if (missing > 0)
+      fail("byte-level BPE vocabulary lacks ", missing, " of the 256 byte-alphabet tokens (the first: byte 0x",
+           "0123456789abcdef"[first_missing >> 4], "0123456789abcdef"[first_missing & 15],
+           "): text with those bytes could not be encoded");
     merges_.reserve(vocab_.merges.size() * 2);
     for (size_t r = 0; r < vocab_.merges.size(); ++r) {
       const std::string& m = vocab_.merges[r];
@@ -267,7 +288,7 @@ class BpeTokenizer final : public Tokenizer {
         break;
       }
       if (!ok)
-        fail("BPE merge ", r, " '", m, "': its parts or their concatenation are not tokens of the ",
+        fail("BPE merge ", r, " '", text_excerpt(m, 64), "': its parts or their concatenation are not tokens of the ",
              vocab_.size(), "-token vocabulary");
     }
     decoded_.resize(vocab_.tokens.size());
@@ -369,20 +390,35 @@ std::unique_ptr<Tokenizer> Tokenizer::create(Vocab v) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
-  if (add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
   if (!parse_special) {
+    std::vector<int32_t> out;
+    out.reserve(text.size() / 3 + 2);
+    if (add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
     encode_fragment(text, true, out);
     return out;
   }
+  return encode(text, add_bos, std::vector<std::pair<size_t, size_t>>{});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       const std::vector<std::pair<size_t, size_t>>& literal) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
   bool after_special = true;
   size_t start = 0;
+  size_t lit = 0;  // the first literal range not wholly before i
   for (size_t i = 0; i < text.size();) {
+    while (lit < literal.size() && literal[lit].second <= i) ++lit;
+    if (lit < literal.size() && literal[lit].first <= i) {  // inside a literal range: no specials
+      i = literal[lit].second;
+      continue;
+    }
+    const size_t next_literal = lit < literal.size() ? literal[lit].first : text.size();
     const auto& cands = specials_by_byte_[static_cast<unsigned char>(text[i])];
     const std::pair<std::string, int32_t>* hit = nullptr;
     for (const auto& c : cands)
-      if (text.compare(i, c.first.size(), c.first) == 0) {
+      if (i + c.first.size() <= next_literal && text.compare(i, c.first.size(), c.first) == 0) {
         hit = &c;
         break;
       }

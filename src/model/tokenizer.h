@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/vocab.h"
@@ -34,6 +35,12 @@ class Tokenizer {
   // exact spelling of such a token). Spm then adds the dummy-prefix space to each text
   // fragment that starts the text or follows a special token (llama.cpp's rule).
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
+  // The same with parse_special, except that no special token is matched that starts or ends in
+  // one of the `literal` byte ranges [begin, end) (sorted, disjoint): text there is tokenized as
+  // plain text. Outside them, and for text without special spellings inside them, the tokens are
+  // exactly encode(text, add_bos) (chat_template.h ChatPrompt: the safe mode for message content).
+  std::vector<int32_t> encode(std::string_view text, bool add_bos,
+                              const std::vector<std::pair<size_t, size_t>>& literal) const;
   // Concatenated bytes of ids (each via token_piece_bytes with its predecessor; the first
   // token's predecessor is -1). May end in an incomplete UTF-8 sequence.
   std::string decode(const std::vector<int32_t>& ids) const;

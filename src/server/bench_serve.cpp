@@ -447,7 +447,7 @@ BenchServeReport run_bench_serve(const BenchServeOptions& o) {
         send_one(o.url, model, prompts[size_t(i)], o.request_timeout_s, t0, r,
                  r->tier >= 0 ? o.tiers[size_t(r->tier)].name : std::string());
       } catch (const std::exception& e) {
-        r->error = e.what();
+        r->error = describe_exception(e);
       }
       slots.release();
       done.fetch_add(1);

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include <nlohmann/json.hpp>
 #include "server/connection_probe.h"
 
 namespace loom::server {
@@ -40,7 +41,9 @@ const char* reason_phrase(int status) {
     case 400: return "Bad Request";
     case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
     case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return "Error";
   }
@@ -56,13 +59,20 @@ std::string error_message(int status, size_t max_header, size_t max_body) {
   }
 }
 
-// Best effort, never blocks: an answer to a connection the front end closes itself.
+// Best effort, never blocks: an answer to a connection the front end closes itself. 503s carry
+// Retry-After (the budget or the connection cap frees within seconds), 415 the codings accepted.
 void send_status(int fd, int status, const std::string& message) {
-  const std::string body = R"({"error":{"message":")" + message + R"(","type":")" +
-                           (status == 503 ? "server_error" : "invalid_request_error") +
-                           R"(","param":null,"code":null}})";
+  const std::string body =
+      nlohmann::json{{"error",
+                      {{"message", message},
+                       {"type", status >= 500 && status != 501 ? "server_error" : "invalid_request_error"},
+                       {"param", nullptr},
+                       {"code", nullptr}}}}
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const std::string resp = cat("HTTP/1.1 ", status, " ", reason_phrase(status),
-                               "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ",
+                               "\r\nContent-Type: application/json\r\nConnection: close\r\n",
+                               status == 503 ? "Retry-After: 1\r\n" : "",
+                               status == 415 ? "Accept-Encoding: identity\r\n" : "", "Content-Length: ",
                                body.size(), "\r\n\r\n", body);
   (void)::send(fd, resp.data(), resp.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
@@ -73,13 +83,6 @@ bool iequals_prefix(const char* p, size_t n, const char* name) {
   for (size_t i = 0; i < k; ++i)
     if (std::tolower(static_cast<unsigned char>(p[i])) != name[i]) return false;
   return true;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
 }
 
 bool wait_fd(int fd, short events, time_t timeout_s) {
@@ -224,11 +227,13 @@ bool FrontEnd::run() {
   // Whatever is still queued or handed back closes.
   for (auto& c : ready_) {
     ::close(c->fd);
+    release_to(*c, 0);
     --open_;
   }
   ready_.clear();
   for (auto& c : returned_) {
     ::close(c->fd);
+    release_to(*c, 0);
     --open_;
   }
   returned_.clear();
@@ -283,6 +288,7 @@ void FrontEnd::loop() {
   for (auto& c : reading_)
     if (c) {
       ::close(c->fd);
+      release_to(*c, 0);
       --open_;
     }
   reading_.clear();
@@ -347,13 +353,19 @@ void FrontEnd::rearm(std::unique_ptr<Connection> c) {
   reading_[size_t(fd)] = std::move(c);
   ++num_reading_;
   // A pipelined request may already be buffered whole.
-  int status = 0;
-  if (request_complete(*reading_[size_t(fd)], &status)) {
+  Connection& rc = *reading_[size_t(fd)];
+  rc.framing = BodyFraming::kNone;
+  rc.content_length = 0;
+  rc.chunked.reset();
+  rc.body.clear();
+  rc.error_status = 0;
+  rc.error_message.clear();
+  if (request_complete(rc)) {
     to_worker(fd);
     return;
   }
-  if (status != 0) {
-    close_conn(fd, status);
+  if (rc.error_status != 0) {
+    close_conn(fd, rc.error_status);
     return;
   }
   epoll_event ev{};
@@ -362,12 +374,43 @@ void FrontEnd::rearm(std::unique_ptr<Connection> c) {
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) close_conn(fd, 0);
 }
 
+// Budget for a connection's buffers: `bytes` more than it holds, taken in steps of at least
+// 16 KiB, one read.
+bool FrontEnd::reserve(Connection& c, int64_t bytes) {
+  if (!opt_.budget || bytes <= 0) return true;
+  const int64_t step = std::max<int64_t>(bytes, 16 << 10);
+  if (opt_.budget->try_take(step)) {
+    c.reserved += step;
+    return true;
+  }
+  if (step > bytes && opt_.budget->try_take(bytes)) {
+    c.reserved += bytes;
+    return true;
+  }
+  return false;
+}
+
+void FrontEnd::release_to(Connection& c, int64_t keep) {
+  if (!opt_.budget || c.reserved <= keep) return;
+  opt_.budget->give(c.reserved - std::max<int64_t>(keep, 0));
+  c.reserved = std::max<int64_t>(keep, 0);
+}
+
 void FrontEnd::read_conn(int fd) {
   if (size_t(fd) >= reading_.size() || !reading_[size_t(fd)]) return;
   Connection& c = *reading_[size_t(fd)];
   char chunk[16384];
   bool eof = false;
   for (int rounds = 0; rounds < 8; ++rounds) {
+    // Room for one more read within the budget, first.
+    const int64_t held = int64_t(c.buf.size() + c.body.size());
+    if (held + int64_t(sizeof chunk) > c.reserved && !reserve(c, held + int64_t(sizeof chunk) - c.reserved)) {
+      c.error_status = 503;
+      c.error_message = cat("the server's memory for requests in flight (", opt_.budget->limit(),
+                            " bytes) is taken; retry later");
+      close_conn(fd, 503);
+      return;
+    }
     const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
     if (n > 0) {
       c.buf.append(chunk, size_t(n));
@@ -384,95 +427,111 @@ void FrontEnd::read_conn(int fd) {
     close_conn(fd, 0);  // reset
     return;
   }
-  int status = 0;
-  const bool complete = request_complete(c, &status);
+  const bool complete = request_complete(c);
   if (eof) c.peer_half_closed = true;
   if (complete) {
     to_worker(fd);
-  } else if (status != 0) {
-    close_conn(fd, status);
+  } else if (c.error_status != 0) {
+    close_conn(fd, c.error_status);
   } else if (eof) {
-    close_conn(fd, 0);  // gone before its request was whole
+    // Gone before its request was whole: a client that only half-closed still reads the answer.
+    if (c.head_end > 0) {
+      c.error_status = 400;
+      c.error_message = c.framing == BodyFraming::kChunked
+                            ? cat("the connection ended before the chunked body's last chunk (", c.body.size(),
+                                  " body bytes received)")
+                            : cat("the connection ended after ", c.buf.size() - c.head_end, " of the ",
+                                  c.content_length, " body bytes (Content-Length)");
+      close_conn(fd, 400);
+    } else {
+      c.error_status = c.buf.empty() ? 0 : 400;
+      c.error_message = "the connection ended before the request headers were complete";
+      close_conn(fd, c.buf.empty() ? 0 : 400);
+    }
   }
 }
 
-bool FrontEnd::request_complete(Connection& c, int* error_status) {
-  *error_status = 0;
+bool FrontEnd::request_complete(Connection& c) {
+  c.error_status = 0;
+  auto refuse = [&c](int status, std::string message) {
+    c.error_status = status;
+    c.error_message = std::move(message);
+    return false;
+  };
   if (c.head_end == 0) {
+    // Empty lines before a request line are ignored (RFC 9112 2.2).
+    size_t lead = 0;
+    while (lead < c.buf.size() && (c.buf[lead] == '\r' || c.buf[lead] == '\n')) ++lead;
+    if (lead > 0) c.buf.erase(0, lead);
     size_t pos = c.buf.find("\r\n\r\n");
     size_t end = pos == std::string::npos ? std::string::npos : pos + 4;
     const size_t lf = c.buf.find("\n\n");
     if (lf != std::string::npos && (end == std::string::npos || lf + 2 < end)) end = lf + 2;
     if (end == std::string::npos) {
-      if (c.buf.size() > opt_.max_header_bytes) *error_status = 431;
+      if (c.buf.size() > opt_.max_header_bytes) return refuse(431, error_message(431, opt_.max_header_bytes, 0));
       return false;
     }
-    if (end > opt_.max_header_bytes) {
-      *error_status = 431;
-      return false;
+    if (end > opt_.max_header_bytes) return refuse(431, error_message(431, opt_.max_header_bytes, 0));
+    const FramingLimits limits{opt_.max_header_bytes, opt_.max_body_bytes};
+    const HeadInfo h = check_request_head(std::string_view(c.buf).substr(0, end), limits);
+    if (h.status != 0) return refuse(h.status, h.message);
+    // A Content-Length body is taken from the budget whole before any of it is read: a
+    // refusal costs the client nothing.
+    if (h.framing == BodyFraming::kLength) {
+      const int64_t need = int64_t(end + h.content_length) - c.reserved;
+      if (need > 0 && !reserve(c, need))
+        return refuse(503, cat("the server's memory for requests in flight (", opt_.budget->limit(),
+                               " bytes) cannot take this request's ", h.content_length, "-byte body now; retry later"));
     }
     // The request line and headers are in: the body has its own deadline. An "Expect:
     // 100-continue" client waits for a go-ahead before sending the body: give it here and drop
     // the header (the handler would send a second one).
-    size_t line = c.buf.find('\n');
-    while (line != std::string::npos && line + 1 < end) {
-      const size_t start = line + 1;
-      const size_t next = c.buf.find('\n', start);
-      if (iequals_prefix(c.buf.data() + start, next - start, "expect:") &&
-          trim(c.buf.substr(start + 7, next - start - 7)).size() == 12 &&
-          iequals_prefix(trim(c.buf.substr(start + 7, next - start - 7)).c_str(), 12, "100-continue")) {
-        c.buf.erase(start, next + 1 - start);
-        end -= next + 1 - start;
-        static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        (void)::send(c.fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-        break;
+    if (h.expect_continue) {
+      size_t line = c.buf.find('\n');
+      while (line != std::string::npos && line + 1 < end) {
+        const size_t start = line + 1;
+        const size_t next = c.buf.find('\n', start);
+        if (iequals_prefix(c.buf.data() + start, next - start, "expect:")) {
+          c.buf.erase(start, next + 1 - start);
+          end -= next + 1 - start;
+          if (h.framing != BodyFraming::kNone) {
+            static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            (void)::send(c.fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+          }
+          break;
+        }
+        line = next;
       }
-      line = next;
     }
     c.head_end = end;
+    c.framing = h.framing;
+    c.content_length = h.content_length;
+    c.body.clear();
+    c.chunked = h.framing == BodyFraming::kChunked ? std::make_unique<ChunkedDecoder>(limits) : nullptr;
     c.deadline_ns = now_ns() + seconds_ns(opt_.body_timeout_s);
   }
-  // Body: Content-Length, or chunked (complete when the buffer ends with the last chunk; a
-  // rare false positive inside chunk data only means the handler reads the rest itself, with
-  // its per-read timeout).
-  int64_t content_length = -1;
-  bool chunked = false;
-  size_t line = c.buf.find('\n');
-  while (line != std::string::npos && line + 1 < c.head_end) {
-    const size_t start = line + 1;
-    const size_t next = c.buf.find('\n', start);
-    const char* p = c.buf.data() + start;
-    const size_t n = next - start;
-    if (iequals_prefix(p, n, "content-length:")) {
-      const std::string v = trim(c.buf.substr(start + 15, n - 15));
-      if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) {
-        *error_status = v.size() > 18 && v.find_first_not_of("0123456789") == std::string::npos ? 413 : 400;
-        return false;
-      }
-      content_length = std::stoll(v);
-    } else if (iequals_prefix(p, n, "transfer-encoding:")) {
-      std::string v = trim(c.buf.substr(start + 18, n - 18));
-      for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-      if (v.find("chunked") != std::string::npos) chunked = true;
-    }
-    line = next;
+  switch (c.framing) {
+    case BodyFraming::kNone: return true;
+    case BodyFraming::kLength: return c.buf.size() - c.head_end >= c.content_length;
+    case BodyFraming::kChunked: break;
   }
-  const size_t body = c.buf.size() - c.head_end;
-  if (content_length >= 0 && !chunked) {
-    if (uint64_t(content_length) > opt_.max_body_bytes) {
-      *error_status = 413;
-      return false;
-    }
-    return body >= size_t(content_length);
-  }
-  if (chunked) {
-    if (body > opt_.max_body_bytes + 64) {
-      *error_status = 413;
-      return false;
-    }
-    return body >= 5 && c.buf.compare(c.buf.size() - 5, 5, "0\r\n\r\n") == 0;
-  }
-  return true;  // no body
+  // Decode what arrived; the wire bytes consumed leave the buffer (the decoded body holds them).
+  const size_t used = c.chunked->feed(std::string_view(c.buf).substr(c.head_end), &c.body);
+  c.buf.erase(c.head_end, used);
+  if (c.chunked->state() == ChunkedDecoder::State::kError) return refuse(c.chunked->status(), c.chunked->message());
+  if (c.chunked->state() != ChunkedDecoder::State::kDone) return false;
+  // Complete: the handler gets the request with a Content-Length, then whatever follows it.
+  std::string rest = c.buf.substr(c.head_end);
+  std::string head = head_with_length(std::string_view(c.buf).substr(0, c.head_end), c.body.size());
+  c.head_end = head.size();
+  c.buf = std::move(head);
+  c.buf += c.body;
+  c.buf += rest;
+  c.content_length = c.body.size();
+  c.framing = BodyFraming::kLength;
+  std::string().swap(c.body);
+  c.chunked.reset();
+  return true;
 }
 
 void FrontEnd::to_worker(int fd) {
@@ -488,9 +547,15 @@ void FrontEnd::to_worker(int fd) {
 
 void FrontEnd::close_conn(int fd, int status) {
   if (size_t(fd) >= reading_.size() || !reading_[size_t(fd)]) return;
-  if (status != 0) send_status(fd, status, error_message(status, opt_.max_header_bytes, opt_.max_body_bytes));
+  Connection& c = *reading_[size_t(fd)];
+  if (status != 0)
+    send_status(fd, status,
+                !c.error_message.empty() && c.error_status == status
+                    ? c.error_message
+                    : error_message(status, opt_.max_header_bytes, opt_.max_body_bytes));
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
+  release_to(c, 0);
   reading_[size_t(fd)].reset();
   --num_reading_;
   --open_;
@@ -548,9 +613,11 @@ void FrontEnd::worker() {
     c->buf.erase(0, std::min(strm.off_, c->buf.size()));
     if (!ok || close_connection || connection_closed || stop_) {
       ::close(c->fd);
+      release_to(*c, 0);
       --open_;
       continue;
     }
+    release_to(*c, int64_t(c->buf.size()));  // the answered request's bytes go back
     {
       std::lock_guard<std::mutex> lock(mu_);
       returned_.push_back(std::move(c));

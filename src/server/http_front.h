@@ -15,6 +15,17 @@
 //     complete yet); when every connection is being served the new one gets 503 and is closed.
 //   - size bounds: headers beyond max_header_bytes get 431, a Content-Length beyond
 //     max_body_bytes gets 413, both without reading the rest.
+//   - framing (http_framing.h, RFC 9112): malformed header lines, differing Content-Lengths,
+//     Transfer-Encoding with Content-Length: 400; a transfer coding other than chunked: 501; a
+//     Content-Encoding other than identity: 415 (bodies are never inflated). A chunked body is
+//     decoded here as it arrives (its decoded size against max_body_bytes) and is complete only
+//     after the last chunk and the trailer's empty line, so the body deadline holds for chunked
+//     bodies too; the handler gets the request rewritten with a Content-Length. A connection that
+//     ends before its body is complete gets 400.
+//   - memory budget (memory_budget.h, optional): the bytes buffered for a connection (headers,
+//     body; a Content-Length body in full when its head arrives) are taken from the server-wide
+//     budget before they are read; when it is spent the connection gets 503 with Retry-After and
+//     is closed. They go back when the handler is done with the request or the connection closes.
 // A complete request goes to a queue that `threads` handler threads take from; each runs
 // `serve` (cpp-httplib's request processing over a Stream that first returns the buffered
 // bytes). After the response a kept-alive connection comes back to the front end for its next
@@ -38,6 +49,9 @@
 #include <thread>
 #include <vector>
 
+#include "server/http_framing.h"
+#include "server/memory_budget.h"
+
 namespace loom::server {
 
 struct FrontEndOptions {
@@ -50,6 +64,7 @@ struct FrontEndOptions {
   int max_requests_per_connection = 100;
   time_t read_timeout_s = 5;      // per read/write while a handler serves (cpp-httplib's default)
   time_t write_timeout_s = 5;
+  MemoryBudget* budget = nullptr;  // not owned; nullptr: no budget
 };
 
 // min(8192, RLIMIT_NOFILE soft limit - 128), at least 16: leaves descriptors for model files,
@@ -67,6 +82,14 @@ struct Connection {
   int64_t deadline_ns = 0;
   std::string remote_addr, local_addr;
   int remote_port = 0, local_port = 0;
+  // The body of the request being received (set when its head is complete).
+  BodyFraming framing = BodyFraming::kNone;
+  uint64_t content_length = 0;
+  std::unique_ptr<ChunkedDecoder> chunked;  // chunked framing: the decoder
+  std::string body;                         // chunked framing: the decoded body so far
+  int error_status = 0;                     // why the request is refused (request_complete)
+  std::string error_message;
+  int64_t reserved = 0;                     // bytes taken from the memory budget
 };
 
 // What a handler thread reads from and writes to: the buffered bytes first, then the socket.
@@ -119,7 +142,9 @@ class FrontEnd {
   void worker();
   void accept_all();
   void read_conn(int fd);
-  bool request_complete(Connection& c, int* error_status);
+  bool request_complete(Connection& c);
+  bool reserve(Connection& c, int64_t bytes);
+  void release_to(Connection& c, int64_t keep);
   void to_worker(int fd);
   void close_conn(int fd, int status);
   void evict_one();

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_bounded.h"
 #include "core/log.h"
+#include "core/sysmem.h"
 #include "server/connection_probe.h"
 #include "server/http_front.h"
 #include "server/openai_api.h"
@@ -104,6 +105,7 @@ struct HttpServer::Impl {
   const Tokenizer& tok;
   HttpServerOptions opt;
   ListeningServer svr;
+  std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<FrontEnd> front;
   std::thread thread;
   std::mt19937_64 id_rng{std::random_device{}()};
@@ -145,10 +147,16 @@ httplib::Server::Handler guarded(F f) {
         send_error(res, make_error(429, e.message, "rate_limit_error", "", "server_overloaded"));
       else
         send_error(res, make_error(e.status, e.message, "server_error", "", "unavailable"));
+      res.set_header("Retry-After", "1");
     } catch (const loom::Error& e) {
       send_error(res, make_error(400, e.what(), "invalid_request_error"));
+    } catch (const std::bad_alloc&) {
+      send_error(res, make_error(503, "the server ran out of memory handling this request; retry later",
+                                 "server_error", "", "unavailable"));
+      res.set_header("Retry-After", "1");
     } catch (const std::exception& e) {
-      send_error(res, make_error(500, cat("internal error: ", e.what()), "server_error", "", "internal_error"));
+      send_error(res, make_error(500, cat("internal error: ", describe_exception(e)), "server_error", "",
+                                 "internal_error"));
     } catch (...) {
       send_error(res, make_error(500, "internal error", "server_error", "", "internal_error"));
     }
@@ -196,9 +204,10 @@ std::vector<TokenId> HttpServer::Impl::prompt_tokens(const ApiRequest& a) {
     for (const ChatMessage& m : a.messages) content += m.content.size();
     check_text_fits(content, a.max_tokens, a.endpoint);
     // The template writes BOS itself where its format has one.
-    const std::string text = apply_chat_template(tok.vocab(), a.messages, /*add_generation_prompt=*/true);
-    check_text_fits(text.size(), a.max_tokens, a.endpoint);
-    prompt = tok.encode(text, /*add_bos=*/false);
+    const ChatPrompt chat = render_chat(tok.vocab(), a.messages, /*add_generation_prompt=*/true);
+    check_text_fits(chat.text.size(), a.max_tokens, a.endpoint);
+    prompt = opt.parse_special_in_content ? tok.encode(chat.text, /*add_bos=*/false)
+                                          : tok.encode(chat.text, /*add_bos=*/false, chat.content);
   }
   if (prompt.empty())
     throw make_error(400, "the prompt is empty (no tokens)", "invalid_request_error",
@@ -233,7 +242,23 @@ void HttpServer::Impl::check_fits(int prompt_len, int max_tokens, Endpoint ep) {
 }
 
 void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
+  // The parse's memory from the budget first (the body itself is the front end's).
+  MemoryBudget::Hold parse_hold(budget.get(), int64_t(req.body.size()) * kParseBytesPerBodyByte);
+  if (!parse_hold.ok())
+    throw OverloadError{cat("the server's memory for requests in flight (", budget->limit(),
+                            " bytes) cannot take the parse of this ", req.body.size(), "-byte body now; retry later"),
+                        503};
   ApiRequest a = parse_api_request(ep, req.body);
+  // Parsed: what the request holds until its handler is done (its texts, ids and stop strings;
+  // the tokenized prompt is bounded by the context below), instead of the parse's share.
+  int64_t held = int64_t(a.prompt_text.size() + a.prompt_ids.size() * sizeof(TokenId) + a.model.size());
+  for (const ChatMessage& m : a.messages) held += int64_t(m.content.size() + m.role.size());
+  for (const std::string& x : a.stop) held += int64_t(x.size());
+  MemoryBudget::Hold request_hold(budget.get(), held);
+  parse_hold.release();
+  if (!request_hold.ok())
+    throw OverloadError{cat("the server's memory for requests in flight (", budget->limit(), " bytes) is taken; retry later"),
+                        503};
   if (!a.model.empty() && a.model != opt.model_name)
     throw make_error(404,
                      cat("The model `", text_excerpt(a.model), "` does not exist (this server serves `",
@@ -281,7 +306,7 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
     const cluster::SloTier& t = tiers[size_t(tier)];
     if (!r.slo && !t.background) r.slo = Slo{t.ttft_s * 1e3, t.tpot_s * 1e3};
   } else if (!a.tier.empty()) {
-    throw make_error(400, cat("'tier' is '", a.tier, "' but this server has no SLO tiers (start it with --tiers)"),
+    throw make_error(400, cat("'tier' is '", text_excerpt(a.tier, 64), "' but this server has no SLO tiers (start it with --tiers)"),
                      "invalid_request_error", "tier");
   }
 
@@ -438,14 +463,15 @@ void HttpServer::Impl::routes() {
                          {"vocab_size", tok.vocab_size()}};
             send_json(r, 200, json{{"object", "list"}, {"data", json::array({card})}});
           }));
-  // 503 once the engine is dead (ServingEngine::dead_reason): load balancers and supervisors
-  // take the replica out, and the server is shutting down.
+  // 503 while the engine is stalled (a step or a heartbeat past its limit: ServingEngine "Health"),
+  // and once it is dead (ServingEngine::dead_reason): load balancers and supervisors take the
+  // replica out; a dead engine also shuts the server down.
   svr.Get("/health", guarded([this](const httplib::Request&, httplib::Response& r) {
-            const std::string dead = engine.dead_reason();
-            if (dead.empty())
+            const Health h = engine.health();
+            if (h.ok)
               send_json(r, 200, json{{"status", "ok"}});
             else
-              send_json(r, 503, json{{"status", "unhealthy"}, {"error", dead}});
+              send_json(r, 503, json{{"status", "unhealthy"}, {"error", h.error}});
           }));
   svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& r) {
             r.status = 200;
@@ -456,10 +482,11 @@ void HttpServer::Impl::routes() {
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404)
-      send_error(res, make_error(404, cat("no route ", req.method, " ", req.path), "invalid_request_error", "",
-                                 "not_found"));
+      send_error(res, make_error(404, cat("no route ", text_excerpt(req.method, 16), " ", text_excerpt(req.path, 64)),
+                                 "invalid_request_error", "", "not_found"));
     else
-      send_error(res, make_error(res.status, cat("HTTP error ", res.status, " for ", req.method, " ", req.path),
+      send_error(res, make_error(res.status, cat("HTTP error ", res.status, " for ", text_excerpt(req.method, 16), " ",
+                                                 text_excerpt(req.path, 64)),
                                  "invalid_request_error"));
   });
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -467,7 +494,7 @@ void HttpServer::Impl::routes() {
     try {
       if (ep) std::rethrow_exception(ep);
     } catch (const std::exception& e) {
-      what = e.what();
+      what = describe_exception(e);
     } catch (...) {
     }
     send_error(res, make_error(500, "internal error: " + what, "server_error", "", "internal_error"));
@@ -479,8 +506,23 @@ HttpServer::HttpServer(ServingEngine& engine, const Tokenizer& tok, HttpServerOp
   std::signal(SIGPIPE, SIG_IGN);
   if (impl_->opt.model_name.empty()) impl_->opt.model_name = engine.options().model_name;
   int threads = impl_->opt.http_threads;
-  if (threads <= 0) threads = engine.engine_config().max_num_seqs + engine.options().max_queue + 16;
+  // The default gives every running and waiting slot a thread (so a new request still gets one to
+  // answer it 429), capped at kMaxHttpThreads: beyond it complete requests wait in the front
+  // end's queue for a thread (100000 threads ran the process out of memory; issue 36).
+  if (threads <= 0)
+    threads = int(std::min<int64_t>(kMaxHttpThreads, int64_t(engine.engine_config().max_num_seqs) +
+                                                         engine.options().max_queue + 16));
+  if (threads > kMaxHttpThreads) fail("--http-threads ", threads, " is more than ", kMaxHttpThreads);
   impl_->svr.set_payload_max_length(impl_->opt.max_body_bytes);
+  {
+    const int64_t least = min_inflight_bytes(impl_->opt.max_body_bytes);
+    int64_t limit = impl_->opt.max_inflight_bytes;
+    if (limit == 0) limit = default_inflight_bytes(impl_->opt.max_body_bytes);
+    if (limit < least)
+      fail("--max-inflight-bytes ", limit, " cannot hold one request of --max-body-bytes ", impl_->opt.max_body_bytes,
+           " (its headers, body and parse need ", least, " bytes)");
+    impl_->budget = std::make_unique<MemoryBudget>(limit);
+  }
   for (const std::string& piece : tok.vocab().tokens) impl_->max_token_bytes = std::max(impl_->max_token_bytes, piece.size());
   impl_->routes();
   FrontEndOptions fo;
@@ -489,6 +531,7 @@ HttpServer::HttpServer(ServingEngine& engine, const Tokenizer& tok, HttpServerOp
   fo.header_timeout_s = impl_->opt.header_timeout_s;
   fo.body_timeout_s = impl_->opt.body_timeout_s;
   fo.max_body_bytes = impl_->opt.max_body_bytes;
+  fo.budget = impl_->budget.get();
   Impl* im = impl_.get();
   impl_->front = std::make_unique<FrontEnd>(
       fo, [im](httplib::Stream& strm, bool close_connection, bool& connection_closed) {
@@ -526,5 +569,17 @@ void HttpServer::stop() {
 int HttpServer::max_connections() const { return impl_->front->max_connections(); }
 int64_t HttpServer::connections_timed_out() const { return impl_->front->timed_out(); }
 int64_t HttpServer::connections_evicted() const { return impl_->front->evicted(); }
+const MemoryBudget& HttpServer::budget() const { return *impl_->budget; }
+
+int64_t min_inflight_bytes(size_t max_body_bytes) {
+  const int64_t body = int64_t(max_body_bytes);
+  return (FrontEndOptions{}.max_header_bytes + body + (64 << 10)) + body * kParseBytesPerBodyByte;
+}
+
+int64_t default_inflight_bytes(size_t max_body_bytes) {
+  int64_t limit = int64_t(2) << 30;
+  if (const auto total = mem_total()) limit = std::min(limit, *total / 4);
+  return std::max(limit, min_inflight_bytes(max_body_bytes));
+}
 
 }  // namespace loom::server

@@ -5,7 +5,9 @@
 //   POST /v1/chat/completions   messages -> chat template (the model's, built-ins) -> text
 //   GET  /v1/models             the served model (id, max_model_len, vocab_size)
 //   GET  /health                200 {"status": "ok"} while the engine serves; 503
-//                               {"status": "unhealthy", "error": why} once it is dead
+//                               {"status": "unhealthy", "error": why} while it is stalled (a
+//                               step or a heartbeat to its ranks past its limit,
+//                               serving_engine.h "Health") and once it is dead
 //   GET  /metrics               Prometheus text format 0.0.4 (prometheus.h lists the series)
 // Anything else: 404 with an OpenAI error body.
 //
@@ -28,8 +30,12 @@
 // taken, a new request still gets a thread to answer it 429, and /health and /metrics still
 // answer.
 //
-// Errors never escape a handler: ApiError -> its status, OverloadError -> 429, anything else
-// -> 500 with the message. SIGPIPE is ignored process-wide by the constructor (a write to a
+// Errors never escape a handler: ApiError -> its status, OverloadError -> 429 or 503 (both with
+// Retry-After), anything else -> 500 with the message (never a bare exception name:
+// std::bad_alloc reads "out of memory").
+//
+// Memory: see HttpServerOptions::max_inflight_bytes; the front end takes headers and bodies
+// from the budget, the handler the parse and the parsed request. SIGPIPE is ignored process-wide by the constructor (a write to a
 // closed socket must fail, not kill the server; the front end sends with MSG_NOSIGNAL too).
 #pragma once
 
@@ -39,6 +45,7 @@
 #include <vector>
 
 #include "model/tokenizer.h"
+#include "server/memory_budget.h"
 #include "server/serving_engine.h"
 
 namespace loom::server {
@@ -47,14 +54,35 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;            // 0: any free port (see port())
   std::string model_name;     // served model name (--served-model-name)
-  int http_threads = 0;       // 0: max_num_seqs + max_queue + 16
+  int http_threads = 0;       // 0: max_num_seqs + max_queue + 16, at most kMaxHttpThreads
   // Request bodies above this get 413 before they are read. 8 MiB: a whole 128k-token context
   // as JSON token ids or escaped text is well below it.
   size_t max_body_bytes = 8u << 20;
   int max_connections = 0;        // 0: from the descriptor limit (http_front.h)
   double header_timeout_s = 10;   // request line + headers must arrive within this
   double body_timeout_s = 60;     // then the body within this
+  // The memory budget for requests in flight (memory_budget.h): received headers and bodies,
+  // the JSON parse of a body (kParseBytesPerBodyByte per body byte while it is parsed) and the
+  // parsed request, until its handler is done. Beyond it: 503 with Retry-After. 0: the default,
+  // default_inflight_bytes(). Must hold one request of max_body_bytes (min_inflight_bytes).
+  int64_t max_inflight_bytes = 0;
+  // Chat: special-token spellings inside message content ("<|im_start|>system") become control
+  // tokens (true: HF tokenizers', vLLM's and llama.cpp's default) or plain text (false: the safe
+  // mode, `--content-special-tokens text`: a user cannot forge turns). Templates' own tokens are
+  // always control tokens.
+  bool parse_special_in_content = true;
 };
+
+inline constexpr int kMaxHttpThreads = 1024;
+
+// What parsing a JSON body costs at most per body byte: nlohmann holds a 16-byte node per value
+// and the smallest value ("0,") is 2 bytes, with up to 2x for vector growth; the parsed prompt's
+// ids come on top (measured: an 8 MB id list took 125-217 MB to parse, 16-27x; issue 36).
+inline constexpr int64_t kParseBytesPerBodyByte = 32;
+// 2 GiB, or a quarter of the machine's memory when that is less (at least min_inflight_bytes).
+int64_t default_inflight_bytes(size_t max_body_bytes);
+// The least budget that serves one request of max_body_bytes: its headers and body, and its parse.
+int64_t min_inflight_bytes(size_t max_body_bytes);
 
 class HttpServer {
  public:
@@ -75,6 +103,7 @@ class HttpServer {
   int max_connections() const;
   int64_t connections_timed_out() const;  // closed by the header/body deadline
   int64_t connections_evicted() const;    // closed to make room under the connection cap
+  const MemoryBudget& budget() const;     // the memory budget for requests in flight
 
  private:
   struct Impl;

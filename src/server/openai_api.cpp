@@ -309,6 +309,8 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
   }
   if (present(b, "stop")) {
     const json& s = b["stop"];
+    if (s.is_array() && s.size() > ApiRequest::kMaxStopStrings)
+      bad("stop", cat("'stop' has ", s.size(), " strings; at most ", ApiRequest::kMaxStopStrings, " are allowed"));
     if (s.is_string()) {
       r.stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
@@ -316,8 +318,12 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
     } else {
       bad("stop", cat("'stop' must be a string or a list of strings, got ", s.type_name()));
     }
-    for (const std::string& x : r.stop)
+    for (const std::string& x : r.stop) {
       if (x.empty()) bad("stop", "'stop' strings must not be empty");
+      if (x.size() > ApiRequest::kMaxStopBytes)
+        bad("stop", cat("a 'stop' string of ", x.size(), " bytes ('", text_excerpt(x, 24), "'); at most ",
+                        ApiRequest::kMaxStopBytes, " bytes are allowed"));
+    }
   }
   if (present(b, "stream")) r.stream = get_bool(b["stream"], "stream");
   if (present(b, "stream_options")) {
@@ -337,6 +343,8 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body) {
   if (present(b, "tier")) {
     if (!b["tier"].is_string()) bad("tier", cat("'tier' must be a string naming an SLO tier, got ", b["tier"].type_name()));
     r.tier = b["tier"].get<std::string>();
+    if (r.tier.size() > 256) bad("tier", cat("'tier' is ", r.tier.size(), " bytes ('", text_excerpt(r.tier, 24),
+                                             "'); SLO tier names are at most 256 bytes"));
   }
   if (present(b, "slo")) {
     const json& s = b["slo"];

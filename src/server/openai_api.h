@@ -10,7 +10,8 @@
 //   messages (chat: role + content string or [{type: "text", text}] parts),
 //   max_tokens (>= 1; chat also max_completion_tokens, which wins), temperature (>= 0),
 //   top_p (in (0, 1]), top_k* (>= -1; -1 and 0 = off), seed (integer), n (must be 1),
-//   stop (string or list of non-empty strings), stream, stream_options.include_usage
+//   stop (string or list of at most 4 non-empty strings of at most 1024 bytes each: OpenAI's count
+//   bound; the bytes bound keeps the stop filter's held-back text short), stream, stream_options.include_usage
 //   (only with stream), ignore_eos*, priority* (int, lower = more urgent), and loom's
 //   slo {ttft_ms, tpot_ms} (>= 0, ms).
 //   presence_penalty, frequency_penalty (in [-2, 2]), logit_bias ({token id: bias in [-100, 100]},
@@ -73,6 +74,8 @@ struct ApiRequest {
   std::optional<Slo> slo;
   std::string tier;  // SLO tier name (loom extension, Nitsum); "" = the server's first tier
   static constexpr size_t kMaxLogitBias = 1024;  // logit_bias entries at most
+  static constexpr size_t kMaxStopStrings = 4;    // OpenAI's bound
+  static constexpr size_t kMaxStopBytes = 1024;   // per stop string
 };
 
 // Parses and validates a request body. Throws ApiError (400) naming the field.

@@ -63,6 +63,9 @@ ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::ve
   tier_met_.assign(options_.tiers.size(), 0);
   start_s_ = engine_.clock().now();
   if (options_.max_queue < 1) fail("--max-queue must be >= 1, got ", options_.max_queue);
+  if (!(options_.step_timeout_s > 0) || !(options_.heartbeat_timeout_s > 0) || !(options_.heartbeat_period_s > 0))
+    fail("the engine's health timeouts must be > 0 seconds (step ", options_.step_timeout_s, ", heartbeat ",
+         options_.heartbeat_timeout_s, ", period ", options_.heartbeat_period_s, ")");
   LiveLoop& loop = engine_.loop();
   loop.on_token = [this](const TokenEvent& ev) { on_token(ev); };
   loop.on_finish = [this](const Sequence& s) { on_finish(s); };
@@ -75,6 +78,7 @@ ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::ve
   };
   loop.set_stop_check([this](const Sequence& s) { return stop_check(s); });
   stats_.kv_blocks_total = engine_.num_kv_blocks();
+  out_thread_ = std::thread([this] { output_loop(); });
   thread_ = std::thread([this] { run(); });
 }
 
@@ -86,13 +90,21 @@ void ServingEngine::shutdown() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (!thread_.joinable()) return;
-  thread_.join();
-  LiveLoop& loop = engine_.loop();
-  loop.on_token = nullptr;
-  loop.on_finish = nullptr;
-  loop.on_batch = engine_on_batch_;
-  loop.set_stop_check(nullptr);
+  if (thread_.joinable()) {
+    thread_.join();
+    LiveLoop& loop = engine_.loop();
+    loop.on_token = nullptr;
+    loop.on_finish = nullptr;
+    loop.on_batch = engine_on_batch_;
+    loop.set_stop_check(nullptr);
+  }
+  // The output thread finishes what the engine thread queued, then ends.
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    out_quit_ = true;
+  }
+  out_cv_.notify_all();
+  if (out_thread_.joinable()) out_thread_.join();
 }
 
 std::shared_ptr<RequestStream> ServingEngine::submit(Request r, int tier) {
@@ -128,44 +140,103 @@ void ServingEngine::cancel(RequestId id) {
   cv_.notify_all();
 }
 
+double ServingEngine::health_now() const {
+  if (options_.health_clock) return options_.health_clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void ServingEngine::set_busy(int kind) {
+  if (kind < 0) {
+    busy_since_.store(-1.0);
+    return;
+  }
+  busy_kind_.store(kind);
+  busy_since_.store(health_now());
+}
+
+Health ServingEngine::health() const {
+  Health h;
+  const std::string dead = dead_reason();
+  if (!dead.empty()) return Health{false, dead};
+  const double since = busy_since_.load();
+  if (since < 0) return h;
+  const bool beat = busy_kind_.load() == kBusyHeartbeat;
+  const double limit = beat ? options_.heartbeat_timeout_s : options_.step_timeout_s;
+  const double in = health_now() - since;
+  if (in > limit) {
+    h.ok = false;
+    h.error = beat ? cat("the engine is stalled: a heartbeat to its ranks has not come back for ", in,
+                         " s (limit ", limit, " s): a rank has stopped or is stuck")
+                   : cat("the engine is stalled: one step has run for ", in, " s (limit ", limit,
+                         " s, --stall-timeout)");
+  }
+  return h;
+}
+
 void ServingEngine::run() {
   LiveLoop& loop = engine_.loop();
   bool busy = false;
   int consecutive_faults = 0;
+  const auto period = std::chrono::duration<double>(options_.heartbeat_period_s);
   for (;;) {
     std::vector<std::pair<Request, std::shared_ptr<RequestStream>>> in;
     std::vector<RequestId> cancels;
+    bool beat = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!busy) cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+      if (!busy) {
+        // Idle: a heartbeat every period while nothing comes (see Health).
+        beat = !cv_.wait_for(lock, period, [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+      }
       if (stop_) break;
       in.swap(inbox_);
       cancels.swap(cancels_);
     }
+    bool faulted = false;
+    if (beat) {
+      set_busy(kBusyHeartbeat);
+      try {
+        engine_.heartbeat();
+        heartbeats_.fetch_add(1);
+      } catch (const std::exception& e) {
+        faulted = true;
+        log_warn("serve: heartbeat failed: ", describe_exception(e));
+      }
+      set_busy(-1);
+    }
     for (auto& [r, st] : in) {
       Live l;
-      l.stream = st;
-      l.decoder = std::make_unique<StreamDecoder>(tok_);
-      l.filter = StopFilter(r.stop.stop_strings);
+      l.stop_at = std::make_shared<std::atomic<int>>(-1);
       l.arrival_s = r.arrival_s;
       l.prompt_len = r.prompt_len();
       l.tier = st->tier;
-      l.ignore_eos = r.stop.ignore_eos;
+      OutEvent ev;
+      ev.kind = OutEvent::kStart;
+      ev.id = r.id;
+      ev.stream = st;
+      ev.stops = r.stop.stop_strings;
+      ev.ignore_eos = r.stop.ignore_eos;
+      ev.stop_at = l.stop_at;
+      post(std::move(ev));
       live_.emplace(r.id, std::move(l));
       loop.submit(std::move(r));
     }
     for (RequestId id : cancels) loop.cancel(id);
     bool ran = false;
-    bool faulted = false;
-    try {
-      ran = loop.step();
-    } catch (const std::exception& e) {
-      faulted = true;
-      fail_all(e.what());
-    } catch (...) {
-      faulted = true;
-      fail_all("unknown exception");
+    if (!beat || !in.empty() || !cancels.empty()) {
+      set_busy(kBusyStep);
+      try {
+        ran = loop.step();
+      } catch (const std::exception& e) {
+        faulted = true;
+        fail_all(describe_exception(e));
+      } catch (...) {
+        faulted = true;
+        fail_all("an unknown failure");
+      }
+      set_busy(-1);
     }
+    flush();
     publish();
     busy = !loop.idle();
     // Only a step that ran clean ends a series of faults (an empty step between two failing
@@ -180,6 +251,7 @@ void ServingEngine::run() {
     if (!dead.empty()) {
       log_line(LogLevel::Error, cat("serve: the engine has failed, failing every request and shutting down: ", dead));
       fail_all(dead);
+      flush();
       {
         std::lock_guard<std::mutex> lock(mu_);
         dead_ = dead;
@@ -204,24 +276,107 @@ void ServingEngine::run() {
   // Shutting down: whatever is still live ends as aborted.
   for (auto it = live_.begin(); it != live_.end();) {
     auto next = std::next(it);
-    finish_live(it, "", it->second.num_tokens, FinishReason::kAbort, "the server is shutting down");
+    finish_live(it, it->second.num_tokens, FinishReason::kAbort, "the server is shutting down");
     it = next;
   }
+  flush();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [r, st] : inbox_) st->finish("", 0, FinishReason::kAbort, "the server is shutting down");
   inbox_.clear();
 }
 
+void ServingEngine::post(OutEvent ev) { out_pending_.push_back(std::move(ev)); }
+
+void ServingEngine::flush() {
+  if (out_pending_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    for (OutEvent& ev : out_pending_) out_q_.push_back(std::move(ev));
+  }
+  out_pending_.clear();
+  out_cv_.notify_one();
+}
+
+void ServingEngine::output_loop() {
+  std::deque<OutEvent> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(out_mu_);
+      out_cv_.wait(lock, [&] { return out_quit_ || !out_q_.empty(); });
+      if (out_q_.empty() && out_quit_) break;
+      batch.swap(out_q_);
+    }
+    for (OutEvent& ev : batch) {
+      try {
+        handle(ev);
+      } catch (const std::exception& e) {
+        log_warn("serve: streaming request ", ev.id, " failed: ", describe_exception(e));
+      }
+    }
+    batch.clear();
+  }
+  // Streams still open (cannot happen after the engine thread's shutdown path): end them.
+  for (auto& [id, o] : out_) o.stream->finish(o.filter.take_all(), o.num_tokens, FinishReason::kAbort,
+                                              "the server is shutting down");
+  out_.clear();
+}
+
+void ServingEngine::handle(OutEvent& ev) {
+  if (options_.output_hook)
+    options_.output_hook(ev.kind == OutEvent::kStart ? "start" : ev.kind == OutEvent::kToken ? "token" : "finish");
+  if (ev.kind == OutEvent::kStart) {
+    Out o;
+    o.stream = std::move(ev.stream);
+    o.decoder = std::make_unique<StreamDecoder>(tok_);
+    o.filter = StopFilter(std::move(ev.stops));
+    o.stop_at = std::move(ev.stop_at);
+    o.ignore_eos = ev.ignore_eos;
+    out_.emplace(ev.id, std::move(o));
+    return;
+  }
+  auto it = out_.find(ev.id);
+  if (it == out_.end()) return;
+  Out& o = it->second;
+  if (ev.kind == OutEvent::kFinish) {
+    if (!o.done) {
+      // The eos token that ended a request is never decoded (it is not text). The decoder's
+      // held-back bytes of an incomplete UTF-8 sequence come out as U+FFFD.
+      if (!o.filter.stopped()) o.filter.append(o.decoder->flush());
+      o.stream->finish(o.filter.take_all(), ev.num_output, ev.reason, std::move(ev.detail), std::move(o.final_lp));
+    }
+    out_.erase(it);
+    return;
+  }
+  // A token. After a stop string matched, the engine's extra tokens are nobody's.
+  if (o.done) return;
+  ++o.num_tokens;
+  const bool eos = ev.finished && ev.reason == FinishReason::kStop && !o.ignore_eos &&
+                   std::find(eos_ids_.begin(), eos_ids_.end(), ev.token) != eos_ids_.end();
+  if (!eos) o.filter.append(o.decoder->push(ev.token));
+  if (o.filter.stopped()) {
+    // A stop string: the request ends here, through this token; the engine stops it at its next
+    // stop check.
+    o.stop_at->store(o.num_tokens);
+    std::vector<TokenLogprobs> lps = std::move(o.final_lp);
+    if (ev.logprobs) lps.push_back(std::move(*ev.logprobs));
+    o.stream->finish(o.filter.take_all(), o.num_tokens, FinishReason::kStop, "stop string", std::move(lps));
+    o.done = true;
+    return;
+  }
+  if (ev.finished) {  // the kFinish that follows delivers the rest
+    // The eos token that ended the request is not text: no logprobs entry for it.
+    if (ev.logprobs && !eos) o.final_lp.push_back(std::move(*ev.logprobs));
+    return;
+  }
+  std::string ready = o.filter.take_ready();
+  // A token's logprobs go out with its text, or alone when its text is held back.
+  if (!ready.empty() || ev.logprobs) o.stream->push(std::move(ready), o.num_tokens, std::move(ev.logprobs));
+}
+
+// Engine thread, after each token: a stop string matched (the output thread said so).
 bool ServingEngine::stop_check(const Sequence& s) {
   auto it = live_.find(s.id());
-  if (it == live_.end()) return false;
-  Live& l = it->second;
-  try {
-    while (l.consumed < s.num_output()) l.filter.append(l.decoder->push(s.output[size_t(l.consumed++)]));
-  } catch (const std::exception& e) {
-    log_warn("serve: detokenising request ", s.id(), " failed: ", e.what());
-  }
-  return l.filter.stopped();
+  return it != live_.end() && it->second.stop_at->load(std::memory_order_relaxed) >= 0;
 }
 
 void ServingEngine::on_batch(StepBatch& b) {
@@ -251,40 +406,20 @@ void ServingEngine::on_token(const TokenEvent& ev) {
     ++generation_tokens_total_;
   }
   l.last_token_s = now;
-  if (ev.finished) {  // on_finish delivers the rest
-    // The eos token that ended the request is not text: no logprobs entry for it.
-    const bool eos = ev.reason == FinishReason::kStop && !l.ignore_eos &&
-                     std::find(eos_ids_.begin(), eos_ids_.end(), ev.token) != eos_ids_.end();
-    if (ev.logprobs && !eos) l.final_lp.push_back(*ev.logprobs);
-    return;
-  }
-  try {
-    // Tokens the stop check did not see (only possible without a stop check call): decode here.
-    if (l.consumed < l.num_tokens) {
-      l.filter.append(l.decoder->push(ev.token));
-      ++l.consumed;
-    }
-    std::string ready = l.filter.take_ready();
-    // A token's logprobs go out with its text, or alone when its text is held back.
-    if (!ready.empty() || ev.logprobs) l.stream->push(std::move(ready), l.num_tokens, ev.logprobs);
-  } catch (const std::exception& e) {
-    log_warn("serve: streaming request ", ev.seq_id, " failed: ", e.what());
-  }
+  OutEvent out;
+  out.kind = OutEvent::kToken;
+  out.id = ev.seq_id;
+  out.token = ev.token;
+  out.finished = ev.finished;
+  out.reason = ev.reason;
+  out.logprobs = ev.logprobs;
+  post(std::move(out));
 }
 
 void ServingEngine::on_finish(const Sequence& s) {
   auto it = live_.find(s.id());
   if (it == live_.end()) return;
   Live& l = it->second;
-  std::string text;
-  try {
-    // The eos token that ended a request is never decoded (it is not text). The decoder's
-    // held-back bytes of an incomplete UTF-8 sequence come out as U+FFFD.
-    if (!l.filter.stopped()) l.filter.append(l.decoder->flush());
-    text = l.filter.take_all();
-  } catch (const std::exception& e) {
-    log_warn("serve: finishing request ", s.id(), " failed: ", e.what());
-  }
   {
     std::lock_guard<std::mutex> lock(metrics_mu_);
     switch (s.finish_reason) {
@@ -305,13 +440,18 @@ void ServingEngine::on_finish(const Sequence& s) {
       if (options_.tiers[size_t(l.tier)].met(ttft, tpot)) ++tier_met_[size_t(l.tier)];
     }
   }
-  finish_live(it, std::move(text), s.num_output(), s.finish_reason, s.finish_detail, std::move(l.final_lp));
+  finish_live(it, s.num_output(), s.finish_reason, s.finish_detail);
 }
 
-void ServingEngine::finish_live(std::unordered_map<RequestId, Live>::iterator it, std::string text,
-                                int num_output, FinishReason reason, std::string detail,
-                                std::vector<TokenLogprobs> lps) {
-  it->second.stream->finish(std::move(text), num_output, reason, std::move(detail), std::move(lps));
+void ServingEngine::finish_live(std::unordered_map<RequestId, Live>::iterator it, int num_output,
+                                FinishReason reason, std::string detail) {
+  OutEvent ev;
+  ev.kind = OutEvent::kFinish;
+  ev.id = it->first;
+  ev.num_output = num_output;
+  ev.reason = reason;
+  ev.detail = std::move(detail);
+  post(std::move(ev));
   live_.erase(it);
   std::lock_guard<std::mutex> lock(mu_);
   --num_live_;
@@ -328,7 +468,7 @@ void ServingEngine::fail_all(const std::string& what) {
       std::lock_guard<std::mutex> lock(metrics_mu_);
       ++failed_error_;
     }
-    finish_live(it, "", it->second.num_tokens, FinishReason::kError, cat("internal error in the engine: ", what));
+    finish_live(it, it->second.num_tokens, FinishReason::kError, cat("internal error in the engine: ", what));
     it = next;
   }
 }

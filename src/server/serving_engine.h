@@ -1,12 +1,18 @@
 // The bridge between HTTP handler threads and the engine: one engine thread runs the
 // EngineLoop (steps while work exists, sleeps on a condition variable when idle); handler
-// threads submit requests and read their output from a per-request RequestStream fed by the
-// loop's hooks.
+// threads submit requests and read their output from a per-request RequestStream.
 //
-// Text: the engine thread detokenises each request's tokens with a StreamDecoder (UTF-8 safe)
-// and applies its stop strings through the scheduler's stop check hook (StopFilter: the first
-// stop string ends the request, is cut from the text, and text that may start a stop string
-// is held back until it is known not to), so streams only ever see final text.
+// Text, off the engine thread (issue 36: 480k stop strings on the engine thread took 186 s and
+// stalled every other request): the engine thread only queues each sampled token; an output
+// thread detokenises it with the request's StreamDecoder (UTF-8 safe), applies its stop strings
+// (StopFilter: the first stop string ends the request, is cut from the text, and text that may
+// start a stop string is held back until it is known not to) and feeds the stream, so streams
+// only ever see final text. When a stop string matches, the output thread finishes the stream at
+// once (finish_reason stop, completion tokens counted through the token that completed it) and
+// flags the request; the scheduler's stop check on the engine thread reads the flag and ends the
+// sequence at its next token (so the engine may compute a token or two that nobody sees; vLLM's
+// output processor does the same). The engine thread's cost per token is one queue entry,
+// whatever the stop strings.
 //
 // Queue bound: a request is refused (OverloadError -> 429) when `max_queue` requests are already
 // waiting (submitted and not running: the scheduler's waiting queue plus those not yet handed
@@ -23,13 +29,28 @@
 // cancel(id) from any thread (a client went away) aborts the request and frees its blocks at
 // the next step.
 //
-// Thread-safety: submit, cancel, stats, render_metrics and RequestStream are thread-safe.
+// Health (issue 36: /health said 200 through a 60 s SIGSTOP of a follower and a 186 s step):
+// the engine thread marks when it enters a step or a heartbeat and when it leaves; health()
+// reports the engine stalled while one step has lasted more than step_timeout_s, or one heartbeat
+// more than heartbeat_timeout_s. While idle the engine thread runs a heartbeat every
+// heartbeat_period_s (EngineHandle::heartbeat: a round trip with every follower rank), so:
+//   - a stalled step loop (a step that does not end) turns /health 503 step_timeout_s after the
+//     step began;
+//   - a stalled rank while the engine idles: within heartbeat_period_s + heartbeat_timeout_s
+//     (6 s by default); while it steps, the step stalls: step_timeout_s (or the communicator
+//     timeout fails the engine first);
+// and /health answers 200 again once the step or heartbeat completes. The heartbeats also keep
+// an idle distributed engine's followers from timing out in their wait for the next step
+// (before, an idle `serve --ranks 2` died after LOOM_COMM_TIMEOUT_S).
+//
+// Thread-safety: submit, cancel, stats, health, render_metrics and RequestStream are thread-safe.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -108,6 +129,24 @@ struct ServingOptions {
   cluster::SloTiers tiers;
   int max_consecutive_faults = 3;
   std::function<void(const std::string& why)> on_dead;
+  // Health (see above): a step longer than step_timeout_s, or a heartbeat longer than
+  // heartbeat_timeout_s, is a stall; heartbeats run every heartbeat_period_s while idle (keep it
+  // well inside the communicator timeout: its followers wait that long for the next step).
+  double step_timeout_s = 60;       // vLLM's VLLM_ENGINE_ITERATION_TIMEOUT_S default
+  double heartbeat_timeout_s = 5;
+  double heartbeat_period_s = 1;
+  // Test hook: called on the output thread before it handles each event ("start", "token",
+  // "finish"); a test stalls the output thread with it to show the engine does not wait for it.
+  std::function<void(const std::string& kind)> output_hook;
+  // The clock health() judges by (seconds, monotonic); default the steady clock. Tests set a
+  // manual one, so a stall is a count of their steps, not a wall-clock window.
+  std::function<double()> health_clock;
+};
+
+// What /health reports.
+struct Health {
+  bool ok = true;
+  std::string error;  // why not ("" when ok)
 };
 
 // A snapshot for /metrics and /health.
@@ -144,6 +183,12 @@ class ServingEngine {
   EngineStats stats() const;
   // "" while the engine serves; else why it stopped (see Faults above).
   std::string dead_reason() const;
+  // Dead, or stalled in a step or a heartbeat (see Health above).
+  Health health() const;
+  // Heartbeats completed (tests count them; the engine thread's idle rounds are not).
+  int64_t heartbeats() const { return heartbeats_.load(); }
+  // Whether the engine thread is inside a heartbeat now (tests).
+  bool in_heartbeat() const { return busy_kind_.load() == kBusyHeartbeat && busy_since_.load() >= 0; }
   std::string render_metrics() const;  // Prometheus text format 0.0.4
   // The engine's fixed configuration (read-only from any thread).
   const EngineConfig& engine_config() const { return engine_.config(); }
@@ -152,30 +197,63 @@ class ServingEngine {
   const ServingOptions& options() const { return options_; }
 
  private:
+  // Engine thread: a live request's timing and its stop flag.
   struct Live {
-    std::shared_ptr<RequestStream> stream;
-    std::unique_ptr<StreamDecoder> decoder;
-    StopFilter filter;
-    int consumed = 0;      // tokens pushed into the decoder
+    std::shared_ptr<std::atomic<int>> stop_at;  // set by the output thread (see Text above)
     int num_tokens = 0;    // tokens seen by on_token
     double arrival_s = 0;
     double last_token_s = -1;
     int prompt_len = 0;
     int tier = -1;
     double first_token_s = -1;
+  };
+  // Output thread: a live request's text.
+  struct Out {
+    std::shared_ptr<RequestStream> stream;
+    std::unique_ptr<StreamDecoder> decoder;
+    StopFilter filter;
+    std::shared_ptr<std::atomic<int>> stop_at;
+    int num_tokens = 0;
     bool ignore_eos = false;
+    bool done = false;  // the stream finished (a stop string matched)
     std::vector<TokenLogprobs> final_lp;  // of the token that ended the request (for its finish)
+  };
+  // Engine thread -> output thread, in order.
+  struct OutEvent {
+    enum Kind { kStart, kToken, kFinish } kind = kToken;
+    RequestId id = 0;
+    // kStart
+    std::shared_ptr<RequestStream> stream;
+    std::vector<std::string> stops;
+    bool ignore_eos = false;
+    std::shared_ptr<std::atomic<int>> stop_at;
+    // kToken
+    TokenId token = 0;
+    bool finished = false;
+    FinishReason reason = FinishReason::kNone;
+    std::optional<TokenLogprobs> logprobs;
+    // kFinish
+    int num_output = 0;
+    std::string detail;
   };
 
   void run();
+  void output_loop();
+  void handle(OutEvent& ev);
+  void post(OutEvent ev);   // engine thread: queued until flush()
+  void flush();             // engine thread: hands the queued events to the output thread
   bool stop_check(const Sequence& s);
   void on_token(const TokenEvent& ev);
   void on_finish(const Sequence& s);
   void on_batch(StepBatch& b);
   void fail_all(const std::string& what);
   void publish();
-  void finish_live(std::unordered_map<RequestId, Live>::iterator it, std::string text, int num_output,
-                   FinishReason reason, std::string detail, std::vector<TokenLogprobs> lps = {});
+  void finish_live(std::unordered_map<RequestId, Live>::iterator it, int num_output, FinishReason reason,
+                   std::string detail);
+  double health_now() const;
+  // The engine thread entering (kind) and leaving (-1) a step or a heartbeat.
+  static constexpr int kBusyStep = 0, kBusyHeartbeat = 1;
+  void set_busy(int kind);
 
   EngineHandle& engine_;
   std::function<void(StepBatch&)> engine_on_batch_;  // the engine's hook (layout policy), chained
@@ -196,6 +274,21 @@ class ServingEngine {
 
   // Engine thread only.
   std::unordered_map<RequestId, Live> live_;
+  std::vector<OutEvent> out_pending_;
+
+  // Output thread.
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;
+  std::deque<OutEvent> out_q_;
+  bool out_quit_ = false;
+  std::unordered_map<RequestId, Out> out_;
+  std::thread out_thread_;
+
+  // Health: when the engine thread entered its current step or heartbeat (health_clock seconds;
+  // < 0: in neither), and which.
+  std::atomic<double> busy_since_{-1.0};
+  std::atomic<int> busy_kind_{kBusyStep};
+  std::atomic<int64_t> heartbeats_{0};
 
   // Metrics (under metrics_mu_).
   mutable std::mutex metrics_mu_;

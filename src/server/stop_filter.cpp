@@ -4,44 +4,66 @@
 
 namespace loom::server {
 
-StopFilter::StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
-  for (const auto& s : stops_) max_stop_len_ = std::max(max_stop_len_, s.size());
+StopFilter::StopFilter(std::vector<std::string> stops) {
+  for (std::string& s : stops) {
+    if (s.empty()) continue;
+    Pattern p;
+    p.s = std::move(s);
+    p.border.assign(p.s.size(), 0);
+    for (size_t i = 1, k = 0; i < p.s.size(); ++i) {
+      while (k > 0 && p.s[i] != p.s[k]) k = p.border[k - 1];
+      if (p.s[i] == p.s[k]) ++k;
+      p.border[i] = uint32_t(k);
+    }
+    stops_.push_back(std::move(p));
+  }
 }
 
 bool StopFilter::append(std::string_view more) {
   if (stopped_) return true;
+  const size_t base = text_.size();
   text_.append(more);
   if (stops_.empty()) return false;
-  // A match must end in the new text, so it starts at or after searched_ (a start before that
-  // would have ended within the old text and been found already).
+  // Every occurrence ending in the new text (none ended before: the filter would have stopped);
+  // the earliest start wins, then the earlier stop string in the list.
   size_t best = std::string::npos;
-  for (const auto& s : stops_) {
-    const size_t p = text_.find(s, searched_);
-    if (p != std::string::npos && p < best) {
-      best = p;
-      matched_ = s;
+  for (Pattern& p : stops_) {
+    uint32_t state = p.state;
+    const uint32_t len = uint32_t(p.s.size());
+    for (size_t i = base; i < text_.size(); ++i) {
+      const char c = text_[i];
+      while (state > 0 && p.s[state] != c) {
+        state = p.border[state - 1];
+        ++work_;
+      }
+      ++work_;
+      if (p.s[state] == c) ++state;
+      if (state == len) {
+        const size_t start = i + 1 - len;
+        if (start < best) {
+          best = start;
+          matched_ = p.s;
+        }
+        break;  // this string's first occurrence is its earliest start
+      }
     }
+    p.state = state;
   }
   if (best != std::string::npos) {
     text_.resize(best);
     stopped_ = true;
     return true;
   }
-  searched_ = text_.size() >= max_stop_len_ ? text_.size() - max_stop_len_ + 1 : 0;
   return false;
 }
 
 size_t StopFilter::held_back() const {
+  const size_t avail = text_.size() - taken_;
   size_t best = 0;
-  for (const auto& s : stops_) {
-    const size_t lim = std::min(s.size() - 1, text_.size() - taken_);
-    for (size_t k = lim; k > best; --k) {
-      if (std::string_view(text_).substr(text_.size() - k) == std::string_view(s).substr(0, k)) {
-        best = k;
-        break;
-      }
-    }
+  for (const Pattern& p : stops_) {
+    uint32_t k = p.state;
+    while (k > avail) k = p.border[k - 1];  // the longest border that is still not taken
+    best = std::max(best, size_t(k));
   }
   return best;
 }

@@ -9,8 +9,14 @@
 //   client << f.take_ready();       // text now safe to send
 //   ... at the end: client << f.take_all();  // whatever is left (held back text included)
 // Invariant: every byte returned by take_ready()/take_all() is a prefix of the final text.
+//
+// Cost: each stop string keeps a Knuth-Morris-Pratt automaton state (the longest suffix of the
+// text that is a prefix of it), so append() examines each new byte at most twice per stop string
+// amortised, and take_ready() finds the held-back length from those states without searching:
+// O(new bytes x stop strings) per token, whatever the strings' lengths (work() counts it).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,17 +39,24 @@ class StopFilter {
   // Everything not yet taken (end of the stream).
   std::string take_all();
 
+  // Automaton steps taken so far (tests bound it by the bytes appended).
+  int64_t work() const { return work_; }
+
  private:
-  // Length of the longest suffix of text_ that is a proper prefix of a stop string.
+  // Length of the longest suffix of text_ not yet taken that is a proper prefix of a stop string.
   size_t held_back() const;
 
-  std::vector<std::string> stops_;
-  size_t max_stop_len_ = 0;
+  struct Pattern {
+    std::string s;
+    std::vector<uint32_t> border;  // KMP prefix function: border[i] of s[0..i]
+    uint32_t state = 0;            // longest suffix of text_ that is a prefix of s
+  };
+  std::vector<Pattern> stops_;
   std::string text_;
-  size_t taken_ = 0;     // bytes of text_ already returned
-  size_t searched_ = 0;  // stop strings cannot start before this offset
+  size_t taken_ = 0;  // bytes of text_ already returned
   bool stopped_ = false;
   std::string matched_;
+  int64_t work_ = 0;
 };
 
 }  // namespace loom::server

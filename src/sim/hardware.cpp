@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
+#include "core/parse_number.h"
 
 namespace loom::sim {
 
@@ -243,9 +245,7 @@ NodeSpec parse_node(const std::string& spec) {
     const std::string path = spec.substr(0, x);
     if (is_hardware_entry(path)) {
       NodeSpec node = parse_node(path);
-      node.gpus_per_node = std::stoi(spec.substr(x + 1));
-      if (node.gpus_per_node < 1 || node.gpus_per_node > 1024)
-        fail("node '", spec, "': count ", node.gpus_per_node, " outside [1, 1024]");
+      node.gpus_per_node = int(parse_int(spec.substr(x + 1), cat("node '", text_excerpt(spec, 48), "': the count"), 1, 1024));
       return node;
     }
   }
@@ -261,8 +261,7 @@ NodeSpec parse_node(const std::string& spec) {
   if (auto x = s.rfind('x'); x != std::string::npos && x + 1 < s.size() &&
                               std::all_of(s.begin() + long(x) + 1, s.end(), ::isdigit)) {
     gpu_name = s.substr(0, x);
-    count = std::stoi(s.substr(x + 1));
-    if (count < 1 || count > 1024) fail("node '", spec, "': GPU count ", count, " outside [1, 1024]");
+    count = int(parse_int(s.substr(x + 1), cat("node '", text_excerpt(spec, 48), "': the GPU count"), 1, 1024));
   }
   NodeSpec node;
   node.gpu = find_gpu(gpu_name);

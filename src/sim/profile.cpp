@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
+#include "core/parse_number.h"
 #include "sim/measured_ops.h"
 
 namespace loom::sim {
@@ -167,7 +169,7 @@ std::pair<std::string, int> profile_dir_of(const std::string& hardware) {
   const auto x = hardware.rfind('x');
   if (x != std::string::npos && x > 0 && x + 1 < hardware.size() &&
       std::all_of(hardware.begin() + long(x) + 1, hardware.end(), ::isdigit) && is_profile(hardware.substr(0, x)))
-    return {hardware.substr(0, x), std::stoi(hardware.substr(x + 1))};
+    return {hardware.substr(0, x), int(parse_int(hardware.substr(x + 1), cat("'", text_excerpt(hardware, 48), "': the rank count"), 1, 1024))};
   return {"", 0};
 }
 

@@ -8,7 +8,7 @@ if(LOOM_FUZZ)
   set(loom_fuzz_build ${CMAKE_BINARY_DIR}/fuzz)
   add_test(NAME fuzz_build COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run.sh build ${loom_fuzz_build})
   set_tests_properties(fuzz_build PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 FIXTURES_SETUP loom_fuzz)
-  foreach(h gguf safetensors hf_config tokenizer_json llama2c llama2c_tokenizer openai_request step_codec)
+  foreach(h gguf safetensors hf_config tokenizer_json llama2c llama2c_tokenizer openai_request step_codec http_request)
     add_test(NAME fuzz_${h}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run.sh run ${loom_fuzz_build} ${h} ${LOOM_FUZZ_SECONDS})
     set_tests_properties(fuzz_${h} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED loom_fuzz)

@@ -62,6 +62,14 @@ struct StackOptions {
   size_t max_body_bytes = HttpServerOptions{}.max_body_bytes;  // slows every step down (via the fault hook) to widen timing windows
   std::function<void(Engine&, const StepBatch&)> hook;
   std::string tiers;  // SLO tiers (cluster::parse_tiers syntax); "" = none
+  int http_threads = 0;           // HttpServerOptions (0: the default pool)
+  double body_timeout_s = 60;
+  int64_t max_inflight_bytes = 0;  // HttpServerOptions (0: the default budget)
+  // ServingOptions' health settings (serving_engine.h "Health").
+  std::function<double()> health_clock;
+  double step_timeout_s = ServingOptions{}.step_timeout_s;
+  double heartbeat_period_s = ServingOptions{}.heartbeat_period_s;
+  std::function<void(const std::string&)> output_hook;  // ServingOptions::output_hook
 };
 
 class Stack {
@@ -80,6 +88,10 @@ class Stack {
     so.max_queue = opt_.max_queue;
     so.model_name = "test-model";
     if (!opt_.tiers.empty()) so.tiers = cluster::parse_tiers(opt_.tiers);
+    so.health_clock = opt_.health_clock;
+    so.step_timeout_s = opt_.step_timeout_s;
+    so.heartbeat_period_s = opt_.heartbeat_period_s;
+    so.output_hook = opt_.output_hook;
     so.fault_hook = [this](const StepBatch& b) {
       if (opt_.step_delay_ms > 0)
         std::this_thread::sleep_for(std::chrono::microseconds(int64_t(opt_.step_delay_ms * 1000)));
@@ -94,6 +106,9 @@ class Stack {
     ho.max_connections = opt_.max_connections;
     ho.header_timeout_s = opt_.header_timeout_s;
     ho.max_body_bytes = opt_.max_body_bytes;
+    ho.http_threads = opt_.http_threads;
+    ho.body_timeout_s = opt_.body_timeout_s;
+    ho.max_inflight_bytes = opt_.max_inflight_bytes;
     http_ = std::make_unique<HttpServer>(*serving_, *tok_, ho);
     port_ = http_->start();
   }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "raw_socket.h"
 #include "server_fixture.h"
 
 namespace loom::server::test {
@@ -19,45 +20,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-int connect_raw(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool send_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += size_t(n);
-  }
-  return true;
-}
-
-// Reads until the peer closes or timeout.
-std::string read_to_eof(int fd, double timeout_s) {
-  std::string out;
-  const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
-  char buf[4096];
-  while (Clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, size_t(n));
-  }
-  return out;
-}
 
 // Descriptors for `want` slow connections: the client and the server end both live in this
 // process. Raises the soft limit to the hard one; returns how many connections fit.

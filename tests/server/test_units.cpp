@@ -87,6 +87,32 @@ TEST(StopFilter, HoldsBackOnlyWhatCouldStartAStop) {
   EXPECT_EQ(f.take_all(), "y");
 }
 
+// Issue 36: 480k stop strings took 186 s on the engine thread. The filter's work per appended
+// byte is bounded by the stop strings' count, whatever their length and however adversarial the
+// text (the KMP bound: at most 2 automaton steps per byte per string, amortised). Counted in
+// steps, not time.
+TEST(StopFilter, WorkIsLinearInTheTextTimesTheStopCount) {
+  // Worst case for a naive search: stops "aaa...ab" (1024 bytes) over a text of 'a's.
+  const std::vector<std::string> stops = {std::string(1023, 'a') + "b", std::string(1023, 'a') + "c",
+                                          std::string(511, 'a') + "ab", "a" + std::string(1023, 'b')};
+  StopFilter f(stops);
+  int64_t appended = 0;
+  std::string streamed;
+  for (int t = 0; t < 20000; ++t) {
+    const std::string piece = t % 7 == 6 ? "aab" : "aaa";  // never a whole stop string
+    f.append(piece);
+    appended += int64_t(piece.size());
+    streamed += f.take_ready();
+  }
+  EXPECT_FALSE(f.stopped());
+  EXPECT_LE(f.work(), 2 * appended * int64_t(stops.size()));
+  // Held back: at most the longest proper prefix (1023 bytes), never more.
+  EXPECT_GE(int64_t(streamed.size()), appended - 1023);
+  f.append(std::string(1023, 'a') + "c");
+  EXPECT_TRUE(f.stopped());
+  EXPECT_EQ(f.matched(), stops[1]);
+}
+
 TEST(StopFilter, NoStopsPassesEverything) {
   StopFilter f;
   f.append("hello");
@@ -102,6 +128,36 @@ ApiError parse_error(Endpoint ep, const std::string& body) {
   }
   ADD_FAILURE() << "no error for " << body;
   return {};
+}
+
+// Issue 36: 'stop' is bounded as OpenAI bounds it (4 strings), and each string's bytes.
+TEST(OpenAiApi, StopStringsAreBoundedInCountAndBytes) {
+  const ApiRequest ok = parse_api_request(
+      Endpoint::kCompletions,
+      nlohmann::json{{"prompt", "hi"}, {"stop", {"a", "b", "c", std::string(ApiRequest::kMaxStopBytes, 'd')}}}.dump());
+  EXPECT_EQ(ok.stop.size(), 4u);
+  const ApiError many = parse_error(Endpoint::kCompletions,
+                                    nlohmann::json{{"prompt", "hi"}, {"stop", {"a", "b", "c", "d", "e"}}}.dump());
+  EXPECT_EQ(many.param, "stop");
+  EXPECT_NE(many.message.find("at most 4"), std::string::npos) << many.message;
+  const ApiError big = parse_error(
+      Endpoint::kChat, nlohmann::json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                      {"stop", std::string(ApiRequest::kMaxStopBytes + 1, 'x')}}
+                           .dump());
+  EXPECT_EQ(big.param, "stop");
+  EXPECT_NE(big.message.find("1025 bytes"), std::string::npos) << big.message;
+  EXPECT_NE(big.message.find("at most 1024"), std::string::npos) << big.message;
+  EXPECT_LT(big.message.size(), 200u);
+  // A huge list is refused by its count before any string is copied.
+  nlohmann::json lots = nlohmann::json::array();
+  for (int i = 0; i < 480000; ++i) lots.push_back("s");
+  const ApiError huge = parse_error(Endpoint::kCompletions, nlohmann::json{{"prompt", "hi"}, {"stop", lots}}.dump());
+  EXPECT_NE(huge.message.find("480000 strings"), std::string::npos) << huge.message;
+  // A 1 MB tier name is quoted as a short excerpt (it was echoed whole).
+  const ApiError tier =
+      parse_error(Endpoint::kCompletions, nlohmann::json{{"prompt", "hi"}, {"tier", std::string(1 << 20, 't')}}.dump());
+  EXPECT_EQ(tier.param, "tier");
+  EXPECT_LT(tier.message.size(), 200u);
 }
 
 TEST(OpenAiApi, ParsesTheSupportedFields) {

@@ -3,6 +3,12 @@
 # The gtest binary test_server also runs `loom generate`, so it needs the loom executable.
 if(TARGET test_server)
   add_dependencies(test_server loom)
+  # The gzip bomb of test_hostile_framing.cpp is made with zlib (present wherever cpp-httplib
+  # was built with CPPHTTPLIB_ZLIB_SUPPORT; the test skips that part without it).
+  find_package(ZLIB)
+  if(ZLIB_FOUND)
+    target_link_libraries(test_server PRIVATE ZLIB::ZLIB)
+  endif()
 endif()
 
 find_program(LOOM_CURL curl)
@@ -36,6 +42,16 @@ if(LOOM_MPI AND LOOM_CURL)
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/serve_dead_follower_mpi.sh $<TARGET_FILE:loom>
                    ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin ${loom_mpirun})
   set_tests_properties(server_mpi_dead_follower PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${loom_mpi_env}")
+endif()
+
+# Issue 36 under mpirun: an idle server whose follower is stopped (SIGSTOP) answers /health 503
+# (heartbeat) within seconds, and 200 again once it continues (curl as the client).
+if(LOOM_MPI AND LOOM_CURL)
+  add_test(NAME server_mpi_stopped_follower
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/serve_stopped_follower_mpi.sh $<TARGET_FILE:loom>
+                   ${CMAKE_SOURCE_DIR}/../shared/models/stories260K/stories260K.bin ${loom_mpirun})
+  set_tests_properties(server_mpi_stopped_follower PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${loom_mpi_env}")
 endif()
 
