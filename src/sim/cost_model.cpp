@@ -625,37 +625,54 @@ StepCost CostModel::price_step(const PricedPlan& pl, const std::vector<SeqWork>&
     // group of the partial outputs of its H/TPA heads (head_dim values each: for MLA the
     // v_head_dim outputs after W_UV, which commutes with the merge's per-(token, head) weights;
     // 2.2: each GPU sends "B x H/(KVP x TPA)" to every other, H = Q x Hsz) with one f32 LSE per
-    // (token, head); the rank keeps and receives the H/N heads of its TP(N) shard. HOP-B (2.1.3)
-    // cuts the step's sequences into chunks (at most hopb_max_chunks), the all-to-all of a chunk
-    // running under the next chunk's attention; of the chunk counts tried (1..8, then powers of
-    // two, then one per sequence) the cheapest span (one chunk: no overlap). hopb=off and Medha:
-    // one chunk, all exposed.
+    // (token, head); the rank keeps and receives the H/N heads of its TP(N) shard and merges the
+    // KVP partials (LSE rescale and sum). HOP-B (2.1.3) cuts the step's sequences into chunks (at
+    // most hopb_max_chunks), each chunk launching its own attention kernel, all-to-all and merge
+    // (engine/stage_helix.cpp), each with its fixed cost; the all-to-all of a chunk runs under the
+    // next chunk's attention; of the chunk counts tried (1..8, then powers of two, then one per
+    // sequence) the cheapest span. hopb=off (CostModelOptions::hopb_off): Figure 3's drawing, the
+    // on schedule's chunks strictly one after another, or loom's engine's one chunk. Medha: one
+    // chunk, the partials gathered onto the TP(A) group, all exposed.
     const int k = pl.kvp;
     const int kvp_node = kvp_per_node(pl);
     const int nseq = int(group.size());
-    const int max_chunks = pl.hopb && !medha ? std::max(1, std::min(nseq, opt_.hopb_max_chunks)) : 1;
-    double best_span = 0, best_attn = 0;
+    const bool off_as_fig3 =
+        !pl.hopb && !medha &&
+        (opt_.hopb_off == CostModelOptions::HopbOff::Figure3 ||
+         (opt_.hopb_off == CostModelOptions::HopbOff::Auto && opt_.kernels == StepKernels::FusedGpu));
+    const bool chunked = (pl.hopb || off_as_fig3) && !medha;
+    const int max_chunks = chunked ? std::max(1, std::min(nseq, opt_.hopb_max_chunks)) : 1;
+    // Per request (CostModelOptions::hopb_per_request): the one count of one sequence a chunk.
+    const int first_count = chunked && opt_.hopb_per_request ? std::max(1, nseq) : 1;
+    // The merge reads the k partials (head_dim values and an f32 LSE each) of the rank's H/N heads
+    // (Medha: the TP(A) group's H/A heads) per token and writes one: priced as an element-wise
+    // kernel of the activation's kind (an exp and a multiply-add per element).
+    const double merge_heads = medha ? double(pl.q_heads) : double(pl.out_heads);
+    double best_on = 0;
+    std::vector<double> ca, cc, cm, best_a, best_c, best_m;
     // 1, 2, ..., 8, then doubling, ending on max_chunks.
     auto next_count = [&](int c) { return c < 8 || c >= max_chunks ? c + 1 : std::min(2 * c, max_chunks); };
-    for (int c = 1; c <= max_chunks; c = next_count(c)) {
-      std::vector<double> ca, cc;
+    for (int c = first_count; c <= std::max(max_chunks, first_count); c = next_count(c)) {
+      ca.clear(), cc.clear(), cm.clear();
       for (int i = 0; i < c; ++i) {
         const std::vector<SeqWork> sub(group.begin() + size_t(nseq) * i / c, group.begin() + size_t(nseq) * (i + 1) / c);
         double tokens = 0;
         for (const auto& w : sub) tokens += w.new_tokens;
-        ca.push_back(attention_core_s(sub, pl.q_heads, pl.kv_heads, k, pl.kv_block));
+        ca.push_back(attention_core_s(sub, pl.q_heads, pl.kv_heads, k, pl.kv_block) + cal_.attn_latency_s);
         cc.push_back(medha ? collective_s(Collective::AllGather, k * tokens * pl.q_heads * (hd * ab + 4.0), k, kvp_node)
                            : helix_exchange_s(pl, tokens));
+        cm.push_back(elementwise_s(Elementwise::Act, tokens * merge_heads * (k * (hd * ab + 4.0) + hd * ab)));
       }
-      const double span = hopb_span(ca, cc, pl.hopb && !medha);
-      if (c == 1 || span < best_span) {
-        best_span = span;
-        best_attn = 0;
-        for (double x : ca) best_attn += x;
-      }
+      const double on = hopb_span(ca, cc, cm, !medha);
+      if (c == first_count || on < best_on) best_on = on, best_a = ca, best_c = cc, best_m = cm;
     }
-    attn = best_attn + cal_.attn_latency_s;
-    comm += best_span - best_attn;
+    const double span = pl.hopb && !medha ? best_on : hopb_span(best_a, best_c, best_m, false);
+    double attn_sum = 0, merge_sum = 0;
+    for (double x : best_a) attn_sum += x;
+    for (double x : best_m) merge_sum += x;
+    attn = attn_sum;
+    elem += merge_sum;
+    comm += span - attn_sum - merge_sum;
     // Medha: the FFN group's [B, H] result goes back to every KVP group for the next layer.
     if (medha) comm += collective_s(Collective::Broadcast, m * d * ab, k, kvp_node);
   } else if (arch_.mla) {
