@@ -210,6 +210,10 @@ struct CostModelOptions {
   // 8 requests, 8 exchanges), instead of the cheapest count up to hopb_max_chunks.
   bool hopb_per_request = false;
   PipelineSchedule pipeline = PipelineSchedule::Auto;
+  // SiDP WaS fetches in peak-shifting order where the plan's lookahead allows it (sim/sidp_cost.h);
+  // false prices the same plan in layer order, every non-owner reading the same owner at once
+  // (the ablation of SiDP Fig. 10; the engine has no such switch).
+  bool sidp_peak_shifting = true;
   // Multiplies the time of every all-reduce (Seesaw §6.5 / Fig. 14: "we then mutate the
   // all-reduce time to project the end-to-end throughput with different inter-connection
   // bandwidths"; 1 / the bandwidth scale). Other transfers keep their price.

@@ -24,6 +24,11 @@ const char* sidp_variant_name(SidpVariant v) {
 
 namespace {
 
+// Whether `full` is priced fetching in peak-shifting order (CostModelOptions::sidp_peak_shifting).
+bool peak_order(const CostModel& cm, const Plan& full) {
+  return cm.options().sidp_peak_shifting && sidp::peak_shifting(full);
+}
+
 struct FfnCost {
   double gemm = 0, elem = 0;
   double total() const { return gemm + elem; }
@@ -103,7 +108,7 @@ double sidp_layer_fetch_s(const CostModel& cm, const Plan& full) {
   const int dp = full.dp;
   if (dp < 2) return 0.0;
   // Without peak shifting every non-owner reads the same owner at once: its egress is shared.
-  const int readers = sidp::peak_shifting(full) ? 1 : dp - 1;
+  const int readers = peak_order(cm, full) ? 1 : dp - 1;
   // The engine reads the owner's layer with a one-sided get (stage_ffn_owner.cpp, Communicator::get).
   return cm.collective_s(Collective::Get, sidp_ffn_layer_bytes(cm) * readers, 2,
                          std::min(2, cm.node().gpus_per_node));
@@ -142,7 +147,7 @@ StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector
       // Independent of the others (an own step: the only replica with work, sim/simulator.cpp);
       // a lockstep group step under WaS ends with the slowest replica.
       const double a = rest[size_t(r)] / L, f = ffn_cost(cm, plain, rows[size_t(r)]).total();
-      const double t = was_step_s(a, f, L, D, r, sidp::peak_shifting(full), full.sidp_lookahead(),
+      const double t = was_step_s(a, f, L, D, r, peak_order(cm, full), full.sidp_lookahead(),
                                   sidp_layer_fetch_s(cm, full));
       if (t > worst_rest) {
         worst_rest = t;
@@ -255,7 +260,7 @@ SidpThreshold derive_sidp_threshold(const CostModel& cm, const Plan& plan, int c
   r.threshold = sidp::threshold_batch(t_iter, r.fetch_s, max_b);
   r.crossed = r.threshold <= max_b;
   r.fwd_s = t_iter(std::min<int64_t>(r.threshold, max_b));
-  const std::string how = sidp::peak_shifting(full) ? "peak shifting: one reader per owner"
+  const std::string how = peak_order(cm, full) ? "peak shifting: one reader per owner"
                            : D == 2                  ? "one reader per owner"
                                                      : cat("layer order: each owner's link shared by ", D - 1, " readers");
   r.explain = r.crossed ? cat("cost model on ", cm.node().name(), ": a step of ", r.threshold, " sequences at context ",
