@@ -141,12 +141,16 @@ ExperimentResult run_fig11() {
   for (const std::string gpu : {"h20", "h200", "b200"}) {
     const SidpThreshold th = derive_sidp_threshold(gpu_model("qwen3-32b", gpu), dp8, 4096);
     r.rows.push_back({"b_th", gpu, double(th.threshold), std::nullopt, "text: threshold from offline profiling ([stripped])"});
+    const SidpThreshold x = derive_sidp_crossover(gpu_model("qwen3-32b", gpu), dp8, 4096);
+    r.rows.push_back({"policy_threshold", gpu, double(x.threshold), std::nullopt,
+                      "the sidp policy's: the batch below which CaS is faster (issue 31)"});
   }
   r.rows.push_back({"crossover_batch", "was<=cas", double(crossover), std::nullopt, "text: [stripped]"});
   r.notes.push_back("price_sidp (sim/sidp_cost.h): WaS = each replica's layers waiting on its prefetcher (peak shifting, "
                     "lookahead 7, one NVLink read per layer); CaS = per layer the slowest replica's attention, each "
                     "non-owner's rows to the owner and back, and the owner's one GEMM chain over all 8b rows.");
-  r.notes.push_back("B_th: the smallest b whose plain step hides fetching the 56 non-owned FFN layers (S11).");
+  r.notes.push_back("B_th: the smallest b whose plain step hides fetching the 56 non-owned FFN layers (S11); the "
+                    "policy switches at the crossover below it, where CaS is faster (policy_threshold).");
   return r;
 }
 

@@ -272,18 +272,64 @@ SidpThreshold derive_sidp_threshold(const CostModel& cm, const Plan& plan, int c
   return r;
 }
 
+SidpThreshold derive_sidp_crossover(const CostModel& cm, const Plan& plan, int context, int64_t max_b) {
+  Plan was = plan.normalized();
+  if (was.weights != WeightSource::FetchFromOwner)
+    fail("the SiDP crossover is for SiDP plans (dp=D,weights=owner); got ", was.to_string());
+  if (context < 1 || max_b < 1) fail("the SiDP crossover needs a context >= 1 and max_b >= 1 (got ", context, ", ", max_b, ")");
+  was.sidp_cas = false;
+  Plan cas = was;
+  cas.sidp_cas = true;
+  const PricedPlan pw = cm.prepare(was), pc = cm.prepare(cas);
+  const int D = was.dp;
+  auto times = [&](int64_t b) {
+    const std::vector<std::vector<SeqWork>> work(size_t(D), std::vector<SeqWork>(size_t(b), SeqWork{1, context, true}));
+    return std::make_pair(price_sidp(cm, pw, work).total_s, price_sidp(cm, pc, work).total_s);
+  };
+  auto was_wins = [&](int64_t b) {
+    const auto [w, c] = times(b);
+    return w <= c;
+  };
+  SidpThreshold r;
+  r.context = context;
+  // Doubling, then bisection (the difference WaS - CaS falls with b).
+  int64_t hi = 1;
+  while (hi <= max_b && !was_wins(hi)) hi *= 2;
+  if (hi > max_b && !was_wins(max_b)) {
+    r.threshold = max_b + 1;
+    r.crossed = false;
+  } else {
+    hi = std::min(hi, max_b);
+    int64_t lo = hi / 2 + 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (was_wins(mid)) hi = mid; else lo = mid + 1;
+    }
+    r.threshold = hi;
+    r.crossed = true;
+  }
+  const auto [w, c] = times(std::min(r.threshold, max_b));
+  r.fwd_s = w;
+  r.fetch_s = c;
+  r.explain = r.crossed ? cat("cost model on ", cm.node().name(), ": below ", r.threshold, " sequences a replica at context ",
+                              context, " a CaS step of the group is faster than WaS (at ", r.threshold, ": WaS ", w * 1e3,
+                              " ms, CaS ", c * 1e3, " ms)")
+                        : cat("cost model on ", cm.node().name(), ": CaS is faster than WaS at every batch up to ", max_b);
+  return r;
+}
+
 SidpThreshold default_sidp_threshold(const ModelConfig& model, DType weight_dtype, const Plan& plan,
                                      const std::string& profile_dir, const std::string& backend,
                                      double memcpy_bytes_per_s, double peak_flops, int context) {
   if (!profile_dir.empty()) {
     // One rank per replica; the world's ranks compute at once (their caches shared).
     const CostModel cm = profile_cost_model(read_profile(profile_dir), model, weight_dtype, 1, backend, plan.size());
-    SidpThreshold t = derive_sidp_threshold(cm, plan, context);
+    SidpThreshold t = derive_sidp_crossover(cm, plan, context);
     t.explain += cat(" [calibrated by the profile ", profile_dir, "]");
     return t;
   }
   const double wb = double(dtype_row_bytes(weight_dtype, dtype_block_elems(weight_dtype))) / dtype_block_elems(weight_dtype);
-  return derive_sidp_threshold(cpu_cost_model(model, wb, memcpy_bytes_per_s, peak_flops, 0, plan.size()), plan, context);
+  return derive_sidp_crossover(cpu_cost_model(model, wb, memcpy_bytes_per_s, peak_flops, 0, plan.size()), plan, context);
 }
 
 }  // namespace loom::sim
