@@ -609,7 +609,9 @@ void register_sim(CLI::App& app) {
   run->add_option("--sidp-window", ra->sidp_window_s,
                   "SiDP: seconds of simulated time the group's state must hold before a switch (0: 4 observations)")
       ->capture_default_str();
-  run->add_option("--trace", ra->trace, "Azure CSV, Mooncake JSONL or lengths CSV");
+  run->add_option("--trace", ra->trace,
+                  "Azure CSV, Mooncake JSONL, lengths CSV, or servegen:DIR[@START:DURATION] (a ServeGen client "
+                  "folder's superposition over that window in seconds; --rate-scale multiplies every client's rate)");
   run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
   run->add_option("--num-requests", ra->num_requests, "Synthetic: requests")->capture_default_str();
   run->add_option("--prompt-len", ra->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
