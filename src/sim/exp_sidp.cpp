@@ -45,6 +45,14 @@ Shapes shapes(const ModelConfig& c) {
   return s;
 }
 
+// WaS cache slots of SiDP's plan (kSidpPlan below).
+constexpr int kSidpSlots = 4;
+// SiDP's plan: 4 WaS slots, "a small number" (4.2; issue 31: D - 1 = 7 slots cost 7% of a 70B
+// model's KV budget), half of D (ASSUMPTION: the count is stripped; the CaS slots are "two"), so
+// §4.2's peak shifting runs over 4-layer cycles, about two readers per owner at a time
+// (sidp_layer_fetch_s).
+const char* const kSidpPlan = "dp=8,weights=owner,slots=4";
+
 // HBM as the paper's Table 1 prints it (H20 and H200 144 GB, B200 180 GB).
 double table1_hbm(const std::string& gpu) { return gpu == "b200" ? 180e9 : 144e9; }
 
@@ -98,13 +106,14 @@ ExperimentResult run_fig5() {
                         g.name == "dp8" && model != "qwen3-32b" ? "text: vLLM cannot sustain it at TP=1, DP=8"
                                                                 : "plotted only"});
     }
-    const double sidp = kv_tokens(c, hbm, 1, 1, true, 8, 7);
+    const double sidp = kv_tokens(c, hbm, 1, 1, true, 8, kSidpSlots);
     r.rows.push_back({"kv_tokens_" + model, "sidp-dp8", sidp, std::nullopt,
                       "text: SiDP supports [stripped] M KV tokens at TP=1, DP=8"});
     r.rows.push_back({"kv_ratio_" + model, "sidp/best", sidp / std::max(best, 1.0), std::nullopt,
                       "abstract: up to [stripped] (external: 1.8x)"});
   }
-  r.notes.push_back("SiDP: attention + embeddings replicated, FFN / 8, 7 WaS slots of one FFN layer (PAPERS-NOTES 1.4.3).");
+  r.notes.push_back(cat("SiDP: attention + embeddings replicated, FFN / 8, ", kSidpSlots,
+                        " WaS slots of one FFN layer (4.2: \"a small number\"; sim/exp_sidp.cpp kSidpSlots)."));
   r.notes.push_back("Model shapes from the catalog (public configs); KV heads replicated when TP > K.");
   return r;
 }
@@ -118,7 +127,7 @@ StepTimes step_times(const CostModel& cm, int dp, int b, int context) {
   const std::vector<std::vector<SeqWork>> work(size_t(dp), std::vector<SeqWork>(size_t(b), SeqWork{1, context, true}));
   StepTimes t;
   t.dp_s = cm.price(Plan::make_tp(1), work.front()).total_s;
-  const PricedPlan was = cm.prepare(Plan::parse(cat("dp=", dp, ",weights=owner")));
+  const PricedPlan was = cm.prepare(Plan::parse(cat("dp=", dp, ",weights=owner,slots=", std::max(1, dp / 2))));
   t.was_s = price_sidp(cm, was, work, SidpVariant::Was).total_s;
   t.cas_s = price_sidp(cm, was, work, SidpVariant::CasV3).total_s;
   return t;
@@ -137,7 +146,7 @@ ExperimentResult run_fig11() {
     r.rows.push_back({"step_ms_b" + std::to_string(b), "cas", t.cas_s * 1e3, std::nullopt, "plotted only"});
     if (crossover < 0 && t.was_s <= t.cas_s) crossover = b;
   }
-  const Plan dp8 = Plan::parse("dp=8,weights=owner");
+  const Plan dp8 = Plan::parse(kSidpPlan);
   for (const std::string gpu : {"h20", "h200", "b200"}) {
     const SidpThreshold th = derive_sidp_threshold(gpu_model("qwen3-32b", gpu), dp8, 4096);
     r.rows.push_back({"b_th", gpu, double(th.threshold), std::nullopt, "text: threshold from offline profiling ([stripped])"});
@@ -243,8 +252,6 @@ JobRun run_job(const CostModel& cm, const std::string& plan, const std::string& 
   return j;
 }
 
-// SiDP's plan (PAPERS-NOTES 1.4.3: peak shifting over D-layer cycles, D - 1 slots).
-const char* const kSidpPlan = "dp=8,weights=owner";
 // The plain DP x TP plans the baselines take the best of (the first, on a tie).
 const char* const kDpTpPlans[] = {"dp=8", "dp=4,tp=2", "dp=2,tp=4", "tp=8"};
 
@@ -360,7 +367,7 @@ void add_kv_rows(ExperimentResult& r) {
       for (int tp : {2, 4}) {  // configurations where plain DP x TP fits
         const int dp = 8 / tp;
         const double plain = kv_tokens(c, hbm, tp, 1, false, dp, 0);
-        const double sidp = kv_tokens(c, hbm, tp, 1, true, dp, dp - 1);
+        const double sidp = kv_tokens(c, hbm, tp, 1, true, dp, std::min(dp - 1, kSidpSlots));
         if (plain > 0 && sidp / plain > best) best = sidp / plain, at = cat("dp", dp, "tp", tp);
       }
       r.rows.push_back({"kv_capacity_x", gpu + ":" + model + ":" + at, best, 1.8, "external (arXiv abstract): up to 1.8x"});
@@ -525,7 +532,7 @@ ExperimentResult run_fig10() {
   const CostModel cm = gpu_model("qwen3-32b", "h20");
   std::vector<Job> jobs(1);
   jobs[0].cm = &cm;
-  jobs[0].configs = {{"dp=4,weights=owner", "sidp"}, {"dp=4,weights=owner", "sidp"}, {kSidpPlan, "sidp"}, {kSidpPlan, "sidp"}};
+  jobs[0].configs = {{"dp=4,weights=owner,slots=2", "sidp"}, {"dp=4,weights=owner,slots=2", "sidp"}, {kSidpPlan, "sidp"}, {kSidpPlan, "sidp"}};
   size_job(jobs[0]);
   // Every odd configuration without peak shifting (CostModelOptions::sidp_peak_shifting); both
   // DP degrees on the one 8-GPU job (DP=4 uses half the node, as the paper's scaling plot).

@@ -107,8 +107,14 @@ double sidp_ffn_layer_bytes(const CostModel& cm) {
 double sidp_layer_fetch_s(const CostModel& cm, const Plan& full) {
   const int dp = full.dp;
   if (dp < 2) return 0.0;
-  // Without peak shifting every non-owner reads the same owner at once: its egress is shared.
-  const int readers = peak_order(cm, full) ? 1 : dp - 1;
+  // Without peak shifting every non-owner reads the same owner at once: its egress is shared. With
+  // a lookahead of k < D - 1 slots, §4.2's rule organises the layers in cycles of k: the D - 1
+  // readers of a cycle start at their own offsets, so about (D - 1) / k of them read one owner at a
+  // time (priced so; loom's engine fetches in layer order below a full cycle, engine/sidp.h).
+  const int k = full.sidp_lookahead();
+  int readers = dp - 1;
+  if (peak_order(cm, full)) readers = 1;
+  else if (cm.options().sidp_peak_shifting && dp > 2 && k >= 2) readers = (dp - 1 + k - 1) / k;
   // The engine reads the owner's layer with a one-sided get (stage_ffn_owner.cpp, Communicator::get).
   return cm.collective_s(Collective::Get, sidp_ffn_layer_bytes(cm) * readers, 2,
                          std::min(2, cm.node().gpus_per_node));
@@ -262,7 +268,7 @@ SidpThreshold derive_sidp_threshold(const CostModel& cm, const Plan& plan, int c
   r.fwd_s = t_iter(std::min<int64_t>(r.threshold, max_b));
   const std::string how = peak_order(cm, full) ? "peak shifting: one reader per owner"
                            : D == 2                  ? "one reader per owner"
-                                                     : cat("layer order: each owner's link shared by ", D - 1, " readers");
+                                                     : cat("peak shifting over ", full.sidp_lookahead(), "-layer cycles or layer order: each owner's link shared by up to ", D - 1, " readers");
   r.explain = r.crossed ? cat("cost model on ", cm.node().name(), ": a step of ", r.threshold, " sequences at context ",
                               context, " takes ", r.fwd_s * 1e3, " ms >= fetching the ", remote, " non-owned FFN layers (",
                               remote * sidp_ffn_layer_bytes(cm) / 1e9, " GB, ", how, ") in ", r.fetch_s * 1e3, " ms")

@@ -61,7 +61,8 @@ StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector
                     SidpVariant v = SidpVariant::AsPlanned);
 
 // Seconds one non-owner takes to read one FFN layer from its owner under `full` (incast shared
-// by dp - 1 readers without peak shifting).
+// by dp - 1 readers without peak shifting; by ceil((dp - 1) / k) readers with a lookahead of
+// 2 <= k < dp - 1 slots, §4.2's k-layer cycles).
 double sidp_layer_fetch_s(const CostModel& cm, const Plan& full);
 // Bytes of one layer's FFN (gate, up, down) in the model's weight dtype.
 double sidp_ffn_layer_bytes(const CostModel& cm);
