@@ -127,6 +127,16 @@ const std::vector<Experiment>& experiment_registry() {
         {"nitsum-goodput-h100", "Nitsum 4.1 / Fig. 10: goodput vs rate on H100 (Table 1's 8B and 14B setups)",
          run_nitsum_goodput_h100},
         {"nitsum-planner", "Nitsum 4.2.3: planning time, 128 GPUs, 4 tiers", run_nitsum_planner},
+        {"nitsum-table1", "Nitsum Table 1: the decode step fitted to both rows, memory efficiency and overhead free",
+         run_nitsum_table1},
+        {"nitsum-fig14-servegen", "Nitsum 4.2.1 / Fig. 14 on ServeGen (Qwen-14B, 8 H100, 70 req/s)", run_nitsum_fig14_servegen},
+        {"nitsum-goodput-servegen", "Nitsum 4.1 / Figs. 10-11 on ServeGen (Llama-3.1-8B, 4 A100)", run_nitsum_goodput_servegen},
+        {"nitsum-fig2", "Nitsum 2.2 / Fig. 2: decode per GPU of TP1-8 over TP1 (14B, A100)", run_nitsum_fig2},
+        {"nitsum-fig3", "Nitsum 2.3 / Fig. 3: static TP1/TP2/mix vs dynamic TP (8B, 4 A100, ServeGen)", run_nitsum_fig3},
+        {"nitsum-slo-scale", "Nitsum 4.2.2: SLO scale 0.75-3, Nitsum vs SGLang (14B, 8 H100, ServeGen)", run_nitsum_slo_scale},
+        {"nitsum-three-tier", "Nitsum 4.2.2: three tiers, Nitsum vs SGLang vs Split (14B, 8 H100, ServeGen)",
+         run_nitsum_three_tier},
+        {"nitsum-fig17", "Nitsum Fig. 17: 4-32 GPUs and the reconfiguration interval (14B, ServeGen)", run_nitsum_fig17},
     };
     for (auto&& part : {helix_experiments()}) v.insert(v.end(), part.begin(), part.end());
     for (Experiment& x : sidp_experiments()) v.push_back(std::move(x));

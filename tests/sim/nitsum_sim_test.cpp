@@ -463,5 +463,198 @@ TEST(NitsumPaper, Fig7Migration) {
   Fig7AggregatedAtHalfGB();
 }
 
+// ---- Issue 31: Table 1's fit, ServeGen and the paper's other figures (nitsum_bands.h) ----
+
+double val(const std::string& experiment, const std::string& metric, const std::string& config) {
+  for (const auto& x : cached(experiment).rows)
+    if (x.metric == metric && x.config == config) return x.simulated;
+  throw Error(cat("no row ", metric, " / ", config, " in ", experiment));
+}
+
+// Table 1: a split of efficiency and overhead a GPU can have, for each setup.
+TEST(NitsumPaper, Table1FitBothRows) {
+  for (const char* setup : {"llama8b-a100", "llama8b-h100", "qwen14b-h100"}) {
+    const double e = val("nitsum-table1", "mem_eff", setup), o = val("nitsum-table1", "overhead_ms", setup);
+    EXPECT_GT(e, kTable1Eff[0]) << setup;
+    EXPECT_LE(e, kTable1Eff[1]) << setup;
+    EXPECT_GE(o, 0.0) << setup;
+  }
+}
+
+// Fig. 14 on ServeGen: the ladder's ratios, collapses and top.
+TEST(NitsumPaper, Fig14OnServeGen) {
+  LOOM_REQUIRE_SHARED();
+  std::map<int, double> st;
+  for (const auto& x : cached("nitsum-fig14-servegen").rows)
+    if (x.metric == "goodput_rps") st[x.config[0] - '0'] = x.simulated;
+  ASSERT_EQ(st.size(), 7u);
+  const char* light =
+      "the ServeGen m-mid window is much lighter than Azure's (mean prompt 449, output 58 tokens), so every static "
+      "configuration with SLO-aware batching serves most of 70 req/s and the ladder's steps 3-5 and 7 sit at 34-63 req/s";
+  paper::expect_band(ratio("nitsum-fig14-servegen step 7 / step 5", kFullOverSched, "4.2.1: 33.3 / 28.0",
+                           paper::KnownMiss{0.83485, "the planner's P/D units across TP degrees lose to step 5's static "
+                                                     "TP4 units on this light workload (52.9 against 63.4 req/s)"}),
+                     st[7] / st[5]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 4 / step 3", kPerTierOverSloRule, "4.2.1: 17.2 / 16.7",
+                           paper::KnownMiss{1.34602, light}),
+                     st[4] / st[3]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 5 / step 4", kSchedOverPerTier, "4.2.1: 28.0 / 17.2"), st[5] / st[4]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 3 / step 1", kSloRuleOverVanilla, "4.2.1: 16.7 / 13.2",
+                           paper::KnownMiss{7.97279, "step 1 (static TP1, SLO-agnostic batches of 256) meets 4.3 req/s: "
+                                                     "Qwen-14B at TP1 cannot meet the 10 ms tier and batches past the 15 "
+                                                     "ms one"}),
+                     st[3] / st[1]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 7 / step 1", kFullOverVanilla, "4.2.1: 33.3 / 13.2",
+                           paper::KnownMiss{12.3542, "as step 3 / step 1"}),
+                     st[7] / st[1]);
+  paper::expect_band({"nitsum-fig14-servegen step 2 / step 7 (collapse)", 0.0, kCollapseFrac, "4.2.1: static P/D collapses",
+                      paper::KnownMiss{0.061733, "static P/D keeps 3.3 req/s on the light ServeGen window, 6% of step 7's "
+                                                 "52.9, just above the 5% the band calls a collapse"}},
+                     st[2] / st[7]);
+  paper::expect_band({"nitsum-fig14-servegen step 6 / step 7 (collapse)", 0.0, kCollapseFrac,
+                      "4.2.1: dynamic TP with a naive switch collapses",
+                      paper::KnownMiss{0.58488, "step 6 keeps 31.0 req/s, 58% of step 7's 52.9: its 30 s restarts stop "
+                                                "only the instances a window regroups, and the light window leaves the "
+                                                "others meeting their SLOs"}},
+                     st[6] / st[7]);
+  double top = 0;
+  for (int n = 1; n <= 6; ++n) top = std::max(top, st[n]);
+  paper::expect_band({"nitsum-fig14-servegen step 7 / the best other step", 1.0, paper::kInf, "4.2.1: full Nitsum on top",
+                      paper::KnownMiss{0.83485, "step 5 is on top (as step 7 / step 5)"}},
+                     st[7] / top);
+}
+
+double goodput_sg(const std::string& system, int rate) {
+  const std::string suffix = cat("@", rate, "rps");
+  for (const auto& x : cached("nitsum-goodput-servegen").rows) {
+    if (x.metric != "goodput_rps" || x.config.rfind(system, 0) != 0) continue;
+    if (x.config.size() >= suffix.size() && x.config.compare(x.config.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return x.simulated;
+  }
+  throw Error(cat("no nitsum-goodput-servegen row ", system, suffix));
+}
+
+// Figs. 10 and 11 on ServeGen.
+TEST(NitsumPaper, Fig10And11OnServeGen) {
+  LOOM_REQUIRE_SHARED();
+  double sglang = 0, pd = 0, grow = paper::kInf, highest = paper::kInf, split = paper::kInf;
+  for (size_t i = 0; i < kRates.size(); ++i) {
+    const int rate = kRates[i];
+    const double n = goodput_sg("nitsum", rate);
+    if (rate > kCollapseBeyondRps) sglang = std::max(sglang, goodput_sg("static-tp", rate) / n), pd = std::max(pd, goodput_sg("static-pd", rate) / n);
+    if (i > 0) grow = std::min(grow, n / goodput_sg("nitsum", kRates[i - 1]));
+    for (const char* b : {"static-tp", "static-pd", "split"}) highest = std::min(highest, n / goodput_sg(b, rate));
+    split = std::min(split, goodput_sg("split", rate) / n);
+  }
+  const char* light = "the ServeGen window's short requests keep the baselines' colocated TP instances within the SLOs "
+                      "well past 40 req/s (Split's per-tier TP the best at 60 and 80)";
+  paper::expect_band({"nitsum-goodput-servegen SGLang / Nitsum beyond 40 req/s (max)", 0.0, kCollapseFrac,
+                      "4.1.1: baselines but Split drop to 0 beyond 40 RPS", paper::KnownMiss{1.24098, light}},
+                     sglang);
+  paper::expect_band({"nitsum-goodput-servegen SGLang (PD) / Nitsum beyond 40 req/s (max)", 0.0, kCollapseFrac,
+                      "4.1.1", paper::KnownMiss{0.84795, light}},
+                     pd);
+  EXPECT_GT(split, kCollapseFrac) << "Split does not collapse";
+  paper::expect_band({"nitsum-goodput-servegen Nitsum goodput(rate) / goodput(previous rate) (min)", kMonotoneSlack,
+                      paper::kInf, "4.1.1: consistently increasing goodput",
+                      paper::KnownMiss{0.81087, "Nitsum falls from 33.5 (40) to 27.2 (60): past 40 req/s its P/D units' "
+                                                "prefill queues miss the 500 ms TTFT (Fig. 11's p90 TTFT 7x the SLO at 60)"}},
+                     grow);
+  paper::expect_band({"nitsum-goodput-servegen Nitsum / best baseline (min)", 1.0, paper::kInf,
+                      "4.1.1: Nitsum the highest", paper::KnownMiss{0.73730, light}},
+                     highest);
+  for (const char* b : {"static-tp", "static-pd", "split"})
+    paper::expect_band(ratio(cat("nitsum-goodput-servegen ", b, " / Nitsum at 10 req/s").c_str(), 1.0, "4.1.1: similar at low load"),
+                       goodput_sg(b, kRates.front()) / goodput_sg("nitsum", kRates.front()));
+  // Fig. 11: Nitsum's percentiles over the SLOs (the worst tier and metric).
+  double p50 = 0, p90 = 0;
+  for (int rate : kRates) {
+    const std::string c = cat("nitsum@", rate, "rps");
+    p50 = std::max({p50, val("nitsum-goodput-servegen", "ttft_p50_over_slo", c), val("nitsum-goodput-servegen", "tpot_p50_over_slo", c)});
+    p90 = std::max({p90, val("nitsum-goodput-servegen", "ttft_p90_over_slo", c), val("nitsum-goodput-servegen", "tpot_p90_over_slo", c)});
+  }
+  const std::string top = cat("nitsum@", kRates.back(), "rps");
+  paper::expect_band({"nitsum-goodput-servegen Fig. 11 p50 / SLO (max over rates)", 0.0, 1.0, "4.1.2: medians under the SLOs",
+                      paper::KnownMiss{1.22516, "at 80 req/s the median TTFT (612 ms) is past the 500 ms SLO: the P/D "
+                                                "units' prefill queues past saturation"}},
+                     p50);
+  paper::expect_band({"nitsum-goodput-servegen Fig. 11 p90 / SLO (max over rates)", 0.0, 1.0, "4.1.2: p90 under the SLOs",
+                      paper::KnownMiss{62.3889, "the p90 TTFT at 80 req/s is 31 s: the queues of the saturated prefill "
+                                                "units"}},
+                     p90);
+  paper::expect_band({"nitsum-goodput-servegen Fig. 11 p99 / SLO at the highest rate", 1.0, paper::kInf,
+                      "4.1.2: p99 violates at high RPS"},
+                     std::max(val("nitsum-goodput-servegen", "ttft_p99_over_slo", top), val("nitsum-goodput-servegen", "tpot_p99_over_slo", top)));
+}
+
+TEST(NitsumPaper, Fig2Fig3SloScaleThreeTiersFig17) {
+  LOOM_REQUIRE_SHARED();
+  paper::expect_band(ratio("nitsum-fig2 best TP / TP1 per GPU at batch 1", kFig2SmallBatchGain, "2.2: up to 3x",
+                           paper::KnownMiss{1.0, "the cost model's GEMMs read every shard from HBM (no L2 term in the A100 "
+                                                 "fit), so per GPU a higher TP only adds its all-reduces (TP2 0.79, TP8 "
+                                                 "0.38 of TP1); 2.2 measures the L2 hit rate of smaller shards"}),
+                     val("nitsum-fig2", "small_batch_gain", "best-tp/tp1"));
+  paper::expect_band(ratio("nitsum-fig3 dynamic / best static", kFig3DynamicGain, "2.3: 23% to 29% higher",
+                           paper::KnownMiss{0.94797, "on the light ServeGen window at 40 req/s the static TP1-prefill + "
+                                                     "TP2-decode mix serves 35.6 req/s, more than the planner's choice "
+                                                     "(33.7): the planner sizes units by P_max / D_max without queueing"}),
+                     val("nitsum-fig3", "dynamic_gain", "dynamic/best-static"));
+  // SLO scale.
+  double worst = paper::kInf, best = 0;
+  for (const char* k : {"0.75x", "1x", "1.5x", "2x", "3x"}) {
+    const double g = val("nitsum-slo-scale", "gain", k);
+    worst = std::min(worst, g), best = std::max(best, g);
+  }
+  paper::expect_band({"nitsum-slo-scale Nitsum / SGLang (min over scales)", 1.0, paper::kInf,
+                      "4.2.2: Nitsum beats SGLang across the range",
+                      paper::KnownMiss{0.98239, "from 1.5x on both serve nearly all of the light ServeGen window (64-69 "
+                                                "req/s of 70); at 1.5x SGLang's best static TP is 2% ahead"}},
+                     worst);
+  paper::expect_band({"nitsum-slo-scale largest gain / gain at 3x", 1.0, paper::kInf,
+                      "4.2.2: the gain is largest at moderate SLOs and shrinks when loose"},
+                     best / val("nitsum-slo-scale", "gain", "3x"));
+  // Three tiers.
+  double three = paper::kInf;
+  for (int rate : {20, 40, 70, 100}) {
+    const std::string c = cat("@", rate, "rps");
+    three = std::min(three, val("nitsum-three-tier", "goodput_rps", "nitsum" + c) /
+                                std::max(val("nitsum-three-tier", "goodput_rps", "sglang" + c),
+                                         val("nitsum-three-tier", "goodput_rps", "split" + c)));
+  }
+  paper::expect_band({"nitsum-three-tier Nitsum / best baseline (min over rates)", 1.0, paper::kInf,
+                      "4.2.2: Nitsum the highest everywhere",
+                      paper::KnownMiss{0.68792, "with a third, relaxed tier (600 ms / 60 ms) the planner gives it units "
+                                                "sized by its P_max / D_max and the strict tiers' requests spill; at 20 req/s "
+                                                "Nitsum meets 13.7 where SGLang's static TP meets 19.8"}},
+                     three);
+  paper::expect_band({"nitsum-three-tier Split / SGLang at 100 req/s", 1.0, paper::kInf, "4.2.2: Split above SGLang at high load"},
+                     val("nitsum-three-tier", "goodput_rps", "split@100rps") / val("nitsum-three-tier", "goodput_rps", "sglang@100rps"));
+  paper::expect_band({"nitsum-three-tier SGLang / Split at 20 req/s", 1.0, paper::kInf, "4.2.2: Split below SGLang at low load",
+                      paper::KnownMiss{0.99834, "at 20 req/s both serve the light window almost whole (19.84 and 19.87)"}},
+                     val("nitsum-three-tier", "goodput_rps", "sglang@20rps") / val("nitsum-three-tier", "goodput_rps", "split@20rps"));
+  // Fig. 17.
+  const double eight = val("nitsum-fig17", "goodput_per_gpu", "8gpus");
+  const std::map<std::string, double> scale_misses = {{"4gpus", 0.62310}, {"32gpus", 1.25690}};
+  for (const char* n : {"4gpus", "16gpus", "32gpus"}) {
+    const auto it = scale_misses.find(n);
+    paper::expect_band(ratio(cat("nitsum-fig17 goodput per GPU, ", n, " / 8").c_str(), 1.0, "4.2.3: near-linear scaling",
+                             it == scale_misses.end()
+                                 ? std::nullopt
+                                 : std::optional<paper::KnownMiss>(paper::KnownMiss{
+                                       it->second, "at 8.75 req/s a GPU the units are coarse at 4 GPUs (a 14B TP2 P/D "
+                                                   "pair is half the pool) and the per-tier remainders vanish at 32: "
+                                                   "goodput per GPU 4.1, 6.6, 8.0, 8.3 at 4, 8, 16, 32"})),
+                       val("nitsum-fig17", "goodput_per_gpu", n) / eight);
+  }
+  double best_w = 0, best_at = 0, lo = paper::kInf, hi = 0;
+  for (double w : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    const double g = val("nitsum-fig17", "goodput_rps", cat("interval-", w, "s"));
+    if (g > best_w) best_w = g, best_at = w;
+    if (w >= 0.5 && w <= 2.0) lo = std::min(lo, g), hi = std::max(hi, g);
+  }
+  EXPECT_TRUE(best_at == 0.5 || best_at == 1.0) << best_at;
+  paper::expect_band({"nitsum-fig17 worst / best interval in 0.5-2 s", kIntervalSpread, 1.0, "4.2.4: varies within 6%"}, lo / hi);
+}
+
 }  // namespace
 }  // namespace loom::sim

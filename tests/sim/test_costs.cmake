@@ -10,3 +10,4 @@ set_tests_properties(SidpExperiments.Fig10PeakShifting PROPERTIES COST 11)
 set_tests_properties(SeesawFig13.BestFixedPlanMovesFromPp8ToTp2Pp4ToTp4Pp2AndSeesawIsAboveAll PROPERTIES COST 68)
 set_tests_properties(SeesawFig14.SeesawAboveEveryFixedPlanFromTenthToFiftyTimesPcieAndPpForSlowLinksTpForFast
                      PROPERTIES COST 48)
+set_tests_properties(NitsumPaper.Fig2Fig3SloScaleThreeTiersFig17 PROPERTIES COST 17)
