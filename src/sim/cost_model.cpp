@@ -93,7 +93,9 @@ double CostModel::gemm_s(double m, double k, double n, SimDType compute, double 
   if (cal_.measured && opt_.kernels == StepKernels::LoomCpu)
     if (const double t = cal_.measured->gemm_s(m, k, n); t >= 0) return t;
   const auto& g = cal_.gemm;
-  double eff = g.eff_max * m / (m + g.m_half);
+  // m_half carried to this GPU by its ridge point (GemmCalibration::ridge).
+  const double m_half = g.ridge > 0 ? g.m_half * (node_.gpu.flops_bf16 / node_.gpu.hbm_bw) / g.ridge : g.m_half;
+  double eff = g.eff_max * m / (m + m_half);
   if (compute != SimDType::BF16) eff *= cal_.low_precision_gemm_factor;
   const double compute_s = 2.0 * m * k * n / (node_.gpu.flops(compute) * eff);
   const double bytes = k * n * weight_bytes + m * k * act_bytes + m * n * act_bytes;
@@ -122,12 +124,18 @@ double CostModel::elementwise_s(Elementwise kind, double bytes) const {
 }
 
 double CostModel::link_bw(int group) const {
+  const double pcie = node_.gpu.pcie_bw > 0 ? node_.gpu.pcie_bw : kPcieBw;
   switch (node_.topology) {
     case Topology::NvSwitch: return node_.gpu.link_bw;
-    case Topology::PairwiseNvlink: return group <= 2 ? node_.gpu.link_bw : kPcieBw;
-    case Topology::Pcie: return node_.gpu.nvlink ? kPcieBw : node_.gpu.link_bw;
+    case Topology::PairwiseNvlink: return group <= 2 ? node_.gpu.link_bw : pcie;
+    case Topology::Pcie: return node_.gpu.nvlink ? pcie : node_.gpu.link_bw;
   }
   return node_.gpu.link_bw;
+}
+
+bool CostModel::crosses_pcie(int group) const {
+  if (!node_.gpu.nvlink) return false;  // PCIe GPUs and CPUs: their link is the one measured
+  return node_.topology == Topology::Pcie || (node_.topology == Topology::PairwiseNvlink && group > 2);
 }
 
 double CostModel::collective_s(Collective kind, double bytes, int group, int per_node) const {
@@ -159,14 +167,21 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
     }
     return bytes;
   };
-  const CollectiveCalibration& c = kind == Collective::AllReduce   ? cal_.all_reduce
+  const bool pcie_path = crosses_pcie(per_node >= group ? group : per_node);
+  const CollectiveCalibration& c = pcie_path                       ? cal_.pcie
+                                   : kind == Collective::AllReduce ? cal_.all_reduce
                                    : kind == Collective::AllToAll  ? cal_.all_to_all
                                    : kind == Collective::AllGather ? cal_.all_gather
                                    : kind == Collective::Broadcast ? cal_.broadcast
                                    : kind == Collective::Get       ? cal_.get
                                                                    : cal_.send_recv;
-  // Latency of a group of n: the fixed part plus one hop per rank beyond a pair.
-  auto latency = [&](const CollectiveCalibration& k, int n) { return k.latency_s + k.hop_latency_s * (n - 2); };
+  // Latency of a group of n: the fixed part plus one hop per rank beyond a pair, in units of the
+  // link's time when the path is of the link kind the figures were fitted on (CollectiveCalibration).
+  auto latency = [&](const CollectiveCalibration& k, int n) {
+    const bool nvlink_path = node_.gpu.nvlink && !crosses_pcie(n);
+    const double scale = k.link_bw_fit > 0 && k.nvlink_fit == nvlink_path ? k.link_bw_fit / link_bw(n) : 1.0;
+    return (k.latency_s + k.hop_latency_s * (n - 2)) * scale;
+  };
   if (per_node >= group) {
     double lat = latency(c, group);
     if (kind == Collective::AllReduce && opt_.custom_all_reduce && node_.topology == Topology::NvSwitch &&

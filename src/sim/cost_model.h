@@ -332,6 +332,9 @@ class CostModel {
                       double stage[6]) const;
 
   double link_bw(int group) const;
+  // Whether a group of `group` GPUs of one node talks over PCIe while its GPUs have NVLink (a
+  // pairwise node beyond a pair, or NVLink GPUs on a PCIe node): Calibration::pcie prices it.
+  bool crosses_pcie(int group) const;
   // collective_s before CostModelOptions::all_reduce_time_scale.
   double collective_base_s(Collective kind, double bytes, int group, int per_node) const;
   // One layer's attention on the busiest rank for `seqs` (kvp > 1: the rank's share of each

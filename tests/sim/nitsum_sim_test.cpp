@@ -275,23 +275,29 @@ paper::PaperBand ratio(const char* name, double paper, const char* where, std::o
 // gives 0.38 req/s (alt-1-vanilla-tp2: TP2 prefills 91% of the time); at 10 req/s TP1 still meets
 // only 111 of the 300 loose-tier requests (alt-1-vanilla-tp1@10rps).
 constexpr const char* kStep1Cause =
-    "step 1 is 0.017 req/s: Qwen-14B at TP1 decodes in 14.8 ms (>= 8.35 ms at 100% of HBM; Table 1's 10 ms is "
-    "TP2), and the Azure lengths run in place of the stripped ServeGen workload keep each TP1 GPU prefilling 65% "
-    "of the time at 70 req/s (prefill_busy/tp1)";
+    "step 1 is 0 req/s: Qwen-14B at TP1 decodes in >= 8.35 ms at 100% of HBM (Table 1's 10 ms is TP2), and the "
+    "Azure lengths run in place of the stripped ServeGen workload keep each TP1 GPU prefilling most of the time at "
+    "70 req/s (row prefill_busy/tp1)";
 // The ladder's ratios (each test of this file runs its experiment once: ctest runs a test per process).
 TEST(NitsumPaper, Fig14Ratios) {
-  expect_ratio(step(7) / step(5), kFullOverSched, "step 7 / step 5");
-  expect_ratio(step(4) / step(3), kPerTierOverSloRule, "step 4 / step 3");
+  paper::expect_band(ratio("nitsum-fig14 step 7 / step 5", kFullOverSched, "4.2.1: 33.3 / 28.0"), step(7) / step(5));
+  paper::expect_band(ratio("nitsum-fig14 step 4 / step 3", kPerTierOverSloRule, "4.2.1: 17.2 / 16.7",
+                           paper::KnownMiss{2.10494, "step 3 (one static TP for both tiers with the SLO batch rule: TP4) "
+                                                     "meets 2.7 req/s, step 4 (a static TP per tier: TP8 strict, TP1 "
+                                                     "loose) 5.6: at 70 req/s of Azure lengths the loose tier alone on "
+                                                     "TP1 doubles what one TP serves for both, where the paper's "
+                                                     "per-tier split adds 3%"}),
+                     step(4) / step(3));
   paper::expect_band(ratio("nitsum-fig14 step 3 / step 1", kSloRuleOverVanilla, "4.2.1: 16.7 / 13.2",
-                           paper::KnownMiss{196.0, kStep1Cause}),
+                           paper::KnownMiss{paper::kInf, kStep1Cause}),
                      step(3) / step(1));
   paper::expect_band(ratio("nitsum-fig14 step 7 / step 1", kFullOverVanilla, "4.2.1: 33.3 / 13.2",
-                           paper::KnownMiss{1010.0, kStep1Cause}),
+                           paper::KnownMiss{paper::kInf, kStep1Cause}),
                      step(7) / step(1));
   paper::expect_band(
       ratio("nitsum-fig14 step 5 / step 4", kSchedOverPerTier, "4.2.1: 28.0 / 17.2",
-            paper::KnownMiss{4.1256, "steps 3 and 4 (SLO-agnostic batching with the defer rule, static TP) keep "
-                                     "3.2-3.6 req/s: at 70 req/s of Azure-length prompts every colocated TP is "
+            paper::KnownMiss{2.96774, "steps 3 and 4 (SLO-agnostic batching with the defer rule, static TP) keep "
+                                     "2.7-5.6 req/s: at 70 req/s of Azure-length prompts every colocated TP is "
                                      "prefill-bound (prompts take 0.65, 0.91, 1.33, 2.18 of each GPU's time at TP1, 2, 4, "
                                      "8: rows prefill_busy) and TP1-2 cannot meet the strict TPOT; Nitsum's P/D units "
                                      "take the prefill stalls out of the decode instances"}),
@@ -404,11 +410,23 @@ double fig10_h100(const std::string& setting, const std::string& system, int rat
 }
 const char* const kH100Settings[] = {"llama8b-h100x4", "qwen14b-h100x8"};
 
+// Per setting, the smallest Nitsum / baseline over rates and baselines, band [1, inf).
 void Fig10H100NitsumHighest() {
-  for (const char* st : kH100Settings)
+  const std::map<std::string, paper::KnownMiss> misses = {
+      {"llama8b-h100x4",
+       {0.98885, "at 10 req/s Split's per-tier static TP meets 6.76 req/s against Nitsum's 6.68: the first Azure code "
+                 "burst (a few dozen prompts within a second) costs Nitsum's P/D units the TTFT of more code requests"}}};
+  for (const char* st : kH100Settings) {
+    double worst = paper::kInf;
     for (int rate : kRates)
       for (const char* b : {"static-tp", "static-pd", "split"})
-        EXPECT_GE(fig10_h100(st, "nitsum", rate), fig10_h100(st, b, rate)) << st << " " << b << " " << rate;
+        worst = std::min(worst, fig10_h100(st, "nitsum", rate) / fig10_h100(st, b, rate));
+    const auto it = misses.find(st);
+    paper::expect_band({cat("nitsum-goodput-h100 ", st, " Nitsum / best baseline (min)"), 1.0, paper::kInf,
+                        "4.1.1: Nitsum achieves the highest goodput",
+                        it == misses.end() ? std::nullopt : std::optional<paper::KnownMiss>(it->second)},
+                       worst);
+  }
 }
 // Measured with `loom sim experiment nitsum-goodput-h100`, Nitsum at 10 20 30 40 60 80 req/s: 8B
 // on 4 H100 6.86 12.46 15.20 16.10 14.04 11.58; 14B on 8 H100 5.78 10.08 12.02 10.04 7.03 5.90.
@@ -417,7 +435,7 @@ void Fig10H100NitsumGoodputGrowsWithRate() {
       "past the knee (LOOM_NITSUM_DEBUG=1) the plans give all their units to one tier (14B at 40 and 60: only the "
       "code tier; 8B at 60: only the conversation tier) and the other tier spills round-robin into every prefill "
       "instance (N12) as best-effort; the served tier's TTFT and TPOT counts fall with the spill";
-  const double measured[] = {0.82514, 0.70046};
+  const double measured[] = {0.79842, 0.67876};
   for (size_t k = 0; k < 2; ++k) {
     const char* st = kH100Settings[k];
     double worst = paper::kInf;
@@ -492,35 +510,35 @@ TEST(NitsumPaper, Fig14OnServeGen) {
       "the ServeGen m-mid window is much lighter than Azure's (mean prompt 449, output 58 tokens), so every static "
       "configuration with SLO-aware batching serves most of 70 req/s and the ladder's steps 3-5 and 7 sit at 34-63 req/s";
   paper::expect_band(ratio("nitsum-fig14-servegen step 7 / step 5", kFullOverSched, "4.2.1: 33.3 / 28.0",
-                           paper::KnownMiss{0.83485, "the planner's P/D units across TP degrees lose to step 5's static "
-                                                     "TP4 units on this light workload (52.9 against 63.4 req/s)"}),
+                           paper::KnownMiss{0.80790, "the planner's P/D units across TP degrees lose to step 5's static "
+                                                     "TP4 units on this light workload (51.8 against 64.1 req/s)"}),
                      st[7] / st[5]);
   paper::expect_band(ratio("nitsum-fig14-servegen step 4 / step 3", kPerTierOverSloRule, "4.2.1: 17.2 / 16.7",
-                           paper::KnownMiss{1.34602, light}),
+                           paper::KnownMiss{1.36368, light}),
                      st[4] / st[3]);
   paper::expect_band(ratio("nitsum-fig14-servegen step 5 / step 4", kSchedOverPerTier, "4.2.1: 28.0 / 17.2"), st[5] / st[4]);
   paper::expect_band(ratio("nitsum-fig14-servegen step 3 / step 1", kSloRuleOverVanilla, "4.2.1: 16.7 / 13.2",
-                           paper::KnownMiss{7.97279, "step 1 (static TP1, SLO-agnostic batches of 256) meets 4.3 req/s: "
+                           paper::KnownMiss{8.82533, "step 1 (static TP1, SLO-agnostic batches of 256) meets 3.8 req/s: "
                                                      "Qwen-14B at TP1 cannot meet the 10 ms tier and batches past the 15 "
                                                      "ms one"}),
                      st[3] / st[1]);
   paper::expect_band(ratio("nitsum-fig14-servegen step 7 / step 1", kFullOverVanilla, "4.2.1: 33.3 / 13.2",
-                           paper::KnownMiss{12.3542, "as step 3 / step 1"}),
+                           paper::KnownMiss{13.5721, "as step 3 / step 1"}),
                      st[7] / st[1]);
   paper::expect_band({"nitsum-fig14-servegen step 2 / step 7 (collapse)", 0.0, kCollapseFrac, "4.2.1: static P/D collapses",
-                      paper::KnownMiss{0.061733, "static P/D keeps 3.3 req/s on the light ServeGen window, 6% of step 7's "
-                                                 "52.9, just above the 5% the band calls a collapse"}},
+                      paper::KnownMiss{0.063707, "static P/D keeps 3.3 req/s on the light ServeGen window, 6% of step 7's "
+                                                 "51.8, just above the 5% the band calls a collapse"}},
                      st[2] / st[7]);
   paper::expect_band({"nitsum-fig14-servegen step 6 / step 7 (collapse)", 0.0, kCollapseFrac,
                       "4.2.1: dynamic TP with a naive switch collapses",
-                      paper::KnownMiss{0.58488, "step 6 keeps 31.0 req/s, 58% of step 7's 52.9: its 30 s restarts stop "
+                      paper::KnownMiss{0.58488, "step 6 keeps 30.2 req/s, 58% of step 7's 51.8: its 30 s restarts stop "
                                                 "only the instances a window regroups, and the light window leaves the "
                                                 "others meeting their SLOs"}},
                      st[6] / st[7]);
   double top = 0;
   for (int n = 1; n <= 6; ++n) top = std::max(top, st[n]);
   paper::expect_band({"nitsum-fig14-servegen step 7 / the best other step", 1.0, paper::kInf, "4.2.1: full Nitsum on top",
-                      paper::KnownMiss{0.83485, "step 5 is on top (as step 7 / step 5)"}},
+                      paper::KnownMiss{0.80790, "step 5 is on top (as step 7 / step 5)"}},
                      st[7] / top);
 }
 
@@ -634,7 +652,7 @@ TEST(NitsumPaper, Fig2Fig3SloScaleThreeTiersFig17) {
                      val("nitsum-three-tier", "goodput_rps", "sglang@20rps") / val("nitsum-three-tier", "goodput_rps", "split@20rps"));
   // Fig. 17.
   const double eight = val("nitsum-fig17", "goodput_per_gpu", "8gpus");
-  const std::map<std::string, double> scale_misses = {{"4gpus", 0.62310}, {"32gpus", 1.25690}};
+  const std::map<std::string, double> scale_misses = {{"4gpus", 0.63846}, {"32gpus", 1.25690}};
   for (const char* n : {"4gpus", "16gpus", "32gpus"}) {
     const auto it = scale_misses.find(n);
     paper::expect_band(ratio(cat("nitsum-fig17 goodput per GPU, ", n, " / 8").c_str(), 1.0, "4.2.3: near-linear scaling",
