@@ -234,6 +234,9 @@ const ExperimentRow& find_row(const ExperimentResult& r, const std::string& metr
 }
 
 const ExperimentResult& cached(const std::string& name) {
+  // The experiments read ../shared (Azure traces, ServeGen) at run time through LOOM_SHARED_DIR;
+  // ctest runs the tests from build/tests.
+  if (!test::shared_dir().empty()) setenv("LOOM_SHARED_DIR", test::shared_dir().c_str(), 0);
   static std::map<std::string, ExperimentResult> done;
   auto it = done.find(name);
   if (it == done.end()) it = done.emplace(name, find_experiment(name).run()).first;
