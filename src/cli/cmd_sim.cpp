@@ -124,7 +124,8 @@ struct RunArgs {
   int max_tokens_per_step = 8192;
   int max_num_seqs = 256;
   int threshold = 256;
-  int64_t sidp_threshold = -1;  // --sidp-threshold (B_th); -1: from the cost model
+  int64_t sidp_threshold = -1;  // --sidp-threshold; -1: from the cost model (the WaS/CaS crossover)
+  double sidp_window_s = 60;    // --sidp-window: the policy's window in simulated seconds
   std::string out_dir;
   bool json = false;
   bool quiet = false;
@@ -180,6 +181,8 @@ void set_plan_and_policy(const RunArgs& a, sim::SimConfig& cfg) {
   cfg.shift_threshold = a.threshold;
   if (a.sidp_threshold < -1) fail("--sidp-threshold must be >= 0 sequences per replica, got ", a.sidp_threshold);
   cfg.sidp_threshold = a.sidp_threshold;
+  if (!(a.sidp_window_s >= 0)) fail("--sidp-window must be >= 0 seconds, got ", a.sidp_window_s);
+  cfg.sidp_window_s = a.sidp_window_s;
   cfg.plan_set();  // names a bad policy, or shift without an sp x tp plan, up front
   // loom's CPU engine (a profile) steps its DP replicas together; GPU engines run them apart.
   if (sim::is_profile_hardware(a.hardware)) cfg.dp_mode = sim::DpMode::Lockstep;
@@ -243,7 +246,7 @@ void run_sim(const RunArgs& a) {
     for (const auto& st : r.metrics.steps()) (st.plan.find("sidp=cas") != std::string::npos ? cas : was) += 1;
     std::printf("  sidp: %lld steps in WaS, %lld in CaS", (long long)was, (long long)cas);
     if (r.policy_threshold >= 0)
-      std::printf("; B_th %lld %s%s", (long long)r.policy_threshold, r.policy_threshold_unit.c_str(),
+      std::printf("; threshold %lld %s%s", (long long)r.policy_threshold, r.policy_threshold_unit.c_str(),
                   a.sidp_threshold < 0 ? " (cost model; --sidp-threshold overrides)" : "");
     std::printf("\n");
   }
@@ -598,9 +601,15 @@ void register_sim(CLI::App& app) {
       ->capture_default_str();
   run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
   run->add_option("--sidp-threshold", ra->sidp_threshold,
-                  "SiDP (--plan dp=D,weights=owner --policy sidp): B_th in sequences per replica (default: from the "
-                  "cost model at the trace's mean decode context)");
-  run->add_option("--trace", ra->trace, "Azure CSV, Mooncake JSONL or lengths CSV");
+                  "SiDP (--plan dp=D,weights=owner --policy sidp): the batch per replica below which the group runs "
+                  "CaS (default: where the cost model prices a CaS step faster than WaS, at the trace's mean decode "
+                  "context)");
+  run->add_option("--sidp-window", ra->sidp_window_s,
+                  "SiDP: seconds of simulated time the group's state must hold before a switch (0: 4 observations)")
+      ->capture_default_str();
+  run->add_option("--trace", ra->trace,
+                  "Azure CSV, Mooncake JSONL, lengths CSV, or servegen:DIR[@START:DURATION] (a ServeGen client "
+                  "folder's superposition over that window in seconds; --rate-scale multiplies every client's rate)");
   run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
   run->add_option("--num-requests", ra->num_requests, "Synthetic: requests")->capture_default_str();
   run->add_option("--prompt-len", ra->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
@@ -634,7 +643,7 @@ void register_sim(CLI::App& app) {
                                        "--plan sp=2@shift); a plan set joined by '|' ('pp=2|tp=2@seesaw'); under "
                                        "--policy seesaw the plans without @ form one set (c_p then c_d)");
   ve->add_option("--sidp-threshold", vea->sidp_threshold,
-                 "SiDP B_th, sequences per replica (default: from the profile's cost model)");
+                 "SiDP threshold, sequences per replica (default: the WaS/CaS crossover of the profile's cost model)");
   ve->add_option("--cpu-kv-bytes", vea->cpu_kv_bytes,
                  "Seesaw's CPU KV tier per host, both sides (default: --kv-cache-bytes times the ranks)");
   ve->add_option("--policy", vea->policy, "Policy of plans without @POLICY")->capture_default_str();

@@ -36,9 +36,10 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "Tokens per step above which --policy shift runs the base config (default: from the cost "
                   "model for this machine)");
   sub->add_option("--sidp-threshold", a.sidp_threshold,
-                  "SiDP B_th (sequences per replica): --policy sidp runs compute-as-a-service after a window of "
-                  "steps below it, weight-as-a-service above (default: from the cost model for this machine, printed "
-                  "at start; `loom sim experiment sidp-fig11` prices it for GPUs)");
+                  "SiDP threshold (sequences per replica): --policy sidp runs compute-as-a-service after a window "
+                  "of steps below it, weight-as-a-service above (default: the batch below which CaS is faster, from "
+                  "the cost model for this machine, printed at start; `loom sim experiment sidp-fig11` prices it for "
+                  "GPUs)");
   sub->add_option("--shift-weights", a.weights,
                   "Weights of plans whose shards overlap (the Shift pair): separate (own copies, w/t + w/P) or "
                   "slice (views of the first copy, w/t)")
@@ -112,8 +113,9 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
                  std::string(dtype_name(wdt)).c_str());
     return t.threshold;
   };
-  // SiDP's B_th (S11): the smallest batch per replica whose forward hides the WaS fetches, on the
-  // cost model of this machine, at a decode context of min(512, max_seq_len / 2) tokens.
+  // SiDP's threshold (engine/policy.h sidp): the per-replica batch below which a CaS step of the
+  // group is faster than WaS (sim/sidp_cost.h derive_sidp_crossover), on the cost model of this
+  // machine, at a decode context of min(512, max_seq_len / 2) tokens.
   o.default_sidp_threshold = [profile, backend, measure](const Model& m, const Plan& plan, int threads) -> int64_t {
     const DType wdt = m.layers.at(0).w_up.dtype;
     const int context = std::max(1, std::min(512, m.config.max_seq_len / 2));
@@ -127,7 +129,7 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
       how = cat("; measured per rank: memcpy ", x.bw / 1e9, " GB/s, peak ", x.flops / 1e9, " GFLOP/s, ",
                 dtype_name(wdt), " weights; --profile DIR calibrates");
     }
-    std::fprintf(stderr, "[sidp B_th %lld sequences per replica: %s%s; --sidp-threshold overrides]\n",
+    std::fprintf(stderr, "[sidp threshold %lld sequences per replica: %s%s; --sidp-threshold overrides]\n",
                  (long long)t.threshold, t.explain.c_str(), how.c_str());
     return t.threshold;
   };

@@ -64,15 +64,21 @@ class RandomPolicy final : public LayoutPolicy {
 };
 
 // SiDP §4.3 (S11; PAPERS-NOTES 1.4.4): the orchestrator switches every replica between WaS and
-// CaS at a step boundary. Effective batch = the step's sequences / D (the per-replica mean);
-// CaS after `window` consecutive steps below B_th, back to WaS after `window` consecutive steps
-// above (1 + h) * B_th, so the mode does not flap; steps with prompt chunks do not count.
+// CaS at a step boundary, on the group's state: effective batch = the sequences active over the
+// group / D ("how many sequences remain active per engine"). CaS once it has stayed below the
+// threshold for a window, back to WaS once it has stayed above (1 + h) * threshold as long, so the
+// mode does not flap; steps with prompt chunks do not count. The window is `window_s` seconds of
+// the loop's clock (advance()) when > 0 ("minute-level at the tail of a job"): every counted
+// observation since the streak began on the same side, the streak at least window_s old; else
+// `window` consecutive observations.
 class SidpPolicy final : public LayoutPolicy {
  public:
-  SidpPolicy(int was, int cas, int dp, int64_t threshold, int window, double h)
-      : was_(was), cas_(cas), dp_(dp), th_(threshold), window_(window), h_(h) {
-    if (threshold < 0) fail("SiDP threshold B_th must be >= 0 sequences per replica, got ", threshold);
+  SidpPolicy(int was, int cas, int dp, int64_t threshold, int window, double h, double window_s)
+      : was_(was), cas_(cas), dp_(dp), th_(threshold), window_(window), h_(h), window_s_(window_s) {
+    if (threshold < 0) fail("SiDP threshold must be >= 0 sequences per replica, got ", threshold);
+    if (!(window_s >= 0)) fail("SiDP window must be >= 0 seconds, got ", window_s);
   }
+  void advance(double now_s) override { now_ = now_s; }
   int choose(const StepBatch& b) override {
     // A step that carries prompt chunks is bounded by the token budget, not by the sequences
     // active per engine (the start of an offline job: every replica full, a few prompts a step).
@@ -82,9 +88,17 @@ class SidpPolicy final : public LayoutPolicy {
   }
   int choose_effective(double eff, bool prompt_chunks) override {
     if (prompt_chunks) return cas_mode_ ? cas_ : was_;
-    if (eff < double(th_)) {
+    const int side = eff < double(th_) ? -1 : eff > (1.0 + h_) * double(th_) ? 1 : 0;
+    if (window_s_ > 0) {
+      if (side != side_ || side == 0) side_ = side, since_ = now_;
+      const bool held = side != 0 && now_ - since_ >= window_s_;
+      if (!cas_mode_ && side < 0 && held) cas_mode_ = true, side_ = 0;
+      if (cas_mode_ && side > 0 && held) cas_mode_ = false, side_ = 0;
+      return cas_mode_ ? cas_ : was_;
+    }
+    if (side < 0) {
       ++below_, above_ = 0;
-    } else if (eff > (1.0 + h_) * double(th_)) {
+    } else if (side > 0) {
       ++above_, below_ = 0;
     } else {
       below_ = above_ = 0;
@@ -94,7 +108,8 @@ class SidpPolicy final : public LayoutPolicy {
     return cas_mode_ ? cas_ : was_;
   }
   std::string describe() const override {
-    return cat("sidp(B_th=", th_, " seqs/replica, window=", window_, ", h=", h_, ")");
+    if (window_s_ > 0) return cat("sidp(threshold=", th_, " seqs/replica, window=", window_s_, " s, h=", h_, ")");
+    return cat("sidp(threshold=", th_, " seqs/replica, window=", window_, ", h=", h_, ")");
   }
 
  private:
@@ -102,8 +117,12 @@ class SidpPolicy final : public LayoutPolicy {
   int64_t th_;
   int window_;
   double h_;
+  double window_s_;
+  double now_ = 0;
   bool cas_mode_ = false;
   int below_ = 0, above_ = 0;
+  int side_ = 0;       // window_s > 0: the side of the current streak (-1 below, 1 above, 0 none)
+  double since_ = 0;   // and when it began
 };
 
 class NamedFixedPolicy final : public LayoutPolicy {
@@ -194,6 +213,7 @@ PolicyParams resolve_policy_params(const std::string& name, const PlanSet& set, 
     }
   } else if (name == "sidp") {
     p.threshold_unit = "sequences per replica";
+    p.window_s = in.sidp_window_s;
     p.threshold = in.sidp_threshold;
     if (p.threshold < 0) {
       if (!in.default_sidp_threshold) fail("--policy sidp needs --sidp-threshold (no default threshold given)");
@@ -203,11 +223,14 @@ PolicyParams resolve_policy_params(const std::string& name, const PlanSet& set, 
   return p;
 }
 
-std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, const PolicyParams& params) {
-  return make_layout_policy(name, set, params.threshold);
+std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, int64_t threshold) {
+  PolicyParams p;
+  p.threshold = threshold;
+  return make_layout_policy(name, set, p);
 }
 
-std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, int64_t threshold) {
+std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const PlanSet& set, const PolicyParams& params) {
+  const int64_t threshold = params.threshold;
   check_policy_name(name);
   if (name == "fixed") return std::make_unique<FixedPolicy>();
   if (name == "shift") {
@@ -221,7 +244,8 @@ std::unique_ptr<LayoutPolicy> make_layout_policy(const std::string& name, const 
     for (int i = 0; i < set.size(); ++i)
       if (set.plan(i).weights == WeightSource::FetchFromOwner) (set.plan(i).sidp_cas ? cas : was) = i;
     if (was < 0 || cas < 0) fail("the sidp policy needs a WaS and a CaS plan in the set; got ", set.to_string());
-    return std::make_unique<SidpPolicy>(was, cas, set.plan(was).dp, threshold, kSidpWindow, kSidpHysteresis);
+    return std::make_unique<SidpPolicy>(was, cas, set.plan(was).dp, threshold, kSidpWindow, kSidpHysteresis,
+                                        params.window_s);
   }
   if (is_seesaw_policy(name)) return std::make_unique<SeesawPolicy>(name);
   uint64_t v = 0;

@@ -12,12 +12,16 @@
 //   alternate    cycle:1
 //   random:SEED  a plan drawn per step from Rng(SEED) (reproducible; a test hook)
 //   sidp         SiDP §4.3 over one plan dp=D,weights=owner (policy_plans adds its sidp=cas
-//                twin): CaS once the effective batch per replica (the step's sequences / D;
-//                steps with prompt chunks do not count, they are bounded by the token budget) has
-//                stayed below B_th (`threshold`) for kSidpWindow steps, WaS again once it has
-//                stayed above (1 + kSidpHysteresis) * B_th as long; both plans share one KV
-//                placement, so a switch moves nothing. The mode of every step is its plan's
-//                (PlanStats per plan: steps in WaS, steps in CaS)
+//                twin), on the group's state: the sequences active over the group per replica
+//                (steps with prompt chunks do not count, they are bounded by the token budget).
+//                CaS once it has stayed below `threshold` (the per-replica batch below which a CaS
+//                step of the group is faster than WaS: the crossover, sim/sidp_cost.h) for a window,
+//                WaS again once it has stayed above (1 + kSidpHysteresis) * threshold as long. The
+//                window is PolicyParams::window_s seconds of the clock the loop gives the policy
+//                (LayoutPolicy::advance: simulated time in the simulator, wall time in the engine;
+//                §4.3: "empirically minute-level at the tail of a job"), or kSidpWindow observations
+//                when window_s is 0. Both plans share one KV placement, so a switch moves nothing.
+//                The mode of every step is its plan's (PlanStats per plan: steps in WaS, in CaS)
 //   sidp:was, sidp:cas  the one mode, forced
 //   seesaw, prefill-first, decode-first   Seesaw's phase plans (seesaw.h): prefill steps under
 //                the first plan, decode steps under the second, phases scheduled by the Scheduler
@@ -52,7 +56,8 @@ struct PolicyEnv {
 // src/sim's cost model of this machine; an empty function: no default).
 struct PolicyInputs {
   int64_t shift_threshold = -1;  // tokens per step (--shift-threshold); < 0: the default
-  int64_t sidp_threshold = -1;   // sequences per replica, B_th (--sidp-threshold); < 0: the default
+  int64_t sidp_threshold = -1;   // sequences per replica (--sidp-threshold); < 0: the default
+  double sidp_window_s = 0;      // SiDP's decision window in seconds; 0: kSidpWindow observations
   std::function<int64_t(const Plan&)> default_shift_threshold;  // over the shift base plan
   std::function<int64_t(const Plan&)> default_sidp_threshold;   // over the SiDP (WaS) plan
 };
@@ -61,9 +66,10 @@ struct PolicyInputs {
 struct PolicyParams {
   int64_t threshold = -1;      // -1: the policy takes no threshold
   std::string threshold_unit;  // "tokens", "sequences per replica"
+  double window_s = 0;         // sidp: the decision window in seconds (0: kSidpWindow observations)
 };
 
-inline constexpr int kSidpWindow = 4;            // steps (PAPERS-NOTES 1.4.4: W iterations)
+inline constexpr int kSidpWindow = 4;            // observations (PAPERS-NOTES 1.4.4: W iterations) when no window in seconds
 inline constexpr double kSidpHysteresis = 0.5;   // h: back to WaS above (1 + h) * B_th
 
 class LayoutPolicy {
@@ -80,6 +86,10 @@ class LayoutPolicy {
     (void)prompt_chunks;
     return 0;
   }
+  // The time now on the clock of the loop that runs the policy (seconds; simulated time in the
+  // simulator, wall time in the engine), given before choose / choose_effective. Policies whose
+  // decisions span a window of time read it (sidp with PolicyParams::window_s); the others ignore it.
+  virtual void advance(double now_s) { (void)now_s; }
   // Shapes the scheduler the policy drives (Seesaw: phased steps and the CPU tier's tokens);
   // default: nothing. Throws loom::Error naming the value when `env` cannot serve the policy.
   virtual void configure(SchedulerConfig& sc, const PolicyEnv& env) const {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "comm/byte_message.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/dist_engine.h"
 #include "engine/step_codec.h"
@@ -412,6 +413,7 @@ void SidpReplicas::observe(const StepBatch& b) {
   if (++round_steps_ < num_replicas()) return;
   int64_t running = 0;
   for (const auto& r : replicas_) running += r->sched->num_running();
+  policy_->advance(now_seconds());  // the policy's window in seconds reads this clock (policy.h)
   const int id = policy_->choose_effective(double(running) / double(num_replicas()), round_prompts_);
   round_steps_ = 0;
   round_prompts_ = false;
@@ -477,6 +479,7 @@ bool SidpReplicas::group_step() {
     all.num_decode_tokens += b.num_decode_tokens;
     all.num_sampled += b.num_sampled;
   }
+  policy_->advance(now_seconds());
   const int plan = policy_->choose(all);
   LOOM_CHECK(plan >= 0 && plan < rank_.plans().size(), "policy ", policy_->describe(), " chose plan ", plan);
   all.plan_id = plan;

@@ -4,7 +4,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <limits>
 #include <string_view>
 
@@ -240,6 +243,17 @@ std::vector<TraceRequest> read_mooncake_jsonl(const std::string& path,
 
 std::vector<TraceRequest> read_trace(const std::string& path, const TraceOptions& options,
                                      TraceFormat format) {
+  if (path.rfind("servegen:", 0) == 0) {
+    // The rate scale multiplies every client's rate (read_servegen), not the gaps of the result.
+    std::string dir;
+    ServeGenOptions so = parse_servegen_spec(path, &dir);
+    so.rate_scale = options.rate_scale;
+    std::vector<TraceRequest> t = read_servegen(dir, so);
+    TraceOptions rest = options;
+    rest.rate_scale = 1.0;
+    apply_trace_options(&t, rest);
+    return t;
+  }
   if (format == TraceFormat::kAuto) {
     const bool jsonl = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
     if (jsonl) {
@@ -457,6 +471,293 @@ std::vector<TraceRequest> synthesize_trace(int64_t n, const ArrivalSpec& arrival
 void assign_arrivals(std::vector<TraceRequest>* trace, const ArrivalSpec& spec, uint64_t seed) {
   const std::vector<double> times = synth_arrivals(spec, int64_t(trace->size()), seed);
   for (size_t i = 0; i < trace->size(); ++i) (*trace)[i].arrival_s = times[i];
+}
+
+// --- ServeGen ---
+
+namespace {
+
+constexpr double kServeGenWindowS = 600;  // the traces' window (README: one line per 600 s)
+
+struct ServeGenWindow {
+  double t = 0, rate = 0;
+  std::string pattern;
+  double shape = 0;  // Gamma / Weibull shape (arg1)
+};
+
+// A length distribution: cumulative probabilities over lengths (the dict literal, normalised).
+struct LengthCdf {
+  std::vector<int> len;
+  std::vector<double> cum;
+  bool empty() const { return len.empty(); }
+  int sample(Rng& rng) const {
+    const double u = rng.uniform_double() * cum.back();
+    const size_t i = size_t(std::upper_bound(cum.begin(), cum.end(), u) - cum.begin());
+    return len[std::min(i, len.size() - 1)];
+  }
+};
+
+// "{12: 0.24, 14: 0.0005}" (a Python dict literal of length -> probability); "{}" -> empty.
+LengthCdf parse_length_dict(const std::string& text, const std::string& where) {
+  LengthCdf d;
+  std::string t;
+  for (char c : text)
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') t.push_back(c);
+  if (t.size() < 2 || t.front() != '{' || t.back() != '}')
+    fail(where, ": expected a dict literal {length: probability, ...}, found '", text_excerpt(text, 60), "'");
+  const std::string body = t.substr(1, t.size() - 2);
+  size_t pos = 0;
+  double total = 0;
+  while (pos < body.size()) {
+    size_t comma = body.find(',', pos);
+    if (comma == std::string::npos) comma = body.size();
+    const std::string item = body.substr(pos, comma - pos);
+    const size_t colon = item.find(':');
+    char* end = nullptr;
+    const std::string ks = colon == std::string::npos ? item : item.substr(0, colon);
+    const double k = std::strtod(ks.c_str(), &end);
+    const bool key_ok = colon != std::string::npos && !ks.empty() && end == ks.c_str() + ks.size() && std::isfinite(k) &&
+                        k >= 0 && k == std::floor(k) && k <= double(std::numeric_limits<int>::max());
+    const std::string vs = colon == std::string::npos ? "" : item.substr(colon + 1);
+    const double v = std::strtod(vs.c_str(), &end);
+    const bool val_ok = !vs.empty() && end == vs.c_str() + vs.size() && std::isfinite(v) && v >= 0;
+    if (!key_ok || !val_ok)
+      fail(where, ": entry '", text_excerpt(item, 40), "' is not length: probability (a non-negative integer and a ",
+           "non-negative number)");
+    if (v > 0) {
+      total += v;
+      d.len.push_back(int(k));
+      d.cum.push_back(total);
+    }
+    pos = comma + 1;
+  }
+  if (!d.len.empty() && !(total > 0)) fail(where, ": probabilities sum to ", total);
+  return d;
+}
+
+struct ServeGenClient {
+  int id = 0;
+  std::string trace_path, dataset_path;  // dataset_path empty: no file
+  std::vector<ServeGenWindow> windows;
+  // Each 6 h timestamp's input and output length distributions (those with data), by timestamp.
+  std::map<double, std::pair<LengthCdf, LengthCdf>> lengths;
+  std::vector<double> arrivals;  // absolute seconds, in the range
+};
+
+std::vector<ServeGenWindow> read_servegen_trace(const std::string& path) {
+  LineReader r(path);
+  std::string line;
+  std::vector<ServeGenWindow> out;
+  while (r.next(&line)) {
+    if (blank(line)) continue;
+    const auto f = split_csv(line);
+    if (f.size() != 6) r.error("timestamp_s", cat("expected 6 comma-separated fields, got ", f.size()), line);
+    ServeGenWindow w;
+    w.t = parse_time(r, "timestamp_s", f[0]);
+    w.rate = parse_time(r, "rate_rps", f[1]);
+    w.pattern = std::string(f[3]);
+    if (w.rate > 0 && (w.pattern == "Gamma" || w.pattern == "Weibull")) {
+      w.shape = parse_time(r, "arg1", f[4]);
+      if (!(w.shape > 0)) r.error("arg1", cat("the ", w.pattern, " shape must be > 0"), f[4]);
+    } else if (w.rate > 0 && !w.pattern.empty() && w.pattern != "Exponential") {
+      r.error("pattern", "expected Gamma, Weibull, Exponential or empty", f[3]);
+    }
+    if (!out.empty() && w.t <= out.back().t) r.error("timestamp_s", "timestamps must increase", f[0]);
+    out.push_back(w);
+  }
+  return out;
+}
+
+void read_servegen_dataset(ServeGenClient& c) {
+  std::ifstream in(c.dataset_path, std::ios::binary);
+  if (!in) fail("cannot open ServeGen dataset '", c.dataset_path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = parse_json_bounded(ss.str(), c.dataset_path, JsonLimits{size_t(256) << 20, 4});
+  if (!j.is_object()) fail(c.dataset_path, ": expected a JSON object of timestamps");
+  for (const auto& [key, v] : j.items()) {
+    char* end = nullptr;
+    const double t = std::strtod(key.c_str(), &end);
+    if (key.empty() || end != key.c_str() + key.size() || !std::isfinite(t) || t < 0)
+      fail(c.dataset_path, ": key '", text_excerpt(key, 40), "' is not a timestamp in seconds");
+    auto dict = [&](const char* field) {
+      if (!v.is_object() || !v.contains(field) || !v[field].is_string())
+        fail(c.dataset_path, ": timestamp ", key, ": missing string field '", field, "'");
+      return parse_length_dict(v[field].get<std::string>(), cat(c.dataset_path, ": timestamp ", key, ": ", field));
+    };
+    LengthCdf in_len = dict("input_tokens"), out_len = dict("output_tokens");
+    if (!in_len.empty() && !out_len.empty()) c.lengths[t] = {std::move(in_len), std::move(out_len)};
+  }
+}
+
+// The distributions of `c` at time t: the nearest earlier timestamp with data, else the nearest later.
+const std::pair<LengthCdf, LengthCdf>* lengths_at(const ServeGenClient& c, double t) {
+  if (c.lengths.empty()) return nullptr;
+  auto it = c.lengths.upper_bound(t);
+  if (it == c.lengths.begin()) return &it->second;
+  return &std::prev(it)->second;
+}
+
+std::vector<ServeGenClient> servegen_clients(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("ServeGen folder '", dir, "' not found");
+  std::vector<ServeGenClient> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string pre = "chunk-", suf = "-trace.csv";
+    if (name.size() <= pre.size() + suf.size() || name.rfind(pre, 0) != 0 ||
+        name.compare(name.size() - suf.size(), suf.size(), suf) != 0)
+      continue;
+    const std::string num = name.substr(pre.size(), name.size() - pre.size() - suf.size());
+    if (num.empty() || !std::all_of(num.begin(), num.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) || num.size() > 9)
+      continue;
+    ServeGenClient c;
+    c.id = std::stoi(num);
+    c.trace_path = e.path().string();
+    const fs::path ds = fs::path(dir) / (pre + num + "-dataset.json");
+    if (fs::is_regular_file(ds, ec)) c.dataset_path = ds.string();
+    out.push_back(std::move(c));
+  }
+  if (out.empty()) fail("ServeGen folder '", dir, "' holds no chunk-N-trace.csv");
+  std::sort(out.begin(), out.end(), [](const ServeGenClient& a, const ServeGenClient& b) { return a.id < b.id; });
+  return out;
+}
+
+// Requests of `c` over [a, b) (its windows' overlaps), rounding by carrying the fraction.
+void servegen_arrivals(ServeGenClient& c, double a, double b, double scale, uint64_t seed) {
+  Rng rng(seed * 0x9e3779b97f4a7c15ull + uint64_t(c.id) * 2 + 1);
+  double carried = 0;
+  for (size_t i = 0; i < c.windows.size(); ++i) {
+    const ServeGenWindow& w = c.windows[i];
+    const double end = i + 1 < c.windows.size() ? c.windows[i + 1].t : w.t + kServeGenWindowS;
+    const double lo = std::max(a, w.t), hi = std::min(b, end);
+    if (hi <= lo || !(w.rate > 0)) continue;
+    const double expected = w.rate * scale * (hi - lo);
+    const int64_t n = int64_t(std::floor(carried + expected)) - int64_t(std::floor(carried));
+    carried += expected;
+    if (n <= 0) continue;
+    std::vector<double> gaps(size_t(n + 1));
+    double total = 0;
+    for (double& g : gaps) {
+      if (w.pattern == "Gamma") g = gamma_unit(rng, w.shape);
+      else if (w.pattern == "Weibull") g = std::pow(-std::log1p(-rng.uniform_double()), 1.0 / w.shape);
+      else g = exponential(rng, 1.0);
+      total += g;
+    }
+    double acc = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      acc += gaps[size_t(k)];
+      // All gaps zero (a burst below double precision): every request at the overlap's start.
+      const double f = total > 0 ? acc / total : 0.0;
+      c.arrivals.push_back(std::min(lo + (hi - lo) * f, std::nextafter(hi, lo)));
+    }
+  }
+}
+
+}  // namespace
+
+ServeGenOptions parse_servegen_spec(const std::string& spec, std::string* dir) {
+  const std::string pre = "servegen:";
+  if (spec.rfind(pre, 0) != 0) fail("'", spec, "' is not a ServeGen spec (servegen:DIR[@START:DURATION])");
+  ServeGenOptions o;
+  std::string rest = spec.substr(pre.size());
+  const size_t at = rest.rfind('@');
+  if (at != std::string::npos) {
+    const std::string win = rest.substr(at + 1);
+    rest = rest.substr(0, at);
+    const size_t colon = win.find(':');
+    char* end = nullptr;
+    const std::string a = colon == std::string::npos ? win : win.substr(0, colon);
+    const std::string d = colon == std::string::npos ? "" : win.substr(colon + 1);
+    o.start_s = std::strtod(a.c_str(), &end);
+    const bool a_ok = !a.empty() && end == a.c_str() + a.size() && std::isfinite(o.start_s) && o.start_s >= 0;
+    o.duration_s = std::strtod(d.c_str(), &end);
+    const bool d_ok = !d.empty() && end == d.c_str() + d.size() && std::isfinite(o.duration_s) && o.duration_s > 0;
+    if (!a_ok || !d_ok)
+      fail("ServeGen spec '", spec, "': the window must be @START:DURATION in seconds (START >= 0, DURATION > 0), ",
+           "found '@", win, "'");
+  }
+  if (rest.empty()) fail("ServeGen spec '", spec, "': no folder");
+  if (dir) *dir = rest;
+  return o;
+}
+
+double servegen_mean_rate(const std::string& dir, double start_s, double duration_s) {
+  if (!(duration_s > 0)) fail("ServeGen window of ", duration_s, " s: must be > 0");
+  double requests = 0;
+  for (ServeGenClient& c : servegen_clients(dir)) {
+    c.windows = read_servegen_trace(c.trace_path);
+    for (size_t i = 0; i < c.windows.size(); ++i) {
+      const double end = i + 1 < c.windows.size() ? c.windows[i + 1].t : c.windows[i].t + kServeGenWindowS;
+      const double lo = std::max(start_s, c.windows[i].t), hi = std::min(start_s + duration_s, end);
+      if (hi > lo) requests += c.windows[i].rate * (hi - lo);
+    }
+  }
+  return requests / duration_s;
+}
+
+std::vector<TraceRequest> read_servegen(const std::string& dir, const ServeGenOptions& o, ServeGenStats* stats) {
+  if (!(o.duration_s > 0) || !std::isfinite(o.duration_s) || !(o.start_s >= 0))
+    fail("ServeGen window ", o.start_s, " + ", o.duration_s, " s: start must be >= 0 and duration > 0");
+  if (!(o.rate_scale > 0) || !std::isfinite(o.rate_scale)) fail("ServeGen rate scale must be > 0, found ", o.rate_scale);
+  std::vector<ServeGenClient> clients = servegen_clients(dir);
+  ServeGenStats st;
+  st.clients = int(clients.size());
+  const double a = o.start_s, b = o.start_s + o.duration_s;
+  std::vector<size_t> donors;  // active clients with lengths, for those without
+  std::vector<double> donor_weight;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    ServeGenClient& c = clients[i];
+    c.windows = read_servegen_trace(c.trace_path);
+    servegen_arrivals(c, a, b, o.rate_scale, o.seed);
+    if (c.arrivals.empty()) continue;
+    ++st.active_clients;
+    if (!c.dataset_path.empty()) read_servegen_dataset(c);
+    if (!c.lengths.empty()) donors.push_back(i), donor_weight.push_back(double(c.arrivals.size()));
+  }
+  std::vector<double> donor_cum(donor_weight.size());
+  double sum = 0;
+  for (size_t k = 0; k < donor_weight.size(); ++k) donor_cum[k] = sum += donor_weight[k];
+  struct Out {
+    double t;
+    int client;
+    TraceRequest r;
+  };
+  std::vector<Out> all;
+  for (const ServeGenClient& c : clients) {
+    if (c.arrivals.empty()) continue;
+    const bool own = !c.lengths.empty();
+    if (!own && (!o.borrow_lengths || donors.empty())) {
+      st.dropped_requests += int64_t(c.arrivals.size());
+      continue;
+    }
+    if (!own) ++st.borrowing_clients;
+    Rng rng(o.seed * 0xbf58476d1ce4e5b9ull + uint64_t(c.id) * 2 + 2);
+    for (double t : c.arrivals) {
+      const ServeGenClient* src = &c;
+      if (!own) {
+        const double u = rng.uniform_double() * sum;
+        const size_t k = size_t(std::upper_bound(donor_cum.begin(), donor_cum.end(), u) - donor_cum.begin());
+        src = &clients[donors[std::min(k, donors.size() - 1)]];
+        ++st.borrowed_requests;
+      }
+      const auto* d = lengths_at(*src, t);
+      TraceRequest r;
+      r.arrival_s = t - a;
+      r.prompt_len = std::max(1, d->first.sample(rng));
+      r.output_len = std::max(1, d->second.sample(rng));
+      all.push_back({t, c.id, r});
+    }
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Out& x, const Out& y) { return x.t < y.t; });
+  std::vector<TraceRequest> out;
+  out.reserve(all.size());
+  for (auto& x : all) out.push_back(std::move(x.r));
+  st.requests = int64_t(out.size());
+  st.mean_rate_rps = double(out.size()) / o.duration_s;
+  if (stats) *stats = st;
+  return out;
 }
 
 TraceStats trace_stats(const std::vector<TraceRequest>& trace) {

@@ -45,7 +45,9 @@ struct TraceOptions {
 };
 
 // kAuto picks by extension and header: .jsonl -> Mooncake; CSV header `arrived_at,...` -> Azure,
-// `num_prefill_tokens,...` -> lengths.
+// `num_prefill_tokens,...` -> lengths; a path "servegen:DIR[@START:DURATION]" is a ServeGen
+// workload (read_servegen below: the window START..START+DURATION seconds, default 0:600, every
+// client's rate times options.rate_scale; max_requests and the context limit as for the others).
 std::vector<TraceRequest> read_trace(const std::string& path, const TraceOptions& options = {},
                                      TraceFormat format = TraceFormat::kAuto);
 std::vector<TraceRequest> read_azure_csv(const std::string& path, const TraceOptions& options = {});
@@ -53,6 +55,50 @@ std::vector<TraceRequest> read_mooncake_jsonl(const std::string& path,
                                               const TraceOptions& options = {});
 std::vector<TraceRequest> read_lengths_csv(const std::string& path,
                                            const TraceOptions& options = {});
+
+// ServeGen (../shared/data/servegen/README.md; the Nitsum paper's second workload set, 5.1): per-
+// client statistics of production serving, one pair of files per client N in DIR:
+//   chunk-N-trace.csv    `timestamp_s,rate_rps,cv,pattern,arg1,arg2` per 600 s window (no header):
+//                        the client's mean rate and its fitted inter-arrival distribution (Gamma
+//                        shape arg1, Weibull shape arg1, Exponential; empty when it sent nothing);
+//   chunk-N-dataset.json {"<timestamp_s>": {"input_tokens": "{len: p, ...}", "output_tokens": ...}}
+//                        every 6 h, the lengths' empirical distributions as Python dict literals.
+// The workload over [start_s, start_s + duration_s) is the superposition of the clients:
+//   - arrivals: in each window's overlap with the range, a client sends its rate x rate_scale x
+//     overlap requests, rounded by carrying the fraction from window to window (a client of 0.3
+//     rps sends 3 in 10 s of three windows: floor(0.9) = 0, floor(1.8) - 0 = 1, ...); their times
+//     are the overlap cut by n + 1 gaps drawn from the window's distribution shape (the scale
+//     drops out: the count is the rate's, the burstiness the shape's; for Exponential gaps this is
+//     exactly a Poisson process conditioned on its count);
+//   - lengths: each request's prompt and output lengths drawn from the client's distributions at
+//     the nearest earlier 6 h timestamp that has data (else the nearest later one). A client whose
+//     dataset file is missing (the README's MISSING.txt: the busiest clients' files were too large
+//     for the snapshot) draws from a client picked among those with a dataset, weighted by their
+//     requests in the range (borrow_lengths), or is left out (not borrow_lengths);
+//   - times relative to start_s, sorted (ties by client number); every random source seeded per
+//     client from `seed`, so adding a client to DIR leaves the others' requests as they were.
+// Malformed files throw loom::Error naming the file, the line or key, and the value.
+struct ServeGenOptions {
+  double start_s = 0;
+  double duration_s = 600;
+  double rate_scale = 1.0;
+  uint64_t seed = 1;
+  bool borrow_lengths = true;
+};
+struct ServeGenStats {
+  int clients = 0;            // trace files read
+  int active_clients = 0;     // with requests in the range
+  int borrowing_clients = 0;  // active, lengths drawn from others (no dataset)
+  int64_t requests = 0, borrowed_requests = 0, dropped_requests = 0;  // dropped: no lengths, not borrowing
+  double mean_rate_rps = 0;   // requests / duration_s
+};
+std::vector<TraceRequest> read_servegen(const std::string& dir, const ServeGenOptions& options,
+                                        ServeGenStats* stats = nullptr);
+// The total mean rate of DIR's clients over [start_s, start_s + duration_s) at rate_scale 1
+// (requests per second), to pick a rate_scale for a target rate.
+double servegen_mean_rate(const std::string& dir, double start_s, double duration_s);
+// "servegen:DIR[@START:DURATION]" -> {DIR, START, DURATION}; throws loom::Error naming the text.
+ServeGenOptions parse_servegen_spec(const std::string& spec, std::string* dir);
 
 // Applies rate scaling, max_requests and the context limit of `options` (the readers call it).
 void apply_trace_options(std::vector<TraceRequest>* trace, const TraceOptions& options);

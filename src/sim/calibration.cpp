@@ -514,9 +514,18 @@ double predict_sample(const CostModel& model, const MeasurementFile& file, const
 Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, const GpuSpec& gpu,
                             const Calibration& start) {
   Calibration cal = start;
+  // The GEMM curve is fitted on this GPU: m_half as fitted here (GemmCalibration::ridge); the
+  // collective latencies in this GPU's link time (CollectiveCalibration::link_bw_fit).
+  cal.gemm.ridge = gpu.flops_bf16 / gpu.hbm_bw;
+  for (Collective k : {Collective::AllReduce, Collective::AllToAll, Collective::AllGather, Collective::SendRecv,
+                       Collective::Broadcast, Collective::Get}) {
+    calibration_of(cal, k).link_bw_fit = gpu.link_bw;
+    calibration_of(cal, k).nvlink_fit = gpu.nvlink;
+  }
   std::vector<Sample> gemm, attention, overhead, inter;
   std::map<Elementwise, std::vector<Sample>> elem;
   std::map<Collective, std::vector<Sample>> intra;
+  std::vector<Sample> over_pcie;  // NVLink GPUs' groups that cross PCIe (Calibration::pcie)
   for (const auto* f : files)
     for (const auto& s : f->samples) {
       const Sample x{f, &s};
@@ -525,7 +534,8 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
         case MeasurementFile::Attention: attention.push_back(x); break;
         case MeasurementFile::Overhead: overhead.push_back(x); break;
         case MeasurementFile::Collective:
-          if (s.n >= s.m) intra[s.collective].push_back(x);
+          if (s.n >= s.m && gpu.nvlink && f->topology == Topology::PairwiseNvlink && s.m > 2) over_pcie.push_back(x);
+          else if (s.n >= s.m) intra[s.collective].push_back(x);
           else if (s.n == 1) inter.push_back(x);  // one GPU per node: the network alone
           break;
       }
@@ -620,25 +630,35 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
     cal.attn_latency_s = lat_us * 1e-6;
   }
   if (!overhead.empty()) fit_overhead(overhead, cal);
-  for (auto& [kind, samples] : intra) {
-    CollectiveCalibration* c = &calibration_of(cal, kind);
+  // Each collective kind's samples, then the PCIe-crossing ones (their own class, any kind).
+  std::vector<std::pair<std::function<CollectiveCalibration&(Calibration&)>, const std::vector<Sample>*>> classes;
+  for (auto& [kind, samples] : intra)
+    classes.push_back({[kind = kind](Calibration& k) -> CollectiveCalibration& { return calibration_of(k, kind); }, &samples});
+  if (!over_pcie.empty()) {
+    cal.pcie.link_bw_fit = gpu.pcie_bw > 0 ? gpu.pcie_bw : 32e9;
+    cal.pcie.nvlink_fit = false;
+    classes.push_back({[](Calibration& k) -> CollectiveCalibration& { return k.pcie; }, &over_pcie});
+  }
+  for (auto& [class_of, samples_ptr] : classes) {
+    const std::vector<Sample>& samples = *samples_ptr;
+    CollectiveCalibration* c = &class_of(cal);
     {
       // Start from t = latency + hop * (n - 2) + wire / (link * bw_eff) by relative least squares;
       // the wire time at bw_eff 1 comes from the model itself (algorithm, topology, link).
       Calibration unit = cal;
-      calibration_of(unit, kind) = CollectiveCalibration{0.0, 1.0, 0.0};
+      class_of(unit) = CollectiveCalibration{0.0, 1.0, 0.0, class_of(unit).link_bw_fit, class_of(unit).nvlink_fit};
       std::map<const MeasurementFile*, CostModel> models;
       std::vector<std::vector<double>> x;
       std::vector<double> y;
       for (const Sample& s : samples) {
         auto it = models.find(s.file);
         if (it == models.end()) it = models.emplace(s.file, measurement_model(gpu, unit, *s.file)).first;
-        x.push_back({1.0, s.s->m - 2, it->second.collective_s(kind, s.s->k, int(s.s->m), int(s.s->n))});
+        x.push_back({1.0, s.s->m - 2, it->second.collective_s(s.s->collective, s.s->k, int(s.s->m), int(s.s->n))});
         y.push_back(s.s->measured_s);
       }
       const std::vector<double> ls = relative_least_squares(x, y);
       Calibration alt = cal;
-      CollectiveCalibration& a = calibration_of(alt, kind);
+      CollectiveCalibration& a = class_of(alt);
       a.latency_s = std::min(ls[0], 200e-6);
       a.hop_latency_s = std::min(ls[1], 50e-6);
       if (ls[2] > 0) a.bw_eff = std::clamp(1.0 / ls[2], 0.01, 2.0);

@@ -93,7 +93,9 @@ double CostModel::gemm_s(double m, double k, double n, SimDType compute, double 
   if (cal_.measured && opt_.kernels == StepKernels::LoomCpu)
     if (const double t = cal_.measured->gemm_s(m, k, n); t >= 0) return t;
   const auto& g = cal_.gemm;
-  double eff = g.eff_max * m / (m + g.m_half);
+  // m_half carried to this GPU by its ridge point (GemmCalibration::ridge).
+  const double m_half = g.ridge > 0 ? g.m_half * (node_.gpu.flops_bf16 / node_.gpu.hbm_bw) / g.ridge : g.m_half;
+  double eff = g.eff_max * m / (m + m_half);
   if (compute != SimDType::BF16) eff *= cal_.low_precision_gemm_factor;
   const double compute_s = 2.0 * m * k * n / (node_.gpu.flops(compute) * eff);
   const double bytes = k * n * weight_bytes + m * k * act_bytes + m * n * act_bytes;
@@ -122,12 +124,18 @@ double CostModel::elementwise_s(Elementwise kind, double bytes) const {
 }
 
 double CostModel::link_bw(int group) const {
+  const double pcie = node_.gpu.pcie_bw > 0 ? node_.gpu.pcie_bw : kPcieBw;
   switch (node_.topology) {
     case Topology::NvSwitch: return node_.gpu.link_bw;
-    case Topology::PairwiseNvlink: return group <= 2 ? node_.gpu.link_bw : kPcieBw;
-    case Topology::Pcie: return node_.gpu.nvlink ? kPcieBw : node_.gpu.link_bw;
+    case Topology::PairwiseNvlink: return group <= 2 ? node_.gpu.link_bw : pcie;
+    case Topology::Pcie: return node_.gpu.nvlink ? pcie : node_.gpu.link_bw;
   }
   return node_.gpu.link_bw;
+}
+
+bool CostModel::crosses_pcie(int group) const {
+  if (!node_.gpu.nvlink) return false;  // PCIe GPUs and CPUs: their link is the one measured
+  return node_.topology == Topology::Pcie || (node_.topology == Topology::PairwiseNvlink && group > 2);
 }
 
 double CostModel::collective_s(Collective kind, double bytes, int group, int per_node) const {
@@ -159,14 +167,21 @@ double CostModel::collective_base_s(Collective kind, double bytes, int group, in
     }
     return bytes;
   };
-  const CollectiveCalibration& c = kind == Collective::AllReduce   ? cal_.all_reduce
+  const bool pcie_path = crosses_pcie(per_node >= group ? group : per_node);
+  const CollectiveCalibration& c = pcie_path                       ? cal_.pcie
+                                   : kind == Collective::AllReduce ? cal_.all_reduce
                                    : kind == Collective::AllToAll  ? cal_.all_to_all
                                    : kind == Collective::AllGather ? cal_.all_gather
                                    : kind == Collective::Broadcast ? cal_.broadcast
                                    : kind == Collective::Get       ? cal_.get
                                                                    : cal_.send_recv;
-  // Latency of a group of n: the fixed part plus one hop per rank beyond a pair.
-  auto latency = [&](const CollectiveCalibration& k, int n) { return k.latency_s + k.hop_latency_s * (n - 2); };
+  // Latency of a group of n: the fixed part plus one hop per rank beyond a pair, in units of the
+  // link's time when the path is of the link kind the figures were fitted on (CollectiveCalibration).
+  auto latency = [&](const CollectiveCalibration& k, int n) {
+    const bool nvlink_path = node_.gpu.nvlink && !crosses_pcie(n);
+    const double scale = k.link_bw_fit > 0 && k.nvlink_fit == nvlink_path ? k.link_bw_fit / link_bw(n) : 1.0;
+    return (k.latency_s + k.hop_latency_s * (n - 2)) * scale;
+  };
   if (per_node >= group) {
     double lat = latency(c, group);
     if (kind == Collective::AllReduce && opt_.custom_all_reduce && node_.topology == Topology::NvSwitch &&
@@ -625,37 +640,54 @@ StepCost CostModel::price_step(const PricedPlan& pl, const std::vector<SeqWork>&
     // group of the partial outputs of its H/TPA heads (head_dim values each: for MLA the
     // v_head_dim outputs after W_UV, which commutes with the merge's per-(token, head) weights;
     // 2.2: each GPU sends "B x H/(KVP x TPA)" to every other, H = Q x Hsz) with one f32 LSE per
-    // (token, head); the rank keeps and receives the H/N heads of its TP(N) shard. HOP-B (2.1.3)
-    // cuts the step's sequences into chunks (at most hopb_max_chunks), the all-to-all of a chunk
-    // running under the next chunk's attention; of the chunk counts tried (1..8, then powers of
-    // two, then one per sequence) the cheapest span (one chunk: no overlap). hopb=off and Medha:
-    // one chunk, all exposed.
+    // (token, head); the rank keeps and receives the H/N heads of its TP(N) shard and merges the
+    // KVP partials (LSE rescale and sum). HOP-B (2.1.3) cuts the step's sequences into chunks (at
+    // most hopb_max_chunks), each chunk launching its own attention kernel, all-to-all and merge
+    // (engine/stage_helix.cpp), each with its fixed cost; the all-to-all of a chunk runs under the
+    // next chunk's attention; of the chunk counts tried (1..8, then powers of two, then one per
+    // sequence) the cheapest span. hopb=off (CostModelOptions::hopb_off): Figure 3's drawing, the
+    // on schedule's chunks strictly one after another, or loom's engine's one chunk. Medha: one
+    // chunk, the partials gathered onto the TP(A) group, all exposed.
     const int k = pl.kvp;
     const int kvp_node = kvp_per_node(pl);
     const int nseq = int(group.size());
-    const int max_chunks = pl.hopb && !medha ? std::max(1, std::min(nseq, opt_.hopb_max_chunks)) : 1;
-    double best_span = 0, best_attn = 0;
+    const bool off_as_fig3 =
+        !pl.hopb && !medha &&
+        (opt_.hopb_off == CostModelOptions::HopbOff::Figure3 ||
+         (opt_.hopb_off == CostModelOptions::HopbOff::Auto && opt_.kernels == StepKernels::FusedGpu));
+    const bool chunked = (pl.hopb || off_as_fig3) && !medha;
+    const int max_chunks = chunked ? std::max(1, std::min(nseq, opt_.hopb_max_chunks)) : 1;
+    // Per request (CostModelOptions::hopb_per_request): the one count of one sequence a chunk.
+    const int first_count = chunked && opt_.hopb_per_request ? std::max(1, nseq) : 1;
+    // The merge reads the k partials (head_dim values and an f32 LSE each) of the rank's H/N heads
+    // (Medha: the TP(A) group's H/A heads) per token and writes one: priced as an element-wise
+    // kernel of the activation's kind (an exp and a multiply-add per element).
+    const double merge_heads = medha ? double(pl.q_heads) : double(pl.out_heads);
+    double best_on = 0;
+    std::vector<double> ca, cc, cm, best_a, best_c, best_m;
     // 1, 2, ..., 8, then doubling, ending on max_chunks.
     auto next_count = [&](int c) { return c < 8 || c >= max_chunks ? c + 1 : std::min(2 * c, max_chunks); };
-    for (int c = 1; c <= max_chunks; c = next_count(c)) {
-      std::vector<double> ca, cc;
+    for (int c = first_count; c <= std::max(max_chunks, first_count); c = next_count(c)) {
+      ca.clear(), cc.clear(), cm.clear();
       for (int i = 0; i < c; ++i) {
         const std::vector<SeqWork> sub(group.begin() + size_t(nseq) * i / c, group.begin() + size_t(nseq) * (i + 1) / c);
         double tokens = 0;
         for (const auto& w : sub) tokens += w.new_tokens;
-        ca.push_back(attention_core_s(sub, pl.q_heads, pl.kv_heads, k, pl.kv_block));
+        ca.push_back(attention_core_s(sub, pl.q_heads, pl.kv_heads, k, pl.kv_block) + cal_.attn_latency_s);
         cc.push_back(medha ? collective_s(Collective::AllGather, k * tokens * pl.q_heads * (hd * ab + 4.0), k, kvp_node)
                            : helix_exchange_s(pl, tokens));
+        cm.push_back(elementwise_s(Elementwise::Act, tokens * merge_heads * (k * (hd * ab + 4.0) + hd * ab)));
       }
-      const double span = hopb_span(ca, cc, pl.hopb && !medha);
-      if (c == 1 || span < best_span) {
-        best_span = span;
-        best_attn = 0;
-        for (double x : ca) best_attn += x;
-      }
+      const double on = hopb_span(ca, cc, cm, !medha);
+      if (c == first_count || on < best_on) best_on = on, best_a = ca, best_c = cc, best_m = cm;
     }
-    attn = best_attn + cal_.attn_latency_s;
-    comm += best_span - best_attn;
+    const double span = pl.hopb && !medha ? best_on : hopb_span(best_a, best_c, best_m, false);
+    double attn_sum = 0, merge_sum = 0;
+    for (double x : best_a) attn_sum += x;
+    for (double x : best_m) merge_sum += x;
+    attn = attn_sum;
+    elem += merge_sum;
+    comm += span - attn_sum - merge_sum;
     // Medha: the FFN group's [B, H] result goes back to every KVP group for the next layer.
     if (medha) comm += collective_s(Collective::Broadcast, m * d * ab, k, kvp_node);
   } else if (arch_.mla) {

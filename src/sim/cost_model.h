@@ -26,8 +26,10 @@
 // of the partial outputs of H/N heads plus their LSE (2.1.1; MLA: the heads' outputs after W_UV,
 // not the latent), W_O and the FFN as TP(N = K*A) with
 // their all-reduces (2.2); HOP-B (2.1.3) overlaps each chunk's all-to-all with the next chunk's
-// attention (exposed: what the attention cannot hide, hopb_span in sim/helix.h; hopb=off: all;
-// at most CostModelOptions::hopb_max_chunks chunks).
+// attention (exposed: what the attention cannot hide, hopb_span in sim/helix.h; at most
+// CostModelOptions::hopb_max_chunks chunks; a chunk launches its own attention, all-to-all and
+// merge kernel, each with its fixed cost); hopb=off as Figure 3 draws it, the same chunks one after
+// another (CostModelOptions::hopb_off).
 // MLA and MoE models (ModelArch) are priced with their own kernels: the latent KV cache and
 // absorbed attention, and routed experts of which a step reads only those its tokens pick
 // (expected count under uniform routing), on a TPF x EP grid of the FFN group chosen per step
@@ -195,7 +197,23 @@ struct CostModelOptions {
   // output for the first query token is computed, Helix immediately initiates All-to-All for that
   // token"), a cap of the batch size or more.
   int hopb_max_chunks = 8;
+  // HOP-B off (plans with hopb=off). Figure3: the chunks the on schedule runs (its cheapest count,
+  // each chunk one attention kernel, one all-to-all and one merge), strictly one after another:
+  // the drawing of the paper's Figure 3 (8 requests, each exchange after all the attention) and
+  // 3.3's ablation, so the fixed cost of every exchange is exposed. OneChunk: one exchange of the
+  // whole batch (loom's engine runs one chunk when HOP-B is off, engine/stage_helix.cpp). Auto:
+  // Figure3 for FusedGpu, OneChunk for LoomCpu.
+  enum class HopbOff { Auto, Figure3, OneChunk };
+  HopbOff hopb_off = HopbOff::Auto;
+  // HOP-B chunks of one request each, on and off (2.1.3: "once the attention output for the first
+  // query token is computed, Helix immediately initiates All-to-All for that token"; Figure 3's
+  // 8 requests, 8 exchanges), instead of the cheapest count up to hopb_max_chunks.
+  bool hopb_per_request = false;
   PipelineSchedule pipeline = PipelineSchedule::Auto;
+  // SiDP WaS fetches in peak-shifting order where the plan's lookahead allows it (sim/sidp_cost.h);
+  // false prices the same plan in layer order, every non-owner reading the same owner at once
+  // (the ablation of SiDP Fig. 10; the engine has no such switch).
+  bool sidp_peak_shifting = true;
   // Multiplies the time of every all-reduce (Seesaw §6.5 / Fig. 14: "we then mutate the
   // all-reduce time to project the end-to-end throughput with different inter-connection
   // bandwidths"; 1 / the bandwidth scale). Other transfers keep their price.
@@ -314,6 +332,9 @@ class CostModel {
                       double stage[6]) const;
 
   double link_bw(int group) const;
+  // Whether a group of `group` GPUs of one node talks over PCIe while its GPUs have NVLink (a
+  // pairwise node beyond a pair, or NVLink GPUs on a PCIe node): Calibration::pcie prices it.
+  bool crosses_pcie(int group) const;
   // collective_s before CostModelOptions::all_reduce_time_scale.
   double collective_base_s(Collective kind, double bytes, int group, int per_node) const;
   // One layer's attention on the busiest rank for `seqs` (kvp > 1: the rank's share of each

@@ -96,6 +96,7 @@ struct ClusterSimResult {
   double mean_plan_ms = 0;     // host time of plan_cluster per window
   int64_t unfinished = 0;
   std::vector<int64_t> ttft_met, tpot_met;  // per tier: requests meeting each target alone
+  std::vector<std::vector<double>> ttft_s, tpot_s;  // per tier: every finished request's (Fig. 11)
   std::string first_plan;
   std::string last_plan;      // the last window's instances (ClusterPlan::to_string)
 };
@@ -109,5 +110,29 @@ ExperimentResult run_nitsum_fig14();
 ExperimentResult run_nitsum_goodput();
 ExperimentResult run_nitsum_goodput_h100();
 ExperimentResult run_nitsum_planner();
+// Issue 31: on ServeGen (engine/trace.h read_servegen) and the paper's other figures.
+ExperimentResult run_nitsum_fig14_servegen();
+ExperimentResult run_nitsum_goodput_servegen();  // Fig. 10 and Fig. 11
+ExperimentResult run_nitsum_table1();
+ExperimentResult run_nitsum_fig2();
+ExperimentResult run_nitsum_fig3();
+ExperimentResult run_nitsum_slo_scale();
+ExperimentResult run_nitsum_three_tier();
+ExperimentResult run_nitsum_fig17();
+
+// Table 1 (4): the decode step of a setup fitted to both its rows (batch 1 and batch 128 at the
+// given context), with the memory efficiency `eff` of the weight and KV reads (GEMM mem_eff and
+// attention mem_eff together) and the per-step overhead `overhead_s` free: the b = 1 row fixes the
+// overhead for each efficiency, the b = 128 row picks the efficiency (bisection on the model's own
+// step). `cm` prices TP(tp) of the setup. `with` gives the calibration at a given (eff, overhead).
+struct Table1Fit {
+  double eff = 0, overhead_s = 0;
+  bool exact = false;  // both rows met (else the closest the efficiency range 0.05-1 gives)
+  double b128_at_full_bw_s = 0;  // the b = 128 step with eff = 1 and the overhead the b = 1 row then needs
+};
+Table1Fit fit_table1(const ModelConfig& model, const std::string& node, int tp, double tpot_b1_s, double tpot_b128_s,
+                     int context);
+// A GPU calibration with `fit`'s efficiency and overhead in place of the A100 fit's.
+Calibration table1_calibration(const Table1Fit& fit);
 
 }  // namespace loom::sim

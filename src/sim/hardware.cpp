@@ -60,6 +60,12 @@ std::vector<GpuSpec> make_catalog() {
   // 2.5 PF dense per GPU; NVLink 5 1.8 TB/s per GPU in one 72-GPU NVLink domain.
   c.push_back({"gb200", "NVIDIA GB200 (one Blackwell GPU of NVL72)", 186 * kGB, 8 * kTB, 2500 * kTF,
                5000 * kTF, 10000 * kTF, 900 * kGB, true, 72, "NVIDIA GB200 NVL72 datasheet"});
+  // PCIe host links from the same datasheets: A10, L4, A100 "PCIe Gen4 64 GB/s" (32 each way);
+  // H100 SXM, H200, H20 "PCIe Gen5 128 GB/s" (64 each way); B200 and GB200 PCIe Gen5.
+  for (auto& g : c) {
+    const bool gen5 = g.name == "h100-sxm" || g.name == "h200" || g.name == "h20" || g.name == "b200" || g.name == "gb200";
+    g.pcie_bw = gen5 ? 64 * kGB : 32 * kGB;
+  }
   // L2 cache sizes from NVIDIA's architecture whitepapers: GA102 (A10) 6 MB, AD104 (L4) 48 MB,
   // GA100 (A100) 40 MB, GH100 (H100, H200, H20) 50 MB. Blackwell's is not in the datasheets
   // used here: 0 (no cache term).
@@ -172,7 +178,7 @@ nlohmann::json hardware_entry_json(const GpuSpec& g) {
           {"flops_bf16", g.flops_bf16}, {"flops_fp8", g.flops_fp8},
           {"flops_fp4", g.flops_fp4}, {"link_bw", g.link_bw},
           {"nvlink", g.nvlink},       {"default_gpus_per_node", g.default_gpus_per_node},
-          {"cache_bytes", g.cache_bytes}, {"source", g.source}};
+          {"cache_bytes", g.cache_bytes}, {"pcie_bw", g.pcie_bw}, {"source", g.source}};
 }
 
 GpuSpec gpu_from_json(const nlohmann::json& j, const std::string& where) {
@@ -196,6 +202,7 @@ GpuSpec gpu_from_json(const nlohmann::json& j, const std::string& where) {
   g.nvlink = j.value("nvlink", false);
   g.default_gpus_per_node = int(j.contains("default_gpus_per_node") ? num("default_gpus_per_node", true) : 1.0);
   g.cache_bytes = j.contains("cache_bytes") ? num("cache_bytes", false) : 0.0;
+  g.pcie_bw = j.contains("pcie_bw") ? num("pcie_bw", false) : 0.0;
   g.source = j.value("source", where);
   return g;
 }
@@ -287,18 +294,23 @@ const Calibration& default_calibration() {
     k.fitted_on = "A100-80GB SXM measurements (gpu-measurements/a100, Vidur profiles)";
     // `loom sim calibrate --hardware a100 --measurements ../shared/data/gpu-measurements/a100`
     k.gemm = {0.7333, 60.75, 0.775, 6.0e-6};
+    k.gemm.ridge = 312e12 / 2039e9;  // A100-80GB SXM's (the catalog's figures): m_half carried by ridge
     k.norm = {0.35, 2.5e-6};
     k.add = {0.875, 0.0};
     k.act = {0.50, 2.0e-6};
     k.rope = {0.45, 1.25e-6};
     k.emb = {0.15, 0.62e-6};
-    k.all_reduce = {54e-6, 0.63};
+    // Latencies in units of the A100's NVLink (300 GB/s each way; CollectiveCalibration).
+    k.all_reduce = {54e-6, 0.63, 0, 300e9, true};
     // Not measured: all-to-all and all-gather take NCCL's ring figures of all-reduce.
     k.all_to_all = k.all_reduce;
     k.all_gather = k.all_reduce;
     k.broadcast = k.all_reduce;
-    k.send_recv = {13e-6, 0.95};
+    k.send_recv = {13e-6, 0.95, 0, 300e9, true};
     k.get = k.send_recv;  // not measured: a one-sided read over the same link
+    // Groups crossing PCIe (pairwise node beyond a pair): the all-reduce figures over the A100's
+    // PCIe Gen4, as they were priced before the class existed.
+    k.pcie = {54e-6, 0.63, 0, 32e9, false};
     k.net = {0.0, 0.265};
     return k;
   }();

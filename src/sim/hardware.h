@@ -47,6 +47,9 @@ struct GpuSpec {
   // Cache between the cores and memory that operands stay in from one use to the next (GPU: L2;
   // a CPU: its last-level cache, shared by the ranks on it); 0 when unknown (no cache term).
   double cache_bytes = 0;
+  // The host link per direction (PCIe x16: Gen4 32 GB/s, Gen5 64 GB/s): what an NVLink GPU's
+  // traffic crosses to a GPU it has no NVLink to (a pairwise node); 0: Gen4.
+  double pcie_bw = 0;
 
   // Dense FLOP/s for `t`; throws loom::Error when the GPU lacks that precision.
   double flops(SimDType t) const;
@@ -112,6 +115,14 @@ NodeSpec cpu_node(const GpuSpec& cpu, int ranks);
 // cache streams at mem_eff of the datasheet bandwidth; one well inside it is served up to
 // (1 + cache_gain) times faster; cache_fraction is the part of the cache that behaves so (a
 // last-level cache shared with other tenants, or holding other data).
+// Carried to another GPU (issue 31): m_half scales with the GPU's ridge point (its BF16 FLOP/s
+// over its memory bandwidth) against the ridge of the GPU it was fitted on. The m_half term,
+// 2 k n m_half / (peak eff_max), is a time per weight element: on the fitting GPU it cannot be told
+// from a cost of streaming the weights (every small-m GEMM is memory-bound there), and carried at
+// a fixed m_half it gives a GPU of low ridge (H20: 148 TF over 4 TB/s, a quarter of A100's ridge)
+// a compute floor above its weight read at batch 1. Scaled with the ridge, the term is the same
+// per weight byte in units of the GPU's memory bandwidth. Validated on the held-out H100 files
+// (`loom sim validate --calibrate-on`): see SimTransfer in tests/sim.
 struct GemmCalibration {
   double eff_max = 0.72;
   double m_half = 24;
@@ -119,6 +130,7 @@ struct GemmCalibration {
   double latency_s = 6e-6;
   double cache_gain = 0;
   double cache_fraction = 1;
+  double ridge = 0;  // FLOP/byte of the GPU fitted on; 0: m_half as fitted on every GPU
 };
 
 // Memory-bound element-wise kernel: t = latency + bytes / (hbm_bw * bw_eff).
@@ -130,10 +142,16 @@ struct ElementwiseCalibration {
 // Collective on one group of n ranks: t = latency_s + hop_latency_s * (n - 2) + algorithm_bytes /
 // (link_bw * bw_eff), where algorithm_bytes is what one GPU sends on its busiest link (ring
 // all-reduce: 2(n-1)/n * size) and hop_latency_s the latency each further rank adds (ring steps).
+// Carried to another GPU (issue 31): the latencies are taken in units of the link's time, i.e.
+// scaled by link_bw_fit / the link's bandwidth, when the path is of the link kind the figures were
+// fitted on (NVLink to NVLink, PCIe to PCIe; a newer NVLink generation moves a collective's
+// fixed steps as much faster as its bytes). 0: seconds as fitted on every GPU.
 struct CollectiveCalibration {
   double latency_s = 20e-6;
   double bw_eff = 0.6;
   double hop_latency_s = 0;
+  double link_bw_fit = 0;    // bytes/s per direction of the link fitted on
+  bool nvlink_fit = true;    // that link was NVLink (else PCIe or shared memory)
 };
 
 struct Calibration {
@@ -149,6 +167,9 @@ struct Calibration {
   CollectiveCalibration all_reduce, all_to_all, all_gather, send_recv, broadcast;
   CollectiveCalibration get;  // one-sided read (Communicator::get); not measured: send_recv's
   CollectiveCalibration net;  // any collective that crosses nodes (bandwidth = net_bw)
+  // Any collective of NVLink GPUs whose group crosses PCIe inside a node (a pairwise-NVLink node's
+  // groups beyond a pair, or NVLink GPUs on a PCIe node): PCIe's own latencies and efficiency.
+  CollectiveCalibration pcie;
   // vLLM's custom all-reduce (one kernel over NVLink peer memory, used inside an NVSwitch node
   // for messages up to 8 MiB, CUDA-graph captured) replaces NCCL's launch-bound latency for
   // decode-sized messages. ASSUMPTION, not in the A100 NCCL measurements: 10 us.

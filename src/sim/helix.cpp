@@ -45,16 +45,22 @@ double helix_t_w_as_described(const HelixRoofline& r) {
 
 Calibration helix_paper_calibration(double collective_latency_s) {
   if (!(collective_latency_s >= 0)) fail("collective latency ", collective_latency_s, " s must be >= 0");
+  const Calibration& fit = default_calibration();
   Calibration k;
-  k.fitted_on = cat("Helix 3.1 roofline: datasheet peaks, no kernel overhead, NVLink collectives of ",
+  k.fitted_on = cat("Helix 3.1 roofline: datasheet peaks, the A100 fit's fixed cost per kernel, NVLink collectives of ",
                     collective_latency_s * 1e6, " us latency");
-  // GEMMs: eff = eff_max * m / (m + m_half) = 1 at every token count; FP4 at its own peak.
-  k.gemm = {1.0, 0.0, 1.0, 0.0};
+  // GEMMs: eff = eff_max * m / (m + m_half) = 1 at every token count; FP4 at its own peak; the
+  // fit's fixed cost per GEMM.
+  k.gemm = {1.0, 0.0, 1.0, fit.gemm.latency_s};
   k.low_precision_gemm_factor = 1.0;
-  k.norm = k.add = k.act = k.rope = k.emb = {1.0, 0.0};
+  k.norm = {1.0, fit.norm.latency_s};
+  k.add = {1.0, fit.add.latency_s};
+  k.act = {1.0, fit.act.latency_s};
+  k.rope = {1.0, fit.rope.latency_s};
+  k.emb = {1.0, fit.emb.latency_s};
   k.attn_compute_eff = 1.0;
   k.attn_mem_eff = 1.0;
-  k.attn_latency_s = 0.0;
+  k.attn_latency_s = fit.attn_latency_s;
   k.all_reduce = k.all_to_all = k.all_gather = k.broadcast = k.send_recv = k.get = {collective_latency_s, 1.0, 0.0};
   k.custom_all_reduce_latency_s = collective_latency_s;
   // The experiments stay inside one NVLink domain; a crossing would be priced at the NIC's
@@ -64,21 +70,32 @@ Calibration helix_paper_calibration(double collective_latency_s) {
   return k;
 }
 
-double hopb_span(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb) {
-  if (attn_s.size() != comm_s.size())
-    fail("HOP-B: ", attn_s.size(), " attention chunks but ", comm_s.size(), " all-to-alls (one each)");
-  double attn_end = 0, comm_end = 0;
+double hopb_span(const std::vector<double>& attn_s, const std::vector<double>& comm_s,
+                 const std::vector<double>& merge_s, bool hopb) {
+  if (attn_s.size() != comm_s.size() || (!merge_s.empty() && merge_s.size() != attn_s.size()))
+    fail("HOP-B: ", attn_s.size(), " attention chunks but ", comm_s.size(), " all-to-alls and ", merge_s.size(),
+         " merges (one each)");
+  const size_t n = attn_s.size();
+  auto merge = [&](size_t c) { return merge_s.empty() ? 0.0 : merge_s[c]; };
   if (!hopb) {
-    for (double a : attn_s) attn_end += a;
-    comm_end = attn_end;
-    for (double c : comm_s) comm_end += c;
-    return comm_end;
+    double t = 0;
+    for (size_t c = 0; c < n; ++c) t += attn_s[c] + comm_s[c] + merge(c);
+    return t;
   }
-  for (size_t c = 0; c < attn_s.size(); ++c) {
-    attn_end += attn_s[c];
-    comm_end = std::max(attn_end, comm_end) + comm_s[c];
+  double compute = 0, link = 0;
+  std::vector<double> comm_end(n, 0.0);
+  for (size_t c = 0; c < n; ++c) {
+    compute += attn_s[c];
+    link = std::max(compute, link) + comm_s[c];
+    comm_end[c] = link;
+    if (c > 0) compute = std::max(compute, comm_end[c - 1]) + merge(c - 1);
   }
-  return std::max(attn_end, comm_end);
+  if (n > 0) compute = std::max(compute, comm_end[n - 1]) + merge(n - 1);
+  return compute;
+}
+
+double hopb_span(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb) {
+  return hopb_span(attn_s, comm_s, {}, hopb);
 }
 
 double hopb_exposed(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb) {

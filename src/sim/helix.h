@@ -46,14 +46,17 @@ double helix_t_w_as_described(const HelixRoofline& r);
 // costs, including latency from inter-GPU NVLink transfers, DRAM bandwidth constraints, and FLOP
 // throughput"), as a Calibration of the cost model (sim/cost_model.h), for the Figure 5-7
 // experiments:
-//  - every kernel at the roofline of the datasheet figures, max(FLOPs / peak, bytes / MemBW):
-//    Appendix A prices DRAM reads at the datasheet "MemBW = 8000 GB/s" with no efficiency
+//  - every kernel's work at the roofline of the datasheet figures, max(FLOPs / peak, bytes /
+//    MemBW): Appendix A prices DRAM reads at the datasheet "MemBW = 8000 GB/s" with no efficiency
 //    factor, and 3.1 lists FLOP throughput, not a GEMM efficiency curve; FP4 arithmetic for every
 //    GEMM and for MLA's absorbed attention ("All model weights, KV states, and arithmetic
 //    operations are assumed to use FP4", 3.1; GQA decode attention, 64 FLOPs per KV byte for
 //    Llama-405B, is bound by DRAM at any peak, and the cost model prices it at the BF16 one);
-//  - no per-kernel launch latency and no per-step host overhead (3.1 lists none; a CUDA-graph
-//    decode loop);
+//  - the same fixed cost per kernel every other plan's pricing carries (issue 31): the A100 fit's
+//    per-kernel latencies (default_calibration(): a GEMM's, each element-wise kind's, an attention
+//    kernel's), added once per kernel the step launches, as the cost model counts them per layer
+//    from the stage (a Helix layer: one attention, one all-to-all and one merge per HOP-B chunk);
+//    no per-step host overhead (3.1 lists none; a CUDA-graph decode loop);
 //  - every collective inside the NVLink domain: one fixed latency plus the bytes on its busiest
 //    link at the datasheet NVLink bandwidth (GpuSpec::link_bw, 900 GB/s each way on GB200).
 // `collective_latency_s` is that one latency, the same for all-reduce, all-to-all and all-gather
@@ -69,14 +72,22 @@ Calibration helix_paper_calibration(double collective_latency_s);
 constexpr double kBlackwellNvlinkCollectiveLatencyS = 6.3e-6;
 
 // HOP-B (2.1.3, Figure 3): chunk c's attention takes attn_s[c], then its all-to-all takes
-// comm_s[c]; all-to-alls run one at a time on the link. With HOP-B the all-to-all of chunk c
-// starts as soon as its attention and the previous all-to-all are done, while chunk c+1's
-// attention runs; without it every attention runs first, then every all-to-all (no overlap).
-// Returns the span from the first attention to the last all-to-all. Figure 3: 8 chunks of 2
-// units of attention and 1.2 of communication span 25.6 units without HOP-B and 17.2 with it
-// (the figure rounds to 17; PAPERS-NOTES.md ambiguity 8).
+// comm_s[c], then its merge (the rescale-and-sum of the KVP partials, kernels::merge_attention)
+// takes merge_s[c] on the compute stream; all-to-alls run one at a time on the link.
+//  - on: the all-to-all of chunk c starts as soon as its attention and the previous all-to-all
+//    are done, while the compute stream runs chunk c+1's attention and then chunk c's merge (loom's
+//    order, engine/stage_helix.cpp: attend c+1, start it, finish c); a merge waits for its
+//    all-to-all;
+//  - off, as Figure 3 draws it ("strictly sequentially", 3.3): the same chunks, every attention,
+//    then every all-to-all one after another, then the merges: nothing overlaps.
+// Returns the span from the first attention to the last merge. Figure 3 (no merge): 8 chunks of 2
+// units of attention and 1.2 of communication span 25.6 units without HOP-B and 17.2 with it (the
+// figure rounds to 17; PAPERS-NOTES.md ambiguity 8).
+double hopb_span(const std::vector<double>& attn_s, const std::vector<double>& comm_s,
+                 const std::vector<double>& merge_s, bool hopb);
+// Without merges (Figure 3's drawing).
 double hopb_span(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb);
-// The communication the span leaves exposed: hopb_span - sum(attn_s).
+// The communication the span leaves exposed: hopb_span - sum(attn_s) (no merges).
 double hopb_exposed(const std::vector<double>& attn_s, const std::vector<double>& comm_s, bool hopb);
 
 }  // namespace loom::sim

@@ -24,6 +24,11 @@ const char* sidp_variant_name(SidpVariant v) {
 
 namespace {
 
+// Whether `full` is priced fetching in peak-shifting order (CostModelOptions::sidp_peak_shifting).
+bool peak_order(const CostModel& cm, const Plan& full) {
+  return cm.options().sidp_peak_shifting && sidp::peak_shifting(full);
+}
+
 struct FfnCost {
   double gemm = 0, elem = 0;
   double total() const { return gemm + elem; }
@@ -102,8 +107,14 @@ double sidp_ffn_layer_bytes(const CostModel& cm) {
 double sidp_layer_fetch_s(const CostModel& cm, const Plan& full) {
   const int dp = full.dp;
   if (dp < 2) return 0.0;
-  // Without peak shifting every non-owner reads the same owner at once: its egress is shared.
-  const int readers = sidp::peak_shifting(full) ? 1 : dp - 1;
+  // Without peak shifting every non-owner reads the same owner at once: its egress is shared. With
+  // a lookahead of k < D - 1 slots, §4.2's rule organises the layers in cycles of k: the D - 1
+  // readers of a cycle start at their own offsets, so about (D - 1) / k of them read one owner at a
+  // time (priced so; loom's engine fetches in layer order below a full cycle, engine/sidp.h).
+  const int k = full.sidp_lookahead();
+  int readers = dp - 1;
+  if (peak_order(cm, full)) readers = 1;
+  else if (cm.options().sidp_peak_shifting && dp > 2 && k >= 2) readers = (dp - 1 + k - 1) / k;
   // The engine reads the owner's layer with a one-sided get (stage_ffn_owner.cpp, Communicator::get).
   return cm.collective_s(Collective::Get, sidp_ffn_layer_bytes(cm) * readers, 2,
                          std::min(2, cm.node().gpus_per_node));
@@ -142,7 +153,7 @@ StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector
       // Independent of the others (an own step: the only replica with work, sim/simulator.cpp);
       // a lockstep group step under WaS ends with the slowest replica.
       const double a = rest[size_t(r)] / L, f = ffn_cost(cm, plain, rows[size_t(r)]).total();
-      const double t = was_step_s(a, f, L, D, r, sidp::peak_shifting(full), full.sidp_lookahead(),
+      const double t = was_step_s(a, f, L, D, r, peak_order(cm, full), full.sidp_lookahead(),
                                   sidp_layer_fetch_s(cm, full));
       if (t > worst_rest) {
         worst_rest = t;
@@ -255,9 +266,9 @@ SidpThreshold derive_sidp_threshold(const CostModel& cm, const Plan& plan, int c
   r.threshold = sidp::threshold_batch(t_iter, r.fetch_s, max_b);
   r.crossed = r.threshold <= max_b;
   r.fwd_s = t_iter(std::min<int64_t>(r.threshold, max_b));
-  const std::string how = sidp::peak_shifting(full) ? "peak shifting: one reader per owner"
+  const std::string how = peak_order(cm, full) ? "peak shifting: one reader per owner"
                            : D == 2                  ? "one reader per owner"
-                                                     : cat("layer order: each owner's link shared by ", D - 1, " readers");
+                                                     : cat("peak shifting over ", full.sidp_lookahead(), "-layer cycles or layer order: each owner's link shared by up to ", D - 1, " readers");
   r.explain = r.crossed ? cat("cost model on ", cm.node().name(), ": a step of ", r.threshold, " sequences at context ",
                               context, " takes ", r.fwd_s * 1e3, " ms >= fetching the ", remote, " non-owned FFN layers (",
                               remote * sidp_ffn_layer_bytes(cm) / 1e9, " GB, ", how, ") in ", r.fetch_s * 1e3, " ms")
@@ -267,18 +278,64 @@ SidpThreshold derive_sidp_threshold(const CostModel& cm, const Plan& plan, int c
   return r;
 }
 
+SidpThreshold derive_sidp_crossover(const CostModel& cm, const Plan& plan, int context, int64_t max_b) {
+  Plan was = plan.normalized();
+  if (was.weights != WeightSource::FetchFromOwner)
+    fail("the SiDP crossover is for SiDP plans (dp=D,weights=owner); got ", was.to_string());
+  if (context < 1 || max_b < 1) fail("the SiDP crossover needs a context >= 1 and max_b >= 1 (got ", context, ", ", max_b, ")");
+  was.sidp_cas = false;
+  Plan cas = was;
+  cas.sidp_cas = true;
+  const PricedPlan pw = cm.prepare(was), pc = cm.prepare(cas);
+  const int D = was.dp;
+  auto times = [&](int64_t b) {
+    const std::vector<std::vector<SeqWork>> work(size_t(D), std::vector<SeqWork>(size_t(b), SeqWork{1, context, true}));
+    return std::make_pair(price_sidp(cm, pw, work).total_s, price_sidp(cm, pc, work).total_s);
+  };
+  auto was_wins = [&](int64_t b) {
+    const auto [w, c] = times(b);
+    return w <= c;
+  };
+  SidpThreshold r;
+  r.context = context;
+  // Doubling, then bisection (the difference WaS - CaS falls with b).
+  int64_t hi = 1;
+  while (hi <= max_b && !was_wins(hi)) hi *= 2;
+  if (hi > max_b && !was_wins(max_b)) {
+    r.threshold = max_b + 1;
+    r.crossed = false;
+  } else {
+    hi = std::min(hi, max_b);
+    int64_t lo = hi / 2 + 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (was_wins(mid)) hi = mid; else lo = mid + 1;
+    }
+    r.threshold = hi;
+    r.crossed = true;
+  }
+  const auto [w, c] = times(std::min(r.threshold, max_b));
+  r.fwd_s = w;
+  r.fetch_s = c;
+  r.explain = r.crossed ? cat("cost model on ", cm.node().name(), ": below ", r.threshold, " sequences a replica at context ",
+                              context, " a CaS step of the group is faster than WaS (at ", r.threshold, ": WaS ", w * 1e3,
+                              " ms, CaS ", c * 1e3, " ms)")
+                        : cat("cost model on ", cm.node().name(), ": CaS is faster than WaS at every batch up to ", max_b);
+  return r;
+}
+
 SidpThreshold default_sidp_threshold(const ModelConfig& model, DType weight_dtype, const Plan& plan,
                                      const std::string& profile_dir, const std::string& backend,
                                      double memcpy_bytes_per_s, double peak_flops, int context) {
   if (!profile_dir.empty()) {
     // One rank per replica; the world's ranks compute at once (their caches shared).
     const CostModel cm = profile_cost_model(read_profile(profile_dir), model, weight_dtype, 1, backend, plan.size());
-    SidpThreshold t = derive_sidp_threshold(cm, plan, context);
+    SidpThreshold t = derive_sidp_crossover(cm, plan, context);
     t.explain += cat(" [calibrated by the profile ", profile_dir, "]");
     return t;
   }
   const double wb = double(dtype_row_bytes(weight_dtype, dtype_block_elems(weight_dtype))) / dtype_block_elems(weight_dtype);
-  return derive_sidp_threshold(cpu_cost_model(model, wb, memcpy_bytes_per_s, peak_flops, 0, plan.size()), plan, context);
+  return derive_sidp_crossover(cpu_cost_model(model, wb, memcpy_bytes_per_s, peak_flops, 0, plan.size()), plan, context);
 }
 
 }  // namespace loom::sim

@@ -61,7 +61,8 @@ StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector
                     SidpVariant v = SidpVariant::AsPlanned);
 
 // Seconds one non-owner takes to read one FFN layer from its owner under `full` (incast shared
-// by dp - 1 readers without peak shifting).
+// by dp - 1 readers without peak shifting; by ceil((dp - 1) / k) readers with a lookahead of
+// 2 <= k < dp - 1 slots, §4.2's k-layer cycles).
 double sidp_layer_fetch_s(const CostModel& cm, const Plan& full);
 // Bytes of one layer's FFN (gate, up, down) in the model's weight dtype.
 double sidp_ffn_layer_bytes(const CostModel& cm);
@@ -83,10 +84,19 @@ struct SidpThreshold {
 // 1..max_b with T_fwd(b) >= T_fetch; max_b + 1 (never in WaS) when none does.
 SidpThreshold derive_sidp_threshold(const CostModel& cm, const Plan& plan, int context, int64_t max_b = 4096);
 
-// The engine's default B_th (`loom generate --policy sidp` without --sidp-threshold), as
-// default_shift_threshold (sim/shift_threshold.h): from the cost model of a loom profile of this
-// machine when `profile_dir` is given, else from cpu_cost_model with the measured memcpy bandwidth
-// and FMA peak; at decode context `context`.
+// The sidp policy's threshold (engine/policy.h; issue 31): the per-replica batch b below which a CaS
+// step of the group is faster than the WaS step, every replica decoding b sequences at `context`
+// (price_sidp of both modes; §4.3 Fig. 11: SiDP "effectively takes" the faster mode, and CaS is for
+// the tail "when many engines are underutilized"). The smallest b in 1..max_b whose WaS step is no
+// slower than its CaS step (the difference falls with b: WaS is fetch-bound and flat at small
+// batches, CaS grows with every replica's rows on one owner); max_b + 1 (always CaS) when none.
+// `fwd_s` / `fetch_s` hold the WaS and CaS step times at it.
+SidpThreshold derive_sidp_crossover(const CostModel& cm, const Plan& plan, int context, int64_t max_b = 4096);
+
+// The engine's default threshold (`loom generate --policy sidp` without --sidp-threshold): the
+// crossover (derive_sidp_crossover), as default_shift_threshold (sim/shift_threshold.h): from the
+// cost model of a loom profile of this machine when `profile_dir` is given, else from
+// cpu_cost_model with the measured memcpy bandwidth and FMA peak; at decode context `context`.
 SidpThreshold default_sidp_threshold(const ModelConfig& model, DType weight_dtype, const Plan& plan,
                                      const std::string& profile_dir, const std::string& backend,
                                      double memcpy_bytes_per_s, double peak_flops, int context);

@@ -269,6 +269,7 @@ void run_sidp_replicas(const CostModel& model, const SimConfig& config, const Pl
     }
     if (!any) return;
     ++group_index;
+    policy->advance(t);
     group_plan = policy->choose(all);
     LOOM_CHECK(group_plan >= 0 && group_plan < set.size(), "policy ", policy->describe(), " chose plan ", group_plan);
     for (Rep& r : reps)
@@ -329,6 +330,7 @@ void run_sidp_replicas(const CostModel& model, const SimConfig& config, const Pl
     if (++round_steps >= D) {
       int64_t running = 0;
       for (const Rep& x : reps) running += x.sched->num_running();
+      policy->advance(e.t);
       const int id = policy->choose_effective(double(running) / double(D), round_prompts);
       round_steps = 0;
       round_prompts = false;
@@ -360,7 +362,8 @@ std::string SimConfig::describe() const {
   std::string s = plan.to_string();
   for (const Plan& p : more_plans) s += " | " + p.to_string();
   if (policy == "shift") return cat(s, ", policy shift(threshold=", shift_threshold, ")");
-  if (policy == "sidp" && sidp_threshold >= 0) return cat(s, ", policy sidp(B_th=", sidp_threshold, ")");
+  if (policy == "sidp" && sidp_threshold >= 0)
+    return cat(s, ", policy sidp(threshold=", sidp_threshold, ", window=", sidp_window_s, " s)");
   return s + ", policy " + policy;
 }
 
@@ -448,12 +451,13 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   PolicyInputs in;
   in.shift_threshold = config_.shift_threshold;
   in.sidp_threshold = config_.sidp_threshold;
+  in.sidp_window_s = config_.sidp_window_s;
   in.default_sidp_threshold = [&](const Plan& p) {
     double rows = 0, ctx = 0;
     for (const TraceRequest& t : trace)
       rows += t.output_len, ctx += double(t.output_len) * (t.prompt_len + (t.output_len + 1) / 2.0);
     const int context = int(std::clamp(rows > 0 ? ctx / rows : 1.0, 1.0, double(sc.max_model_len)));
-    return derive_sidp_threshold(model_, p, context).threshold;
+    return derive_sidp_crossover(model_, p, context).threshold;
   };
   const PolicyParams params = resolve_policy_params(config_.policy, set, in);
   out.policy_threshold = params.threshold;

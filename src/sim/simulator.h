@@ -31,7 +31,8 @@
 // the engine runs it whatever dp_mode says (engine/sidp_replicas.h): with a WaS plan under fixed,
 // sidp:was or sidp (sidp_independent), one Scheduler per replica, each stepping on its own (an own
 // step priced by price_sidp over that replica's work alone); the sidp policy observes the group's
-// effective batch once per round of D own steps (LayoutPolicy::choose_effective) and on CaS the
+// effective batch once per round of D own steps (LayoutPolicy::choose_effective, given the simulated
+// time through LayoutPolicy::advance for its window in seconds) and on CaS the
 // group, once no own step is in flight, steps in lockstep (each replica's scheduler builds its
 // part, priced by price_sidp over every part) until the policy gives a step back to WaS. A
 // CaS-only set (sidp:cas) steps in lockstep under one scheduler. One StepMetrics per replica and
@@ -71,9 +72,13 @@ struct SimConfig {
   std::vector<Plan> more_plans;
   std::string policy = "fixed";    // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED | sidp...
   int64_t shift_threshold = 256;   // tokens per step above which "shift" runs the base
-  // SiDP (--policy sidp over a dp=D,weights=owner plan): B_th in sequences per replica; < 0: from
-  // the cost model (derive_sidp_threshold, sim/sidp_cost.h) at the trace's mean decode context.
+  // SiDP (--policy sidp over a dp=D,weights=owner plan): the threshold in sequences per replica;
+  // < 0: from the cost model (the crossover, derive_sidp_crossover in sim/sidp_cost.h) at the
+  // trace's mean decode context.
   int64_t sidp_threshold = -1;
+  // SiDP: the policy's decision window in simulated seconds (engine/policy.h; §4.3: switches
+  // "empirically minute-level at the tail of a job"); 0: kSidpWindow observations.
+  double sidp_window_s = 60;
   DpMode dp_mode = DpMode::Independent;
   int max_num_seqs = 256;           // per replica (vLLM's default)
   int max_tokens_per_step = 8192;   // chunked-prefill token budget per step, per replica

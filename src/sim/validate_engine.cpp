@@ -257,15 +257,15 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     if (p.policy == "shift" && threshold < 0)
       threshold = derive_shift_threshold(cm, replica.sp, replica.tp, o.max_tokens_per_step).threshold;
     v.shift_threshold = p.policy == "shift" ? threshold : -1;
-    // SiDP's B_th: as the simulator derives it (sim/simulator.cpp), at the mean context of the
-    // trace's decode steps, so that both sides switch at the same batch.
+    // SiDP's threshold (the crossover): as the simulator derives it (sim/simulator.cpp), at the mean
+    // context of the trace's decode steps, so that both sides switch at the same batch.
     int64_t sidp_threshold = o.sidp_threshold;
     if (p.policy == "sidp" && sidp_threshold < 0) {
       double rows = 0, ctx = 0;
       for (const TraceRequest& t : o.trace)
         rows += t.output_len, ctx += double(t.output_len) * (t.prompt_len + (t.output_len + 1) / 2.0);
       const int context = int(std::clamp(rows > 0 ? ctx / rows : 1.0, 1.0, double(max_len)));
-      sidp_threshold = derive_sidp_threshold(cm, plan, context).threshold;
+      sidp_threshold = derive_sidp_crossover(cm, plan, context).threshold;
     }
     v.sidp_threshold = p.policy == "sidp" ? sidp_threshold : -1;
     // Seesaw's CPU tier.
@@ -295,6 +295,7 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     for (const std::string& t : p.more_plans) sc.more_plans.push_back(Plan::parse(t));
     sc.policy = p.policy;
     sc.sidp_threshold = sidp_threshold;
+    sc.sidp_window_s = 0;  // the engine's window: kSidpWindow observations (its policy has no window in seconds)
     sc.cpu_kv_bytes = double(cpu_kv);
     // loom's engine steps its DP replicas together; SiDP WaS replicas step on their own on both
     // sides (engine/sidp_replicas.h; the simulator follows sidp_independent whatever dp_mode says),
@@ -411,7 +412,7 @@ std::string to_text(const std::vector<PlanValidation>& all) {
     os << "plan " << v.plan.label() << " (" << v.ranks << " rank(s), " << v.backend << ", " << v.threads_per_rank
        << " thread(s) per rank, " << v.num_kv_blocks << " KV blocks per rank";
     if (v.shift_threshold >= 0) os << ", shift threshold " << v.shift_threshold;
-    if (v.sidp_threshold >= 0) os << ", SiDP B_th " << v.sidp_threshold;
+    if (v.sidp_threshold >= 0) os << ", SiDP threshold " << v.sidp_threshold;
     if (v.cpu_kv_bytes > 0) os << ", CPU KV tier " << v.cpu_kv_bytes << " bytes";
     os << "): " << v.num_requests << " requests, " << (v.same_requests ? "same on both sides" : v.request_mismatch)
        << "\n";

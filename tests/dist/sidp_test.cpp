@@ -443,8 +443,8 @@ TEST(SidpMemory, RankMemoryErrorsNameTheSizes) {
 namespace loom {
 namespace {
 
-// `loom generate --plan dp=2,weights=owner --policy sidp` needs no --sidp-threshold: B_th comes
-// from the cost model of this machine (sim/sidp_cost.h default_sidp_threshold), printed at start,
+// `loom generate --plan dp=2,weights=owner --policy sidp` needs no --sidp-threshold: the threshold
+// (the WaS/CaS crossover) comes from the cost model of this machine (sim/sidp_cost.h default_sidp_threshold), printed at start,
 // and the greedy text is the single-rank text (WaS/CaS are the same tokens, SidpStories.*).
 TEST(SidpCli, PolicySidpRunsWithTheCostModelsDefaultThreshold) {
   LOOM_REQUIRE_SHARED();
@@ -453,7 +453,7 @@ TEST(SidpCli, PolicySidpRunsWithTheCostModelsDefaultThreshold) {
   std::string sidp, single;
   ASSERT_EQ(test::run_command(test::loom_bin() + " " + args + " --plan dp=2,weights=owner --policy sidp 2>&1", &sidp), 0)
       << sidp;
-  EXPECT_NE(sidp.find("[sidp B_th "), std::string::npos) << sidp;
+  EXPECT_NE(sidp.find("[sidp threshold "), std::string::npos) << sidp;
   EXPECT_NE(sidp.find("sequences per replica: cost model on "), std::string::npos) << sidp;
   ASSERT_EQ(test::run_command(test::loom_bin() + " " + args + " 2>/dev/null", &single), 0) << single;
   // The generated text (before the statistics line in brackets) is the single-rank text.

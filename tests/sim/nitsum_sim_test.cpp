@@ -3,7 +3,9 @@
 // mechanism implies (not the paper's numbers).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "cluster/tiers.h"
@@ -16,6 +18,7 @@
 #include "model/synth.h"
 #include "test_util.h"
 #include "nitsum_bands.h"
+#include "paper_bands.h"
 
 namespace loom::sim {
 namespace {
@@ -231,6 +234,9 @@ const ExperimentRow& find_row(const ExperimentResult& r, const std::string& metr
 }
 
 const ExperimentResult& cached(const std::string& name) {
+  // The experiments read ../shared (Azure traces, ServeGen) at run time through LOOM_SHARED_DIR;
+  // ctest runs the tests from build/tests.
+  if (!test::shared_dir().empty()) setenv("LOOM_SHARED_DIR", test::shared_dir().c_str(), 0);
   static std::map<std::string, ExperimentResult> done;
   auto it = done.find(name);
   if (it == done.end()) it = done.emplace(name, find_experiment(name).run()).first;
@@ -257,32 +263,49 @@ TEST(NitsumPaper, Fig14CollapsesAndOrdering) {
   EXPECT_DOUBLE_EQ(*find_row(cached("nitsum-fig14"), "goodput_rps", "1-").paper, kStep1);
 }
 
-TEST(NitsumPaper, Fig14FullOverStaticScheduler) { expect_ratio(step(7) / step(5), kFullOverSched, "step 7 / step 5"); }
-TEST(NitsumPaper, Fig14PerTierOverSloRule) { expect_ratio(step(4) / step(3), kPerTierOverSloRule, "step 4 / step 3"); }
 
-// Missed after honest modelling; disabled (not widened) while issue 15 is open:
-// `test_sim --gtest_also_run_disabled_tests --gtest_filter='NitsumPaper*'` runs them. Measured
-// with `loom sim experiment nitsum-fig14` (0.02, 0.00, 3.25, 3.56, 14.69, 0.08, 16.73 req/s):
-//  - step 3 / step 1 (1.27) and step 7 / step 1 (2.52): step 1 is 0.02 req/s. Qwen-14B at TP1
-//    decodes a token in 14.8 ms (>= 8.35 ms by the HBM bound; Table 1's measured 10 ms is TP2),
-//    so only the loose 15 ms tier is reachable and not with batching; on top, the Azure lengths
-//    we run in place of the stripped ServeGen workload keep each TP1 GPU prefilling 65% of the
-//    time at 70 req/s (row prefill_busy/tp1), tripling every TPOT. The paper's 13.2 needs a
-//    lighter workload than ours, not a faster GPU (the cost model agrees with Table 1). Step 1
-//    at TP2 (the paper also says the 14B "requires at least two GPUs") gives 0.38 req/s (row
-//    alt-1-vanilla-tp2): TP2 prefills 91% of the time. At 10 req/s TP1 still meets only 111 of
-//    the 300 loose-tier requests (alt-1-vanilla-tp1@10rps): one 14.8 ms step has no room for a
-//    second sequence under 15 ms. With Table 1 reproduced within 15%, the paper's 13.2 is not
-//    consistent with its Table 1 under a per-request mean TPOT (PAPERS-NOTES 2.4.12).
-TEST(NitsumPaper, DISABLED_Fig14SloRuleOverVanilla) { expect_ratio(step(3) / step(1), kSloRuleOverVanilla, "step 3 / step 1"); }
-TEST(NitsumPaper, DISABLED_Fig14FullOverVanilla) { expect_ratio(step(7) / step(1), kFullOverVanilla, "step 7 / step 1"); }
-//  - step 5 / step 4 (1.63; measured 4.13): steps 3 and 4 (SLO-agnostic batching with the defer
-//    rule, static TP) keep 3.2-3.6 req/s because at 70 req/s of Azure-length prompts every
-//    colocated TP is prefill-bound: the prompts alone take 0.65, 0.91, 1.33 and 2.18 of each
-//    GPU's time at TP1, 2, 4 and 8 (rows prefill_busy), and TP1-2 cannot meet the strict TPOT;
-//    Nitsum's P/D units take the prefill stalls out of the decode instances, which is worth
-//    more here than at the paper's lighter load.
-TEST(NitsumPaper, DISABLED_Fig14SchedOverPerTier) { expect_ratio(step(5) / step(4), kSchedOverPerTier, "step 5 / step 4"); }
+// The band of a ratio the paper prints (nitsum_bands.h's rule), with its KnownMiss where the
+// simulator stays outside (paper_bands.h).
+paper::PaperBand ratio(const char* name, double paper, const char* where, std::optional<paper::KnownMiss> miss = {}) {
+  return paper::ratio_band(name, paper, kLow, kHigh, where, miss);
+}
+
+// Measured with `loom sim experiment nitsum-fig14` (0.02, 0.00, 3.25, 3.56, 14.69, 0.08, 16.73 req/s).
+// Step 1 is 0.02 req/s: Qwen-14B at TP1 decodes a token in 14.8 ms (>= 8.35 ms by the HBM bound;
+// Table 1's measured 10 ms is TP2), so only the loose 15 ms tier is reachable and not with batching;
+// on top, the Azure lengths we run in place of the stripped ServeGen workload keep each TP1 GPU
+// prefilling 65% of the time at 70 req/s (row prefill_busy/tp1), tripling every TPOT. Step 1 at TP2
+// gives 0.38 req/s (alt-1-vanilla-tp2: TP2 prefills 91% of the time); at 10 req/s TP1 still meets
+// only 111 of the 300 loose-tier requests (alt-1-vanilla-tp1@10rps).
+constexpr const char* kStep1Cause =
+    "step 1 is 0 req/s: Qwen-14B at TP1 decodes in >= 8.35 ms at 100% of HBM (Table 1's 10 ms is TP2), and the "
+    "Azure lengths run in place of the stripped ServeGen workload keep each TP1 GPU prefilling most of the time at "
+    "70 req/s (row prefill_busy/tp1)";
+// The ladder's ratios (each test of this file runs its experiment once: ctest runs a test per process).
+TEST(NitsumPaper, Fig14Ratios) {
+  paper::expect_band(ratio("nitsum-fig14 step 7 / step 5", kFullOverSched, "4.2.1: 33.3 / 28.0"), step(7) / step(5));
+  paper::expect_band(ratio("nitsum-fig14 step 4 / step 3", kPerTierOverSloRule, "4.2.1: 17.2 / 16.7",
+                           paper::KnownMiss{2.10494, "step 3 (one static TP for both tiers with the SLO batch rule: TP4) "
+                                                     "meets 2.7 req/s, step 4 (a static TP per tier: TP8 strict, TP1 "
+                                                     "loose) 5.6: at 70 req/s of Azure lengths the loose tier alone on "
+                                                     "TP1 doubles what one TP serves for both, where the paper's "
+                                                     "per-tier split adds 3%"}),
+                     step(4) / step(3));
+  paper::expect_band(ratio("nitsum-fig14 step 3 / step 1", kSloRuleOverVanilla, "4.2.1: 16.7 / 13.2",
+                           paper::KnownMiss{paper::kInf, kStep1Cause}),
+                     step(3) / step(1));
+  paper::expect_band(ratio("nitsum-fig14 step 7 / step 1", kFullOverVanilla, "4.2.1: 33.3 / 13.2",
+                           paper::KnownMiss{paper::kInf, kStep1Cause}),
+                     step(7) / step(1));
+  paper::expect_band(
+      ratio("nitsum-fig14 step 5 / step 4", kSchedOverPerTier, "4.2.1: 28.0 / 17.2",
+            paper::KnownMiss{2.96774, "steps 3 and 4 (SLO-agnostic batching with the defer rule, static TP) keep "
+                                     "2.7-5.6 req/s: at 70 req/s of Azure-length prompts every colocated TP is "
+                                     "prefill-bound (prompts take 0.65, 0.91, 1.33, 2.18 of each GPU's time at TP1, 2, 4, "
+                                     "8: rows prefill_busy) and TP1-2 cannot meet the strict TPOT; Nitsum's P/D units "
+                                     "take the prefill stalls out of the decode instances"}),
+      step(5) / step(4));
+}
 
 // ---- Fig. 10 (4.1.1): goodput vs rate, Llama-3.1-8B on 4 A100, Azure conv + code, Table 1 tiers.
 const std::vector<int> kRates = {10, 20, 30, 40, 60, 80};  // nitsum-goodput's rates
@@ -300,7 +323,7 @@ double fig10(const std::string& system, int rate) {
 }
 
 // "all the baselines except for Split drops to 0 goodput beyond 40 incoming RPS": vanilla SGLang.
-TEST(NitsumPaper, Fig10SglangCollapsesBeyond40) {
+void Fig10SglangCollapsesBeyond40() {
   for (int rate : kRates)
     if (rate > kCollapseBeyondRps) {
       EXPECT_LT(fig10("static-tp", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
@@ -308,46 +331,73 @@ TEST(NitsumPaper, Fig10SglangCollapsesBeyond40) {
 }
 
 // ... "except for Split".
-TEST(NitsumPaper, Fig10SplitDoesNotCollapse) {
+void Fig10SplitDoesNotCollapse() {
   for (int rate : kRates) EXPECT_GT(fig10("split", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
 }
 
-// Missed (measured with `loom sim experiment nitsum-goodput`, nitsum / static-tp / static-pd /
-// split at 10 20 30 40 60 80 req/s: 5.23 8.15 9.74 9.96 11.43 9.01 / 3.89 6.34 5.56 1.03 0.35
-// 0.33 / 3.92 2.08 1.08 0.73 0.68 0.70 / 4.25 7.04 7.74 7.43 9.28 10.98):
-//  - SGLang (PD) beyond 40 req/s keeps 0.68 and 0.70 req/s (6% and 8% of Nitsum): its 2 TP1
-//    prefill GPUs (about 12 conversation prompts/s each) are overrun from the first second, and
-//    what is met is the start-up transient of our 40 s of arrivals (about 28 requests); over the
-//    paper's 10-minute traces the same transient is 0.05 req/s.
-TEST(NitsumPaper, DISABLED_Fig10SglangPdCollapsesBeyond40) {
+// Measured with `loom sim experiment nitsum-goodput`, nitsum / static-tp / static-pd / split at 10
+// 20 30 40 60 80 req/s: 5.23 8.15 9.74 9.96 11.43 9.01 / 3.89 6.34 5.56 1.03 0.35 0.33 / 3.92
+// 2.08 1.08 0.73 0.68 0.70 / 4.25 7.04 7.74 7.43 9.28 10.98.
+// SGLang (PD) beyond 40 req/s: the largest share of Nitsum it keeps, band [0, kCollapseFrac].
+void Fig10SglangPdCollapsesBeyond40() {
+  double worst = 0;
   for (int rate : kRates)
-    if (rate > kCollapseBeyondRps) {
-      EXPECT_LT(fig10("static-pd", rate), kCollapseFrac * fig10("nitsum", rate)) << rate;
-    }
+    if (rate > kCollapseBeyondRps) worst = std::max(worst, fig10("static-pd", rate) / fig10("nitsum", rate));
+  paper::expect_band(
+      {"nitsum-goodput SGLang (PD) / Nitsum beyond 40 req/s (max)", 0.0, kCollapseFrac,
+       "4.1.1: all the baselines except Split drop to 0 goodput beyond 40 incoming RPS",
+       paper::KnownMiss{0.077778, "its 2 TP1 prefill GPUs (about 12 conversation prompts/s each) are overrun from "
+                                  "the first second; what is met is the start-up transient of our 40 s of arrivals "
+                                  "(about 28 requests), 0.05 req/s over the paper's 10-minute traces"}},
+      worst);
 }
-//  - Monotone and highest: Nitsum falls from 11.43 (60) to 9.01 (80) and Split passes it at 80.
-//    At 80 req/s the planner gives all 4 GPUs to the conversation tier as 2 TP1 prefill + 1 TP2
-//    decode (its profile capacity per GPU is the highest), the code tier only spills; Split's
-//    colocated TP4 serves more of the conversation tier (439 vs 354 of 1600) because P_max is a
-//    throughput without queueing, so past saturation the P/D unit's prefill queue misses TTFT.
-TEST(NitsumPaper, DISABLED_Fig10NitsumGoodputGrowsWithRate) {
-  for (size_t i = 1; i < kRates.size(); ++i)
-    EXPECT_GE(fig10("nitsum", kRates[i]), kMonotoneSlack * fig10("nitsum", kRates[i - 1])) << kRates[i];
+// "the only system that has consistently increasing goodput": the smallest ratio of a rate's
+// goodput to the previous rate's, band [kMonotoneSlack, inf).
+void Fig10NitsumGoodputGrowsWithRate() {
+  double worst = paper::kInf;
+  for (size_t i = 1; i < kRates.size(); ++i) worst = std::min(worst, fig10("nitsum", kRates[i]) / fig10("nitsum", kRates[i - 1]));
+  paper::expect_band({"nitsum-goodput Nitsum goodput(rate) / goodput(previous rate) (min)", kMonotoneSlack, paper::kInf,
+                      "4.1.1: Nitsum is the only system with consistently increasing goodput",
+                      paper::KnownMiss{0.78758, "Nitsum falls from 11.43 (60) to 9.01 (80): at 80 req/s the planner gives "
+                                                "all 4 GPUs to the conversation tier as 2 TP1 prefill + 1 TP2 decode (its "
+                                                "profile capacity per GPU is the highest), the code tier only spills, and "
+                                                "past saturation the P/D unit's prefill queue misses the TTFT (P_max is a "
+                                                "throughput without queueing)"}},
+                     worst);
 }
-TEST(NitsumPaper, DISABLED_Fig10NitsumHighest) {
+// "Nitsum achieves the highest goodput among all the systems": the smallest Nitsum / baseline.
+void Fig10NitsumHighest() {
+  double worst = paper::kInf;
   for (int rate : kRates)
-    for (const char* b : {"static-tp", "static-pd", "split"}) EXPECT_GE(fig10("nitsum", rate), fig10(b, rate)) << b << " " << rate;
+    for (const char* b : {"static-tp", "static-pd", "split"}) worst = std::min(worst, fig10("nitsum", rate) / fig10(b, rate));
+  paper::expect_band({"nitsum-goodput Nitsum / best baseline (min over rates)", 1.0, paper::kInf,
+                      "4.1.1: Nitsum achieves the highest goodput among all the systems",
+                      paper::KnownMiss{0.82005, "Split passes Nitsum at 80 req/s (10.98 vs 9.01): its colocated TP4 serves "
+                                                "more of the conversation tier (439 vs 354 of 1600) past saturation"}},
+                     worst);
 }
-//  - "At low system load, all the systems perform similarly": at 10 req/s SGLang keeps 0.74 and
-//    SGLang (PD) 0.75 of Nitsum. Our 10 req/s is not a light load: the first 200 Azure code
-//    requests hold a burst of 88 code prompts in their last 4 s (0.8 s once
-//    rescaled to 5 req/s), which no system prefills within 500 ms, and the colocated baselines
-//    also stall conversation decodes behind it (15 ms TPOT).
-TEST(NitsumPaper, DISABLED_Fig10LowLoadSimilar) {
-  for (const char* b : {"static-tp", "static-pd", "split"}) {
-    const double r = fig10(b, kRates.front()) / fig10("nitsum", kRates.front());
-    EXPECT_TRUE(r >= kLow && r <= kHigh) << b << ": " << r;
-  }
+// "At low system load, all the systems perform similarly": at 10 req/s each baseline / Nitsum in
+// the band rule.
+void Fig10LowLoadSimilar() {
+  const char* cause =
+      "our 10 req/s is not a light load: the first 200 Azure code requests hold a burst of 88 code prompts in their "
+      "last 4 s (0.8 s once rescaled to 5 req/s), which no system prefills within 500 ms, and the colocated baselines "
+      "also stall conversation decodes behind it (15 ms TPOT)";
+  const double low = kRates.front();
+  paper::expect_band(ratio("nitsum-goodput SGLang / Nitsum at 10 req/s", 1.0, "4.1.1", paper::KnownMiss{0.74519, cause}),
+                     fig10("static-tp", low) / fig10("nitsum", low));
+  paper::expect_band(ratio("nitsum-goodput SGLang (PD) / Nitsum at 10 req/s", 1.0, "4.1.1", paper::KnownMiss{0.75, cause}),
+                     fig10("static-pd", low) / fig10("nitsum", low));
+  paper::expect_band(ratio("nitsum-goodput Split / Nitsum at 10 req/s", 1.0, "4.1.1"), fig10("split", low) / fig10("nitsum", low));
+}
+// ctest runs each TEST in its own process: one test per experiment runs it once.
+TEST(NitsumPaper, Fig10Claims) {
+  Fig10SglangCollapsesBeyond40();
+  Fig10SplitDoesNotCollapse();
+  Fig10SglangPdCollapsesBeyond40();
+  Fig10NitsumGoodputGrowsWithRate();
+  Fig10NitsumHighest();
+  Fig10LowLoadSimilar();
 }
 
 // The same claims on Table 1's two H100 setups (nitsum-goodput-h100: Llama-3.1-8B on 4 H100,
@@ -363,46 +413,268 @@ double fig10_h100(const std::string& setting, const std::string& system, int rat
 }
 const char* const kH100Settings[] = {"llama8b-h100x4", "qwen14b-h100x8"};
 
-TEST(NitsumPaper, Fig10H100NitsumHighest) {
-  for (const char* st : kH100Settings)
+// Per setting, the smallest Nitsum / baseline over rates and baselines, band [1, inf).
+void Fig10H100NitsumHighest() {
+  const std::map<std::string, paper::KnownMiss> misses = {
+      {"llama8b-h100x4",
+       {0.98885, "at 10 req/s Split's per-tier static TP meets 6.76 req/s against Nitsum's 6.68: the first Azure code "
+                 "burst (a few dozen prompts within a second) costs Nitsum's P/D units the TTFT of more code requests"}}};
+  for (const char* st : kH100Settings) {
+    double worst = paper::kInf;
     for (int rate : kRates)
       for (const char* b : {"static-tp", "static-pd", "split"})
-        EXPECT_GE(fig10_h100(st, "nitsum", rate), fig10_h100(st, b, rate)) << st << " " << b << " " << rate;
+        worst = std::min(worst, fig10_h100(st, "nitsum", rate) / fig10_h100(st, b, rate));
+    const auto it = misses.find(st);
+    paper::expect_band({cat("nitsum-goodput-h100 ", st, " Nitsum / best baseline (min)"), 1.0, paper::kInf,
+                        "4.1.1: Nitsum achieves the highest goodput",
+                        it == misses.end() ? std::nullopt : std::optional<paper::KnownMiss>(it->second)},
+                       worst);
+  }
 }
-// Missed (`loom sim experiment nitsum-goodput-h100`, Nitsum at 10 20 30 40 60 80 req/s): 8B on 4
-// H100 6.86 12.46 15.20 16.10 14.04 11.58; 14B on 8 H100 5.78 10.08 12.02 10.04 7.03 5.90. Past
-// the knee (LOOM_NITSUM_DEBUG=1) the plans give all their units to one tier (14B at 40 and 60:
-// only the code tier; 8B at 60: only the conversation tier) and the other tier's requests spill
-// round-robin into every prefill instance (N12) as best-effort; the served tier's TTFT and TPOT
-// counts fall with the spill (14B code tier: 167 / 287 of 600 met at 30 req/s, 129 / 125 of
-// 1200 at 60). Planned with P_max at the p90 TTFT (rows p90plan-nitsum) the 8B curve still
-// falls at 80 (17.55 18.92 11.88) and the 14B one from 30 (11.02 10.69 8.31 8.53).
-TEST(NitsumPaper, DISABLED_Fig10H100NitsumGoodputGrowsWithRate) {
-  for (const char* st : kH100Settings)
+// Measured with `loom sim experiment nitsum-goodput-h100`, Nitsum at 10 20 30 40 60 80 req/s: 8B
+// on 4 H100 6.86 12.46 15.20 16.10 14.04 11.58; 14B on 8 H100 5.78 10.08 12.02 10.04 7.03 5.90.
+void Fig10H100NitsumGoodputGrowsWithRate() {
+  const char* cause =
+      "past the knee (LOOM_NITSUM_DEBUG=1) the plans give all their units to one tier (14B at 40 and 60: only the "
+      "code tier; 8B at 60: only the conversation tier) and the other tier spills round-robin into every prefill "
+      "instance (N12) as best-effort; the served tier's TTFT and TPOT counts fall with the spill";
+  const double measured[] = {0.79842, 0.67876};
+  for (size_t k = 0; k < 2; ++k) {
+    const char* st = kH100Settings[k];
+    double worst = paper::kInf;
     for (size_t i = 1; i < kRates.size(); ++i)
-      EXPECT_GE(fig10_h100(st, "nitsum", kRates[i]), kMonotoneSlack * fig10_h100(st, "nitsum", kRates[i - 1]))
-          << st << " " << kRates[i];
+      worst = std::min(worst, fig10_h100(st, "nitsum", kRates[i]) / fig10_h100(st, "nitsum", kRates[i - 1]));
+    paper::expect_band({cat("nitsum-goodput-h100 ", st, " goodput(rate) / goodput(previous rate) (min)"), kMonotoneSlack,
+                        paper::kInf, "4.1.1: consistently increasing goodput", paper::KnownMiss{measured[k], cause}},
+                       worst);
+  }
+}
+// ctest runs each TEST in its own process: one test per experiment runs it once.
+TEST(NitsumPaper, Fig10H100Claims) {
+  Fig10H100NitsumHighest();
+  Fig10H100NitsumGoodputGrowsWithRate();
 }
 
 // ---- Fig. 7 (3.2.2): page-by-page against aggregated KV migration, 0.5 and 5 GB.
 double fig7(const std::string& metric, const std::string& tokens) {
   return find_row(cached("nitsum-fig7"), metric, tokens + "tok").simulated;
 }
-TEST(NitsumPaper, Fig7PagedCopy) {
+void Fig7PagedCopy() {
   expect_ratio(fig7("paged_s", "4096"), kPagedLoS, "paged 0.5 GB");
   expect_ratio(fig7("paged_s", "40960"), kPagedHiS, "paged 5 GB");
 }
-TEST(NitsumPaper, Fig7AggregatedAt5GB) {
+void Fig7AggregatedAt5GB() {
   expect_ratio(fig7("aggregated_ms", "40960"), kAggHiMs, "aggregated 5 GB");
   expect_ratio(fig7("speedup_x", "40960"), kSpeedupHi, "speedup 5 GB");
 }
-// Missed (measured: 2.34 ms and 337x at 0.5 GB): our aggregated move is the bytes at the
-// calibrated NVLink send/recv speed and nothing else; the paper's two ends fit t = 1.2 ms +
-// bytes / 228 GB/s, i.e. a fixed ~1.2 ms per migration (the handshake of 3.2.2 step 2, launches,
-// a sync) that the simulator does not price. Fitting that constant to Fig. 7 would be tuning.
-TEST(NitsumPaper, DISABLED_Fig7AggregatedAtHalfGB) {
-  expect_ratio(fig7("aggregated_ms", "4096"), kAggLoMs, "aggregated 0.5 GB");
-  expect_ratio(fig7("speedup_x", "4096"), kSpeedupLo, "speedup 0.5 GB");
+void Fig7AggregatedAtHalfGB() {
+  const char* cause =
+      "our aggregated move is the bytes at the calibrated NVLink send/recv speed and nothing else; the paper's two "
+      "ends fit t = 1.2 ms + bytes / 228 GB/s, a fixed ~1.2 ms per migration (the handshake of 3.2.2 step 2, launches, "
+      "a sync) the simulator does not price (fitting it to Fig. 7 would be tuning)";
+  paper::expect_band(ratio("nitsum-fig7 aggregated 0.5 GB (ms)", kAggLoMs, "3.2.2: 3.6", paper::KnownMiss{2.33737, cause}),
+                     fig7("aggregated_ms", "4096"));
+  paper::expect_band(ratio("nitsum-fig7 speedup 0.5 GB (x)", kSpeedupLo, "3.2.2: 245x", paper::KnownMiss{337.271, cause}),
+                     fig7("speedup_x", "4096"));
+}
+// ctest runs each TEST in its own process: one test per experiment runs it once.
+TEST(NitsumPaper, Fig7Migration) {
+  Fig7PagedCopy();
+  Fig7AggregatedAt5GB();
+  Fig7AggregatedAtHalfGB();
+}
+
+// ---- Issue 31: Table 1's fit, ServeGen and the paper's other figures (nitsum_bands.h) ----
+
+double val(const std::string& experiment, const std::string& metric, const std::string& config) {
+  for (const auto& x : cached(experiment).rows)
+    if (x.metric == metric && x.config == config) return x.simulated;
+  throw Error(cat("no row ", metric, " / ", config, " in ", experiment));
+}
+
+// Table 1: a split of efficiency and overhead a GPU can have, for each setup.
+TEST(NitsumPaper, Table1FitBothRows) {
+  for (const char* setup : {"llama8b-a100", "llama8b-h100", "qwen14b-h100"}) {
+    const double e = val("nitsum-table1", "mem_eff", setup), o = val("nitsum-table1", "overhead_ms", setup);
+    EXPECT_GT(e, kTable1Eff[0]) << setup;
+    EXPECT_LE(e, kTable1Eff[1]) << setup;
+    EXPECT_GE(o, 0.0) << setup;
+  }
+}
+
+// Fig. 14 on ServeGen: the ladder's ratios, collapses and top.
+TEST(NitsumPaper, Fig14OnServeGen) {
+  LOOM_REQUIRE_SHARED();
+  std::map<int, double> st;
+  for (const auto& x : cached("nitsum-fig14-servegen").rows)
+    if (x.metric == "goodput_rps") st[x.config[0] - '0'] = x.simulated;
+  ASSERT_EQ(st.size(), 7u);
+  const char* light =
+      "the ServeGen m-mid window is much lighter than Azure's (mean prompt 449, output 58 tokens), so every static "
+      "configuration with SLO-aware batching serves most of 70 req/s and the ladder's steps 3-5 and 7 sit at 34-63 req/s";
+  paper::expect_band(ratio("nitsum-fig14-servegen step 7 / step 5", kFullOverSched, "4.2.1: 33.3 / 28.0",
+                           paper::KnownMiss{0.80790, "the planner's P/D units across TP degrees lose to step 5's static "
+                                                     "TP4 units on this light workload (51.8 against 64.1 req/s)"}),
+                     st[7] / st[5]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 4 / step 3", kPerTierOverSloRule, "4.2.1: 17.2 / 16.7",
+                           paper::KnownMiss{1.36368, light}),
+                     st[4] / st[3]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 5 / step 4", kSchedOverPerTier, "4.2.1: 28.0 / 17.2"), st[5] / st[4]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 3 / step 1", kSloRuleOverVanilla, "4.2.1: 16.7 / 13.2",
+                           paper::KnownMiss{8.82533, "step 1 (static TP1, SLO-agnostic batches of 256) meets 3.8 req/s: "
+                                                     "Qwen-14B at TP1 cannot meet the 10 ms tier and batches past the 15 "
+                                                     "ms one"}),
+                     st[3] / st[1]);
+  paper::expect_band(ratio("nitsum-fig14-servegen step 7 / step 1", kFullOverVanilla, "4.2.1: 33.3 / 13.2",
+                           paper::KnownMiss{13.5721, "as step 3 / step 1"}),
+                     st[7] / st[1]);
+  paper::expect_band({"nitsum-fig14-servegen step 2 / step 7 (collapse)", 0.0, kCollapseFrac, "4.2.1: static P/D collapses",
+                      paper::KnownMiss{0.063707, "static P/D keeps 3.3 req/s on the light ServeGen window, 6% of step 7's "
+                                                 "51.8, just above the 5% the band calls a collapse"}},
+                     st[2] / st[7]);
+  paper::expect_band({"nitsum-fig14-servegen step 6 / step 7 (collapse)", 0.0, kCollapseFrac,
+                      "4.2.1: dynamic TP with a naive switch collapses",
+                      paper::KnownMiss{0.58488, "step 6 keeps 30.2 req/s, 58% of step 7's 51.8: its 30 s restarts stop "
+                                                "only the instances a window regroups, and the light window leaves the "
+                                                "others meeting their SLOs"}},
+                     st[6] / st[7]);
+  double top = 0;
+  for (int n = 1; n <= 6; ++n) top = std::max(top, st[n]);
+  paper::expect_band({"nitsum-fig14-servegen step 7 / the best other step", 1.0, paper::kInf, "4.2.1: full Nitsum on top",
+                      paper::KnownMiss{0.80790, "step 5 is on top (as step 7 / step 5)"}},
+                     st[7] / top);
+}
+
+double goodput_sg(const std::string& system, int rate) {
+  const std::string suffix = cat("@", rate, "rps");
+  for (const auto& x : cached("nitsum-goodput-servegen").rows) {
+    if (x.metric != "goodput_rps" || x.config.rfind(system, 0) != 0) continue;
+    if (x.config.size() >= suffix.size() && x.config.compare(x.config.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return x.simulated;
+  }
+  throw Error(cat("no nitsum-goodput-servegen row ", system, suffix));
+}
+
+// Figs. 10 and 11 on ServeGen.
+TEST(NitsumPaper, Fig10And11OnServeGen) {
+  LOOM_REQUIRE_SHARED();
+  double sglang = 0, pd = 0, grow = paper::kInf, highest = paper::kInf, split = paper::kInf;
+  for (size_t i = 0; i < kRates.size(); ++i) {
+    const int rate = kRates[i];
+    const double n = goodput_sg("nitsum", rate);
+    if (rate > kCollapseBeyondRps) sglang = std::max(sglang, goodput_sg("static-tp", rate) / n), pd = std::max(pd, goodput_sg("static-pd", rate) / n);
+    if (i > 0) grow = std::min(grow, n / goodput_sg("nitsum", kRates[i - 1]));
+    for (const char* b : {"static-tp", "static-pd", "split"}) highest = std::min(highest, n / goodput_sg(b, rate));
+    split = std::min(split, goodput_sg("split", rate) / n);
+  }
+  const char* light = "the ServeGen window's short requests keep the baselines' colocated TP instances within the SLOs "
+                      "well past 40 req/s (Split's per-tier TP the best at 60 and 80)";
+  paper::expect_band({"nitsum-goodput-servegen SGLang / Nitsum beyond 40 req/s (max)", 0.0, kCollapseFrac,
+                      "4.1.1: baselines but Split drop to 0 beyond 40 RPS", paper::KnownMiss{1.24098, light}},
+                     sglang);
+  paper::expect_band({"nitsum-goodput-servegen SGLang (PD) / Nitsum beyond 40 req/s (max)", 0.0, kCollapseFrac,
+                      "4.1.1", paper::KnownMiss{0.84795, light}},
+                     pd);
+  EXPECT_GT(split, kCollapseFrac) << "Split does not collapse";
+  paper::expect_band({"nitsum-goodput-servegen Nitsum goodput(rate) / goodput(previous rate) (min)", kMonotoneSlack,
+                      paper::kInf, "4.1.1: consistently increasing goodput",
+                      paper::KnownMiss{0.81087, "Nitsum falls from 33.5 (40) to 27.2 (60): past 40 req/s its P/D units' "
+                                                "prefill queues miss the 500 ms TTFT (Fig. 11's p90 TTFT 7x the SLO at 60)"}},
+                     grow);
+  paper::expect_band({"nitsum-goodput-servegen Nitsum / best baseline (min)", 1.0, paper::kInf,
+                      "4.1.1: Nitsum the highest", paper::KnownMiss{0.73730, light}},
+                     highest);
+  for (const char* b : {"static-tp", "static-pd", "split"})
+    paper::expect_band(ratio(cat("nitsum-goodput-servegen ", b, " / Nitsum at 10 req/s").c_str(), 1.0, "4.1.1: similar at low load"),
+                       goodput_sg(b, kRates.front()) / goodput_sg("nitsum", kRates.front()));
+  // Fig. 11: Nitsum's percentiles over the SLOs (the worst tier and metric).
+  double p50 = 0, p90 = 0;
+  for (int rate : kRates) {
+    const std::string c = cat("nitsum@", rate, "rps");
+    p50 = std::max({p50, val("nitsum-goodput-servegen", "ttft_p50_over_slo", c), val("nitsum-goodput-servegen", "tpot_p50_over_slo", c)});
+    p90 = std::max({p90, val("nitsum-goodput-servegen", "ttft_p90_over_slo", c), val("nitsum-goodput-servegen", "tpot_p90_over_slo", c)});
+  }
+  const std::string top = cat("nitsum@", kRates.back(), "rps");
+  paper::expect_band({"nitsum-goodput-servegen Fig. 11 p50 / SLO (max over rates)", 0.0, 1.0, "4.1.2: medians under the SLOs",
+                      paper::KnownMiss{1.22516, "at 80 req/s the median TTFT (612 ms) is past the 500 ms SLO: the P/D "
+                                                "units' prefill queues past saturation"}},
+                     p50);
+  paper::expect_band({"nitsum-goodput-servegen Fig. 11 p90 / SLO (max over rates)", 0.0, 1.0, "4.1.2: p90 under the SLOs",
+                      paper::KnownMiss{62.3889, "the p90 TTFT at 80 req/s is 31 s: the queues of the saturated prefill "
+                                                "units"}},
+                     p90);
+  paper::expect_band({"nitsum-goodput-servegen Fig. 11 p99 / SLO at the highest rate", 1.0, paper::kInf,
+                      "4.1.2: p99 violates at high RPS"},
+                     std::max(val("nitsum-goodput-servegen", "ttft_p99_over_slo", top), val("nitsum-goodput-servegen", "tpot_p99_over_slo", top)));
+}
+
+TEST(NitsumPaper, Fig2Fig3SloScaleThreeTiersFig17) {
+  LOOM_REQUIRE_SHARED();
+  paper::expect_band(ratio("nitsum-fig2 best TP / TP1 per GPU at batch 1", kFig2SmallBatchGain, "2.2: up to 3x",
+                           paper::KnownMiss{1.0, "the cost model's GEMMs read every shard from HBM (no L2 term in the A100 "
+                                                 "fit), so per GPU a higher TP only adds its all-reduces (TP2 0.79, TP8 "
+                                                 "0.38 of TP1); 2.2 measures the L2 hit rate of smaller shards"}),
+                     val("nitsum-fig2", "small_batch_gain", "best-tp/tp1"));
+  paper::expect_band(ratio("nitsum-fig3 dynamic / best static", kFig3DynamicGain, "2.3: 23% to 29% higher",
+                           paper::KnownMiss{0.94797, "on the light ServeGen window at 40 req/s the static TP1-prefill + "
+                                                     "TP2-decode mix serves 35.6 req/s, more than the planner's choice "
+                                                     "(33.7): the planner sizes units by P_max / D_max without queueing"}),
+                     val("nitsum-fig3", "dynamic_gain", "dynamic/best-static"));
+  // SLO scale.
+  double worst = paper::kInf, best = 0;
+  for (const char* k : {"0.75x", "1x", "1.5x", "2x", "3x"}) {
+    const double g = val("nitsum-slo-scale", "gain", k);
+    worst = std::min(worst, g), best = std::max(best, g);
+  }
+  paper::expect_band({"nitsum-slo-scale Nitsum / SGLang (min over scales)", 1.0, paper::kInf,
+                      "4.2.2: Nitsum beats SGLang across the range",
+                      paper::KnownMiss{0.98239, "from 1.5x on both serve nearly all of the light ServeGen window (64-69 "
+                                                "req/s of 70); at 1.5x SGLang's best static TP is 2% ahead"}},
+                     worst);
+  paper::expect_band({"nitsum-slo-scale largest gain / gain at 3x", 1.0, paper::kInf,
+                      "4.2.2: the gain is largest at moderate SLOs and shrinks when loose"},
+                     best / val("nitsum-slo-scale", "gain", "3x"));
+  // Three tiers.
+  double three = paper::kInf;
+  for (int rate : {20, 40, 70, 100}) {
+    const std::string c = cat("@", rate, "rps");
+    three = std::min(three, val("nitsum-three-tier", "goodput_rps", "nitsum" + c) /
+                                std::max(val("nitsum-three-tier", "goodput_rps", "sglang" + c),
+                                         val("nitsum-three-tier", "goodput_rps", "split" + c)));
+  }
+  paper::expect_band({"nitsum-three-tier Nitsum / best baseline (min over rates)", 1.0, paper::kInf,
+                      "4.2.2: Nitsum the highest everywhere",
+                      paper::KnownMiss{0.68792, "with a third, relaxed tier (600 ms / 60 ms) the planner gives it units "
+                                                "sized by its P_max / D_max and the strict tiers' requests spill; at 20 req/s "
+                                                "Nitsum meets 13.7 where SGLang's static TP meets 19.8"}},
+                     three);
+  paper::expect_band({"nitsum-three-tier Split / SGLang at 100 req/s", 1.0, paper::kInf, "4.2.2: Split above SGLang at high load"},
+                     val("nitsum-three-tier", "goodput_rps", "split@100rps") / val("nitsum-three-tier", "goodput_rps", "sglang@100rps"));
+  paper::expect_band({"nitsum-three-tier SGLang / Split at 20 req/s", 1.0, paper::kInf, "4.2.2: Split below SGLang at low load",
+                      paper::KnownMiss{0.99834, "at 20 req/s both serve the light window almost whole (19.84 and 19.87)"}},
+                     val("nitsum-three-tier", "goodput_rps", "sglang@20rps") / val("nitsum-three-tier", "goodput_rps", "split@20rps"));
+  // Fig. 17.
+  const double eight = val("nitsum-fig17", "goodput_per_gpu", "8gpus");
+  const std::map<std::string, double> scale_misses = {{"4gpus", 0.63846}, {"32gpus", 1.25690}};
+  for (const char* n : {"4gpus", "16gpus", "32gpus"}) {
+    const auto it = scale_misses.find(n);
+    paper::expect_band(ratio(cat("nitsum-fig17 goodput per GPU, ", n, " / 8").c_str(), 1.0, "4.2.3: near-linear scaling",
+                             it == scale_misses.end()
+                                 ? std::nullopt
+                                 : std::optional<paper::KnownMiss>(paper::KnownMiss{
+                                       it->second, "at 8.75 req/s a GPU the units are coarse at 4 GPUs (a 14B TP2 P/D "
+                                                   "pair is half the pool) and the per-tier remainders vanish at 32: "
+                                                   "goodput per GPU 4.1, 6.6, 8.0, 8.3 at 4, 8, 16, 32"})),
+                       val("nitsum-fig17", "goodput_per_gpu", n) / eight);
+  }
+  double best_w = 0, best_at = 0, lo = paper::kInf, hi = 0;
+  for (double w : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    const double g = val("nitsum-fig17", "goodput_rps", cat("interval-", w, "s"));
+    if (g > best_w) best_w = g, best_at = w;
+    if (w >= 0.5 && w <= 2.0) lo = std::min(lo, g), hi = std::max(hi, g);
+  }
+  EXPECT_TRUE(best_at == 0.5 || best_at == 1.0) << best_at;
+  paper::expect_band({"nitsum-fig17 worst / best interval in 0.5-2 s", kIntervalSpread, 1.0, "4.2.4: varies within 6%"}, lo / hi);
 }
 
 }  // namespace

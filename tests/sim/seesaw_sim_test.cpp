@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "parallel/plan.h"
+#include "paper_bands.h"
 #include "seesaw_bands.h"
 #include "sim/cost_model.h"
 #include "sim/experiments.h"
@@ -189,6 +190,16 @@ TEST(SeesawFig10, FactorsInBandsAndSeesawAboveTheBestFixedPlanEverywhere) {
   expect_band(value(r, "speedup_geomean", "l4"), kL4Geomean, "L4 geomean");
   expect_band(value(r, "speedup_max", "l4"), kL4Max, "L4 max");
   expect_band(value(r, "speedup_geomean", "all"), kAllGeomean, "all geomean");
+  // §6.2: A10 gains more than L4 ("better single GPU performance than L4, while they have similar
+  // PCIe inter-connection bandwidth"): A10's geometric mean over L4's, band [1, inf).
+  paper::expect_band(
+      {"seesaw-fig10 A10 geomean / L4 geomean", 1.0, paper::kInf, "§6.2: A10 1.45x, L4 1.29x",
+       paper::KnownMiss{0.98463, "the model prices the two GPUs by Table 1's peaks, which give them nearly equal compute "
+                                 "(125 vs 121 TF): prefill, where TP's all-reduce share (Seesaw's gain over TP) is set "
+                                 "by compute against PCIe, costs the same on both, and the L4's halved memory bandwidth "
+                                 "(300 vs 600 GB/s) only makes decode heavier, where Seesaw's c_d and the best fixed "
+                                 "plan are alike; a sustained-clock (power-limited) L4 would be a fitted number"}},
+      value(r, "speedup_geomean", "a10") / value(r, "speedup_geomean", "l4"));
   int cases = 0;
   for (const ExperimentRow& x : r.rows) {
     if (x.metric != "speedup") continue;
@@ -196,22 +207,6 @@ TEST(SeesawFig10, FactorsInBandsAndSeesawAboveTheBestFixedPlanEverywhere) {
     EXPECT_GT(x.simulated, 1.0) << x.config;  // §8: 1.06x at the least
   }
   EXPECT_EQ(cases, 12);  // {15B x4, 34B x8, 70B x8} x {arxiv, sharegpt} x {A10, L4}
-}
-
-// Missed by the model as it stands; disabled (not deleted, not widened):
-// `test_sim --gtest_also_run_disabled_tests --gtest_filter='SeesawFig10*'` runs it. Measured
-// (`loom sim experiment seesaw-fig10`): A10 geometric mean 1.32x, L4 1.34x (paper: 1.45x > 1.29x).
-// Cause: the paper explains A10's larger gain by "better single GPU performance than L4, while
-// they have similar PCIe inter-connection bandwidth" (§6.2), but the model prices the two GPUs by
-// Table 1's peaks, which give them nearly equal compute (125 vs 121 TF): prefill, where TP's
-// all-reduce share (Seesaw's gain over TP) is set by compute against PCIe, costs the same on both,
-// and the L4's halved memory bandwidth (300 vs 600 GB/s) only makes decode heavier, where Seesaw's
-// c_d and the best fixed plan are alike. A sustained-clock (power-limited) L4 would be a fitted
-// number, not a printed one.
-TEST(SeesawFig10, DISABLED_A10GainsMoreThanL4) {
-  NEED_ARXIV();
-  const ExperimentResult& r = run("seesaw-fig10");
-  EXPECT_GT(value(r, "speedup_geomean", "a10"), value(r, "speedup_geomean", "l4"));
 }
 
 // ---- Fig. 13 (§6.5) ----
