@@ -98,6 +98,7 @@ std::vector<OptionRange> build_table() {
       I("sim run", "--max-requests", -1, reqs, "-1: all"),
       I("sim run", "--threshold", 0, ctx),
       I("sim run", "--max-num-seqs", 1, 1 << 16),
+      R("sim run", "--sidp-window", 0, 86400, false, "0: 4 observations"),
       I("sim validate-engine", "--num-requests", 1, 1 << 20),
       I("sim validate-engine", "--prompt-len", 1, lens),
       I("sim validate-engine", "--output-len", 1, lens),

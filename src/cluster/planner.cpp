@@ -22,7 +22,10 @@ double score_plain(double ge, double, double) { return ge; }
 
 std::string ClusterPlan::to_string() const {
   std::string s;
-  for (const auto& x : instances) s += (s.empty() ? "" : " ") + x.to_string();
+  for (const auto& x : instances) {
+    if (!s.empty()) s += ' ';
+    s += x.to_string();
+  }
   return s;
 }
 

@@ -133,7 +133,10 @@ std::string command_line(const std::string& command, std::map<std::string, std::
                          const std::string& option, const std::string& value) {
   args.erase(option);
   std::string s = command;
-  for (const auto& [k, v] : args) s += " " + k + (v.empty() ? "" : " " + q(v));
+  for (const auto& [k, v] : args) {
+    s += " " + k;
+    if (!v.empty()) s += " " + q(v);
+  }
   return s + " " + option + " " + q(value);
 }
 

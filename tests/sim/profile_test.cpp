@@ -205,7 +205,9 @@ TEST(SimProfile, ShiftThresholdFromTheProfile) {
     EXPECT_GE(price(Plan::make_sp_tp(2, 1), 512), price(Plan::make_shift(2, 1), 512)) << t.explain;
     return;
   }
-  if (n > 0) EXPECT_GE(price(Plan::make_sp_tp(2, 1), n), price(Plan::make_shift(2, 1), n)) << t.explain;
+  if (n > 0) {
+    EXPECT_GE(price(Plan::make_sp_tp(2, 1), n), price(Plan::make_shift(2, 1), n)) << t.explain;
+  }
   for (int k = n + 1; k <= 512; ++k)
     ASSERT_LT(price(Plan::make_sp_tp(2, 1), k), price(Plan::make_shift(2, 1), k)) << "step of " << k << " tokens";
 }
