@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <condition_variable>
+#include <thread>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -53,6 +57,8 @@ struct ServeArgs {
   double heartbeat_timeout_s = server::ServingOptions{}.heartbeat_timeout_s;
   bool ranks_given = false;
   std::string content_special_tokens = "parse";
+  bool disable_log_requests = false;  // vLLM's flag names
+  bool disable_log_stats = false;
   int ranks = 1;
   std::string comm = "local";
   std::string tiers;  // SLO tiers (Nitsum): NAME=TTFT_MS/TPOT_MS,... or a file
@@ -219,8 +225,42 @@ void run_serve(const ServeArgs& a) {
     ho.body_timeout_s = a.body_timeout_s;
     ho.max_inflight_bytes = a.max_inflight_bytes;
     ho.parse_special_in_content = a.content_special_tokens == "parse";
+    if (!a.disable_log_requests)
+      ho.access_log = [](const std::string& line) { std::fprintf(stderr, "loom serve: %s\n", line.c_str()); };
     server::HttpServer http(serving, *tok, ho);
     const int port = http.bind();
+
+    // Every 10 s (vLLM's default log interval) a line of token rates, requests and KV use, while
+    // anything runs (stats_log_line: an idle server stays quiet).
+    std::mutex stats_mu;
+    std::condition_variable stats_cv;
+    bool stats_stop = false;
+    std::thread stats_logger;
+    if (!a.disable_log_stats)
+      stats_logger = std::thread([&] {
+        constexpr double kInterval = 10;
+        server::EngineStats before = serving.stats();
+        std::unique_lock<std::mutex> lk(stats_mu);
+        while (!stats_cv.wait_for(lk, std::chrono::duration<double>(kInterval), [&] { return stats_stop; })) {
+          const server::EngineStats now = serving.stats();
+          const std::string line = server::stats_log_line(before, now, kInterval);
+          if (!line.empty()) std::fprintf(stderr, "loom serve: %s\n", line.c_str());
+          before = now;
+        }
+      });
+    auto stop_stats = [&] {
+      if (!stats_logger.joinable()) return;
+      {
+        std::lock_guard<std::mutex> lk(stats_mu);
+        stats_stop = true;
+      }
+      stats_cv.notify_all();
+      stats_logger.join();
+    };
+    struct JoinAtExit {
+      std::function<void()> f;
+      ~JoinAtExit() { f(); }
+    } join_stats{stop_stats};
 
     std::thread waiter([&] {
       int sig = 0;
@@ -238,6 +278,7 @@ void run_serve(const ServeArgs& a) {
     // second case wake the waiter so it can finish.
     if (!ok) pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
+    stop_stats();
     if (!ok) fail("listening on ", a.host, ":", port, " failed");
     std::lock_guard<std::mutex> lock(dead_mu);
     if (!dead_reason.empty()) fail("the engine failed; the server stopped: ", dead_reason);
@@ -292,6 +333,10 @@ void register_serve(CLI::App& app) {
                   "Memory for requests in flight (received bodies, their parse, parsed prompts); beyond it 503 with "
                   "Retry-After (0: min(2 GiB, a quarter of this machine's memory))")
       ->capture_default_str();
+  sub->add_flag("--disable-log-requests", a->disable_log_requests,
+               "No access-log line per request on stderr (vLLM's flag)");
+  sub->add_flag("--disable-log-stats", a->disable_log_stats,
+                "No periodic stats line (token rates, requests, KV use every 10 s) on stderr (vLLM's flag)");
   sub->add_option("--content-special-tokens", a->content_special_tokens,
                   "Special-token text inside chat message content: parse (control tokens, as HF, vLLM and llama.cpp "
                   "do) or text (tokenized as plain text, so a user cannot forge chat turns)")

@@ -446,6 +446,18 @@ void HttpServer::Impl::generate(Endpoint ep, const httplib::Request& req, httpli
       });
 }
 
+std::string route_method(const std::string& path) {
+  if (path == "/v1/completions" || path == "/v1/chat/completions") return "POST";
+  if (path == "/v1/models" || path == "/health" || path == "/metrics") return "GET";
+  return "";
+}
+
+std::string access_log_line(const std::string& remote_addr, int remote_port, const std::string& method,
+                            const std::string& path, const std::string& version, int status) {
+  return cat(remote_addr.empty() ? std::string("-") : remote_addr, ":", remote_port, " - \"",
+             text_excerpt(method, 16), " ", text_excerpt(path, 128), " ", text_excerpt(version, 16), "\" ", status);
+}
+
 void HttpServer::Impl::routes() {
   svr.Post("/v1/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
              generate(Endpoint::kCompletions, q, r);
@@ -481,7 +493,15 @@ void HttpServer::Impl::routes() {
   // already have one keep it.
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 404)
+    // A known path asked with another method: 405 and the method it takes (RFC 9110 15.5.6),
+    // as vLLM's server (FastAPI) answers; HEAD is GET's (httplib routes it to the GET handler).
+    const std::string allow = route_method(req.path);
+    if (res.status == 404 && !allow.empty()) {
+      res.status = 405;
+      res.set_header("Allow", allow);
+      send_error(res, make_error(405, cat(text_excerpt(req.method, 16), " ", req.path, " is not allowed: use ", allow),
+                                 "invalid_request_error", "", "method_not_allowed"));
+    } else if (res.status == 404)
       send_error(res, make_error(404, cat("no route ", text_excerpt(req.method, 16), " ", text_excerpt(req.path, 64)),
                                  "invalid_request_error", "", "not_found"));
     else
@@ -489,6 +509,10 @@ void HttpServer::Impl::routes() {
                                                  text_excerpt(req.path, 64)),
                                  "invalid_request_error"));
   });
+  if (opt.access_log)
+    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      opt.access_log(access_log_line(req.remote_addr, req.remote_port, req.method, req.path, req.version, res.status));
+    });
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {

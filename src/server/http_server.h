@@ -9,7 +9,8 @@
 //                               step or a heartbeat to its ranks past its limit,
 //                               serving_engine.h "Health") and once it is dead
 //   GET  /metrics               Prometheus text format 0.0.4 (prometheus.h lists the series)
-// Anything else: 404 with an OpenAI error body.
+// A known path with another method: 405 with `Allow`; anything else: 404 (both with an OpenAI
+// error body).
 //
 // Streaming: "data: {chunk}\n\n" per text delta in OpenAI's chunk format (chat's first chunk
 // carries the role), a last chunk with finish_reason, with stream_options.include_usage a
@@ -40,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,7 +73,17 @@ struct HttpServerOptions {
   // mode, `--content-special-tokens text`: a user cannot forge turns). Templates' own tokens are
   // always control tokens.
   bool parse_special_in_content = true;
+  // One access-log line per answered request (access_log_line; vLLM's server prints the same
+  // through uvicorn), handed to this sink; empty: none (`--disable-log-requests`).
+  std::function<void(const std::string&)> access_log;
 };
+
+// `127.0.0.1:54321 - "POST /v1/completions HTTP/1.1" 200`: method and path quoted as short
+// excerpts (a hostile request line does not fill the log).
+std::string access_log_line(const std::string& remote_addr, int remote_port, const std::string& method,
+                            const std::string& path, const std::string& version, int status);
+// The method a known route takes ("POST", "GET"), "" for an unknown path.
+std::string route_method(const std::string& path);
 
 inline constexpr int kMaxHttpThreads = 1024;
 

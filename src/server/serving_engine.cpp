@@ -1,6 +1,7 @@
 #include "server/serving_engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 
 #include "core/error.h"
@@ -501,7 +502,27 @@ EngineStats ServingEngine::stats() const {
   // start of a burst (issue 19, defect 11).
   s.num_running = std::min(s.num_running, s.num_live);
   s.num_waiting = s.num_live - s.num_running;
+  {
+    std::lock_guard<std::mutex> mlock(metrics_mu_);
+    s.prompt_tokens_total = prompt_tokens_total_;
+    s.generation_tokens_total = generation_tokens_total_;
+  }
   return s;
+}
+
+std::string stats_log_line(const EngineStats& before, const EngineStats& now, double interval_s) {
+  const int64_t prompt = now.prompt_tokens_total - before.prompt_tokens_total;
+  const int64_t gen = now.generation_tokens_total - before.generation_tokens_total;
+  if (prompt == 0 && gen == 0 && now.num_live == 0) return "";
+  const double dt = interval_s > 0 ? interval_s : 1.0;
+  const double usage = now.kv_blocks_total > 0 ? 100.0 * now.kv_blocks_used / now.kv_blocks_total : 0.0;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "avg prompt throughput: %.1f tokens/s, avg generation throughput: %.1f tokens/s, running: %d reqs, "
+                "waiting: %d reqs, KV cache usage: %.1f%%, plan: %s",
+                double(prompt) / dt, double(gen) / dt, now.num_running, now.num_waiting, usage,
+                now.last_plan.c_str());
+  return buf;
 }
 
 std::string ServingEngine::render_metrics() const {

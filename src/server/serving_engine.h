@@ -149,6 +149,13 @@ struct Health {
   std::string error;  // why not ("" when ok)
 };
 
+// The periodic line `loom serve` prints (vLLM's "Avg prompt throughput ..." log line) from two
+// snapshots `interval_s` apart: token rates over the interval, requests running and waiting and
+// the KV cache's use now. "" when nothing ran in the interval and nothing is live (an idle
+// server stays quiet).
+struct EngineStats;
+std::string stats_log_line(const EngineStats& before, const EngineStats& now, double interval_s);
+
 // A snapshot for /metrics and /health.
 struct EngineStats {
   int num_running = 0;
@@ -158,6 +165,8 @@ struct EngineStats {
   int kv_blocks_total = 0;
   int64_t num_preemptions = 0;
   int64_t num_steps = 0;
+  int64_t prompt_tokens_total = 0;      // vllm:prompt_tokens_total
+  int64_t generation_tokens_total = 0;  // vllm:generation_tokens_total
   std::string last_plan = "default";
   std::vector<PlanStats> plans;  // per plan of the engine's set
 };

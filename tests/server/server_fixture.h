@@ -70,6 +70,7 @@ struct StackOptions {
   double step_timeout_s = ServingOptions{}.step_timeout_s;
   double heartbeat_period_s = ServingOptions{}.heartbeat_period_s;
   std::function<void(const std::string&)> output_hook;  // ServingOptions::output_hook
+  std::function<void(const std::string&)> access_log;   // HttpServerOptions::access_log
 };
 
 class Stack {
@@ -109,6 +110,7 @@ class Stack {
     ho.http_threads = opt_.http_threads;
     ho.body_timeout_s = opt_.body_timeout_s;
     ho.max_inflight_bytes = opt_.max_inflight_bytes;
+    ho.access_log = opt_.access_log;
     http_ = std::make_unique<HttpServer>(*serving_, *tok_, ho);
     port_ = http_->start();
   }

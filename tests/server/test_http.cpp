@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <thread>
 #include <sstream>
 
 #include "model/chat_template.h"
@@ -184,6 +185,77 @@ TEST(ServeHttp, CompletionChatAndModels) {
   json a1 = post_json(c, "/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 12}, {"temperature", 1.0}, {"seed", 7}, {"ignore_eos", true}}, &st);
   json a2 = post_json(c, "/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 12}, {"temperature", 1.0}, {"seed", 7}, {"ignore_eos", true}}, &st);
   EXPECT_EQ(a1["choices"][0]["text"], a2["choices"][0]["text"]);
+}
+
+// A known path with the wrong method gets 405 and the method it takes (RFC 9110 15.5.6), an
+// unknown one 404; every answered request leaves one access-log line (method, path, version and
+// the status the client saw), the stats snapshot counts the tokens the request produced.
+TEST(ServeHttp, WrongMethodIs405AndEveryRequestIsLogged) {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  StackOptions o;
+  o.access_log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lk(mu);
+    lines.push_back(line);
+  };
+  Stack s(o);
+  auto c = s.client();
+  struct Case {
+    std::string method, path;
+    int status;
+    std::string allow;
+  };
+  const std::vector<Case> cases = {{"GET", "/v1/completions", 405, "POST"},
+                                   {"GET", "/v1/chat/completions", 405, "POST"},
+                                   {"POST", "/v1/models", 405, "GET"},
+                                   {"DELETE", "/health", 405, "GET"},
+                                   {"PUT", "/metrics", 405, "GET"},
+                                   {"GET", "/v1/nothing", 404, ""}};
+  for (const Case& k : cases) {
+    httplib::Result res = k.method == "GET"    ? c.Get(k.path)
+                          : k.method == "POST" ? c.Post(k.path, "{}", "application/json")
+                          : k.method == "PUT"  ? c.Put(k.path, "{}", "application/json")
+                                               : c.Delete(k.path);
+    ASSERT_TRUE(res) << k.method << " " << k.path;
+    EXPECT_EQ(res->status, k.status) << k.method << " " << k.path;
+    EXPECT_EQ(res->get_header_value("Allow"), k.allow) << k.method << " " << k.path;
+    const json body = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(body.contains("error")) << res->body;
+    if (k.status == 405) {
+      EXPECT_EQ(body["error"]["code"], "method_not_allowed");
+    }
+  }
+  const int64_t gen_before = s.serving().stats().generation_tokens_total;
+  int st = 0;
+  post_json(c, "/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}}, &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(s.serving().stats().generation_tokens_total - gen_before, 3);
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  // The logger runs after the response is written: wait for the last line (bounded).
+  for (int i = 0; i < 2000; ++i) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (lines.size() >= cases.size() + 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  ASSERT_EQ(lines.size(), cases.size() + 2);
+  // Handler threads log after writing, so the lines of consecutive requests may come in either
+  // order: each request's line exactly once.
+  std::vector<std::string> want;
+  for (const Case& k : cases) want.push_back("\"" + k.method + " " + k.path + " HTTP/1.1\" " + std::to_string(k.status));
+  want.push_back("\"POST /v1/completions HTTP/1.1\" 200");
+  want.push_back("\"GET /health HTTP/1.1\" 200");
+  for (const std::string& w : want) {
+    int n = 0;
+    for (const std::string& line : lines) {
+      if (line.size() >= w.size() && line.compare(line.size() - w.size(), w.size(), w) == 0) ++n;
+    }
+    EXPECT_EQ(n, 1) << w;
+  }
+  for (const std::string& line : lines) EXPECT_EQ(line.rfind("127.0.0.1:", 0), 0u) << line;
 }
 
 TEST(ServeHttp, StreamingChunksConcatenateToTheNonStreamingText) {
