@@ -67,11 +67,33 @@ TEST(SidpPeakShifting, EveryNonOwnedLayerOncePerCycleAndOwnersAPermutationPerSte
         }
       }
       // Without peak shifting (the same owner for everyone at once): step 0 of the layer order
-      // has every non-owner of layer c reading owner 0 - the incast peak shifting removes.
-      const std::vector<int> o1 = sidp::fetch_order(1, D, L, false), o2 = sidp::fetch_order(2, D, L, false);
-      EXPECT_EQ(sidp::owner_of(o1[0], D), sidp::owner_of(o2[0], D));
+      // has every non-owner of layer 0 reading it from owner 0 - the incast peak shifting removes.
+      for (int r = 1; r < D; ++r) EXPECT_EQ(sidp::fetch_order(r, D, L, false).front(), 0) << "rank " << r;
     }
   }
+}
+
+// The orders written out by hand from §4.2's rule with PAPERS-NOTES' assumptions (cycles of D
+// layers from layer 0, owner(l) = l mod D, offset(r) = (r + 1) mod D): in the cycle starting at c,
+// rank r reads c + offset(r), then onwards wrapping inside the cycle, skipping its own layer and
+// layers past the model's end. Without peak shifting: its non-owned layers in ascending order.
+TEST(SidpPeakShifting, FetchOrdersWrittenByHandFromTheRule) {
+  using Orders = std::vector<std::vector<int>>;  // by rank
+  auto orders = [](int D, int L, bool peak) {
+    Orders o;
+    for (int r = 0; r < D; ++r) o.push_back(sidp::fetch_order(r, D, L, peak));
+    return o;
+  };
+  // D = 3, L = 7: cycles {0,1,2}, {3,4,5}, {6}.
+  EXPECT_EQ(orders(3, 7, true), (Orders{{1, 2, 4, 5}, {2, 0, 5, 3, 6}, {0, 1, 3, 4, 6}}));
+  EXPECT_EQ(orders(3, 7, false), (Orders{{1, 2, 4, 5}, {0, 2, 3, 5, 6}, {0, 1, 3, 4, 6}}));
+  // D = 4, L = 8: cycles {0..3}, {4..7}; at each step the four ranks read four different owners.
+  EXPECT_EQ(orders(4, 8, true),
+            (Orders{{1, 2, 3, 5, 6, 7}, {2, 3, 0, 6, 7, 4}, {3, 0, 1, 7, 4, 5}, {0, 1, 2, 4, 5, 6}}));
+  EXPECT_EQ(orders(4, 8, false),
+            (Orders{{1, 2, 3, 5, 6, 7}, {0, 2, 3, 4, 6, 7}, {0, 1, 3, 4, 5, 7}, {0, 1, 2, 4, 5, 6}}));
+  // D = 4, L = 5 (stories260K's layers): the last cycle is layer 4 alone, owned by rank 0.
+  EXPECT_EQ(orders(4, 5, true), (Orders{{1, 2, 3}, {2, 3, 0, 4}, {3, 0, 1, 4}, {0, 1, 2, 4}}));
 }
 
 TEST(SidpPlan, KeysParseValidateAndPrint) {
@@ -193,8 +215,17 @@ TEST_F(SidpStories, WasSameBitsAsPlainDpAndEveryLayerFetchedOncePerStep) {
         ahead += rr.stats.fetched[size_t(l)] - steps;
       }
       EXPECT_LE(ahead, p.sidp_lookahead());  // the prefetcher never runs more than the lookahead ahead
-      // The prefetch thread issued the rank's fetch order, pass after pass.
-      const std::vector<int> order = sidp::fetch_order(r, D, L, sidp::peak_shifting(p));
+      // The prefetch thread issued the rank's fetch order, pass after pass: written by hand for
+      // L = 5 (cycles of D layers from 0, owner l mod D; peak shifting from dp=3 when the lookahead
+      // covers a cycle's D - 1 remote layers, else ascending layer order).
+      ASSERT_EQ(L, 5);
+      const std::map<std::string, std::vector<std::vector<int>>> kOrders = {
+          {"dp=2,weights=owner", {{1, 3}, {0, 2, 4}}},
+          {"dp=3,weights=owner", {{1, 2, 4}, {2, 0, 3}, {0, 1, 3, 4}}},
+          {"dp=4,weights=owner", {{1, 2, 3}, {2, 3, 0, 4}, {3, 0, 1, 4}, {0, 1, 2, 4}}},
+          {"dp=4,weights=owner,slots=2,lookahead=1", {{1, 2, 3}, {0, 2, 3, 4}, {0, 1, 3, 4}, {0, 1, 2, 4}}}};
+      const std::vector<int>& order = kOrders.at(was)[size_t(r)];
+      EXPECT_GE(rr.stats.fetch_log.size(), order.size()) << "not one pass of fetches logged";
       for (size_t i = 0; i < rr.stats.fetch_log.size(); ++i)
         EXPECT_EQ(rr.stats.fetch_log[i], order[i % order.size()]) << "fetch " << i;
       // What the rank holds: attention copies (RankWeights) + its owned FFN layers + slots.

@@ -1,7 +1,7 @@
 // A stage on its rank equals the matching slice of the single-rank layer (stage.h): after two
 // steps (prefill chunks of three sequences, then decodes beside a chunk), every rank's KV store
-// holds exactly its placement's cells (check_holdings), and each cell's K/V is the single-rank
-// engine's for that (sequence, layer, KV head, position):
+// holds exactly its plan's cells (the naive oracle, kv/kv_oracle.h), and each cell's K/V is the
+// single-rank engine's for that (sequence, layer, KV head, position):
 //   - bit for bit where the rank computed that layer from the same rows with the same rows of the
 //     weights: every layer of a pipeline stage (pure data movement), and layer 0 of every TP rank
 //     (its input is the embedding itself; its Wk/Wv rows are the single rank's);
@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "engine/rank_engine.h"
 #include "model/loader.h"
+#include "kv/kv_oracle.h"
 #include "kv_cells.h"
 #include "single_rank.h"
 #include "test_util.h"
@@ -102,7 +103,7 @@ class StageSlices : public ::testing::Test {
       }
       RankOut r;
       r.cells = test::cells_of(e.kv(), kExtents);
-      r.holdings = check_holdings(e.kv(), set.placement(0), world.rank(), kExtents);
+      r.holdings = test::naive_holdings_diff(e.kv(), plan, set.shape(), world.rank(), kExtents);
       r.layout = rank_layout(plan, set.shape(), world.rank());
       std::lock_guard<std::mutex> lock(mu);
       ranks[size_t(world.rank())] = std::move(r);

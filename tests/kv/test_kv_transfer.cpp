@@ -1,7 +1,8 @@
 // The rank KV store (kv/kv_store.h) and the executed KV migration (kv/kv_transfer.h).
 // Exactness class: pure data movement — after a migration every rank holds exactly the cells the
-// new placement gives it (checked from its page tables), each with the bits the source plan's
-// holder wrote; the bytes the ranks send sum to KvMigration::total_bytes.
+// new placement gives it (checked from its page tables, against check_holdings and the naive
+// oracle of kv_oracle.h), each with the bits the source plan's holder wrote; the bytes the ranks
+// send sum to KvMigration::total_bytes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "core/rng.h"
 #include "kv_cells.h"
 #include "kv/block_allocator.h"
+#include "kv/kv_oracle.h"
 #include "kv/kv_store.h"
 #include "kv/kv_transfer.h"
 #include "parallel/kv_migration.h"
@@ -73,6 +75,7 @@ const std::vector<SeqExtent> kSeqs = {{0, 1}, {1, 15}, {2, 16}, {3, 17}, {4, 40}
 struct Moved {
   int64_t sent = 0, received = 0, wrong = 0;
   std::string holdings;
+  std::string oracle;  // naive_holdings_diff against the target plan
   int rounds = 0;
   int64_t deferred = 0;  // received rounds that waited for room (all ranks)
 };
@@ -109,6 +112,8 @@ Moved migrate(const std::string& from, const std::string& to, const KvTransferOp
     out.deferred += st.deferred_rounds;
     const std::string h = check_holdings(kv, pb, world.rank(), kSeqs);
     if (out.holdings.empty()) out.holdings = h;
+    const std::string o = test::naive_holdings_diff(kv, b, m, world.rank(), kSeqs);
+    if (out.oracle.empty()) out.oracle = o;
   });
   EXPECT_EQ(out.sent, mig.total_bytes) << from << " -> " << to;
   EXPECT_EQ(out.received, mig.total_bytes) << from << " -> " << to;
@@ -133,6 +138,7 @@ TEST(KvTransfer, EverySwitchMovesTheSourceBitsToExactlyTheNewPlacement) {
       const Moved r = migrate(from, to, opt, mode == 3);
       EXPECT_EQ(r.wrong, 0) << label;
       EXPECT_EQ(r.holdings, "") << label;
+      EXPECT_EQ(r.oracle, "") << label;
       if (mode == 3) deferred += r.deferred;
     }
   }

@@ -1,5 +1,6 @@
-// KvPlacement and KvMigration. Expected holders come from a naive reading of PLANS.md written in
-// this file; expected migration bytes are worked out by hand from head counts and lengths.
+// KvPlacement and KvMigration. Expected holders come from a naive reading of PLANS.md (the tests'
+// KV oracle, tests/kv/kv_oracle.h); expected migration bytes are worked out by hand from head
+// counts and lengths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/kv_oracle.h"
 #include "parallel/kv_migration.h"
 #include "parallel/kv_placement.h"
 #include "parallel/plan.h"
@@ -28,43 +30,7 @@ const ModelShape kSynth{24, 6, 4, 48 * 24, 6, 96};
 // f16 KV, head_dim 8: K and V of one token, one head, one layer = 2 * 8 * 2 bytes.
 constexpr int64_t kBpt = 2 * 8 * 2;
 
-// PLANS.md, read naively: which global ranks store (layer, kv head, seq, pos) under `p`.
-std::vector<int> naive_holders(const Plan& p, const ModelShape& m, int layer, int head, int64_t seq, int64_t pos) {
-  const int H = m.n_heads, G = m.n_heads / m.n_kv_heads, L = m.n_layers;
-  std::vector<int> out;
-  for (int r = 0; r < p.size(); ++r) {
-    int x = r;
-    const int tp = x % p.tp;
-    x /= p.tp;
-    const int kvp = x % p.kvp;
-    x /= p.kvp;
-    const int sp = x % p.sp;
-    x /= p.sp;
-    const int stage = x % p.pp;
-    const int replica = x / p.pp;
-    int first = 0, count = L / p.pp;
-    if (!p.stage_layers.empty()) {
-      for (int i = 0; i < stage; ++i) first += p.stage_layers[i];
-      count = p.stage_layers[stage];
-    } else {
-      first = stage * count;
-    }
-    if (layer < first || layer >= first + count) continue;
-    if (seq % p.dp != replica) continue;
-    int q_begin, q_count;
-    if (p.kvp > 1) {
-      if ((pos / p.kv_block) % p.kvp != kvp) continue;  // Helix: block b on KVP rank b % k
-      q_begin = tp * H / p.tp, q_count = H / p.tp;
-    } else {
-      const int P = p.sp * p.tp;  // Ulysses / Shift / TP: same heads on the same global rank
-      q_begin = tp * H / p.tp + sp * H / P, q_count = H / P;
-    }
-    bool has = false;
-    for (int q = q_begin; q < q_begin + q_count; ++q) has = has || q / G == head;
-    if (has) out.push_back(r);
-  }
-  return out;
-}
+using test::naive_holders;  // the naive reading of PLANS.md (tests/kv/kv_oracle.h)
 
 std::vector<SeqExtent> awkward_seqs() { return {{0, 1}, {1, 7}, {2, 17}, {3, 97}, {4, 40}}; }
 

@@ -1,7 +1,7 @@
 // Seesaw's resident sequences, checked on one rank from its KV store (the thread tests and the MPI
 // program share it): after each step, every sequence that decoded under c_d (plan 1) and is still
 // live holds the same pages for the tokens it had (same page ids, same K and V bytes) and exactly
-// c_d's cells of them (check_holdings against c_d's placement), through every prefill step under c_p
+// c_d's cells of them (the naive oracle of c_d, kv/kv_oracle.h), through every prefill step under c_p
 // (plan 0); no step lists a resident sequence to migrate or swap out, and no c_p step runs one.
 // Not a counter of the code under test: a migration c_d -> c_p -> c_d shows as changed pages.
 #pragma once
@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "engine/rank_engine.h"
+#include "kv/kv_oracle.h"
 #include "kv/kv_store.h"
 
 namespace loom::test {
@@ -69,7 +70,8 @@ struct ResidentCheck {
       const Resident now = snapshot(e.kv(), seq, was.len);
       if (now.pages != was.pages) bad = cat("sequence ", seq, ": its pages changed");
       else if (now.kv != was.kv) bad = cat("sequence ", seq, ": its K/V bytes changed");
-      const std::string h = check_holdings(e.kv(), e.plans().placement(1), e.world_rank(), {{seq, was.len}});
+      const std::string h =
+          naive_holdings_diff(e.kv(), e.plans().plan(1), e.plans().shape(), e.world_rank(), {{seq, was.len}});
       if (bad.empty() && !h.empty()) bad = cat("sequence ", seq, " left c_d's placement: ", h);
       if (bad.empty() && prefill_step && stepped.count(seq)) bad = cat("resident sequence ", seq, " stepped under c_p");
       if (!bad.empty()) break;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/rng.h"
+#include "kv/kv_oracle.h"
 #include "kv/kv_store.h"
 #include "server/bench_serve.h"
 #include "pool_fixture.h"
@@ -90,7 +91,7 @@ std::vector<std::string> single_rank_texts(const std::string& model, const std::
 }
 
 // After every step, on every pool rank: the rank's store holds exactly what the instance's plan
-// gives it for the step's sequences (check_holdings), nothing else of them.
+// gives it for the step's sequences (the naive oracle, kv/kv_oracle.h), nothing else of them.
 struct HoldingsCheck {
   std::mutex mu;
   std::vector<std::string> failures;
@@ -99,7 +100,8 @@ struct HoldingsCheck {
     return [this](int r, RankEngine& e, const StepBatch& b) {
       std::vector<SeqExtent> seqs;
       for (const ScheduledSeq& s : b.seqs) seqs.push_back({s.seq_id, s.context_len()});
-      const std::string bad = check_holdings(e.kv(), e.plans().placement(0), e.world_rank(), seqs);
+      const std::string bad =
+          loom::test::naive_holdings_diff(e.kv(), e.plans().plan(0), e.plans().shape(), e.world_rank(), seqs);
       ++steps;
       if (bad.empty()) return;
       std::lock_guard<std::mutex> lk(mu);
