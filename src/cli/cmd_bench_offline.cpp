@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/json_bounded.h"
 #include "core/parse_number.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "engine/dist_engine.h"
 #include "engine/engine.h"
@@ -212,7 +213,14 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
                   {"kv_cache_bytes", engine.kv_cache_bytes()},
                   {"kernel_path", kernels::kernel_path()},
                   {"numerics", kernels::numerics_name(kernels::default_numerics())}};
-    run.finished = engine.run(std::move(requests));
+    ProgressCount count;
+    count.total = int64_t(requests.size());
+    engine.loop().on_finish = [&count](const Sequence&) { ++count.done; };
+    {
+      ProgressReporter progress("loom bench offline", "requests", count);
+      run.finished = engine.run(std::move(requests));
+    }
+    engine.loop().on_finish = nullptr;
     run.metrics = engine.metrics();
     return run;
   }
@@ -241,7 +249,14 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
                   {"num_kv_blocks", e.num_kv_blocks()},
                   {"kernel_path", kernels::kernel_path()},
                   {"numerics", kernels::numerics_name(kernels::default_numerics())}};
-    run.finished = e.run(std::move(requests));
+    ProgressCount count;
+    count.total = int64_t(requests.size());
+    e.loop().on_finish = [&count](const Sequence&) { ++count.done; };
+    {
+      ProgressReporter progress("loom bench offline", "requests", count);
+      run.finished = e.run(std::move(requests));
+    }
+    e.loop().on_finish = nullptr;
     run.metrics = e.metrics();
     run.engine["policy"] = e.policy();
     run.engine["start_info"] = e.start_info();

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/json_bounded.h"
 #include "core/parse_number.h"
+#include "core/progress.h"
 #include "sim/calibration.h"
 #include "sim/hardware.h"
 
@@ -41,10 +42,12 @@ struct ValidateArgs {
 
 void run_validate(const ValidateArgs& a) {
   std::string from;
+  ProgressCount files;
   const auto rows = [&] {
-    if (a.calibrate_on.empty()) return sim::validate_measurements(a.hardware, a.dir);
+    ProgressReporter progress("loom sim validate", "files", files);
+    if (a.calibrate_on.empty()) return sim::validate_measurements(a.hardware, a.dir, &files);
     from = a.calibrate_hardware.empty() ? sim::measurement_hardware(a.calibrate_on) : a.calibrate_hardware;
-    return sim::validate_transfer(from, a.calibrate_on, a.hardware, a.dir);
+    return sim::validate_transfer(from, a.calibrate_on, a.hardware, a.dir, &files);
   }();
   if (a.json) {
     nlohmann::json j = nlohmann::json::array();
@@ -355,7 +358,11 @@ void run_experiment(const ExperimentArgs& a) {
     for (const auto& e : sim::experiment_registry()) std::printf("%-14s %s\n", e.name.c_str(), e.description.c_str());
     return;
   }
-  const auto r = sim::find_experiment(a.name).run();
+  const auto r = [&] {
+    const auto& e = sim::find_experiment(a.name);
+    ProgressReporter progress("loom sim experiment " + a.name, "simulations", simulations_finished());
+    return e.run();
+  }();
   if (a.json) std::printf("%s\n", sim::to_json(r).dump(2).c_str());
   else std::printf("%s", sim::to_text(r).c_str());
   if (!a.out_dir.empty()) {

@@ -754,9 +754,11 @@ FileValidation summarize_errors(const std::string& file, std::vector<double> err
 
 }  // namespace
 
-std::vector<FileValidation> validate_measurements(const std::string& hardware, const std::string& dir) {
+std::vector<FileValidation> validate_measurements(const std::string& hardware, const std::string& dir,
+                                                  ProgressCount* progress) {
   const GpuSpec gpu = find_gpu(hardware);
   const auto files = read_measurements(dir);
+  if (progress) progress->total = int64_t(files.size());
   std::vector<const MeasurementFile*> coll;
   for (const auto& f : files)
     if (f.kind == MeasurementFile::Collective) coll.push_back(&f);
@@ -804,12 +806,16 @@ std::vector<FileValidation> validate_measurements(const std::string& hardware, c
     return v;
   };
   std::vector<FileValidation> out(files.size());
-  parallel_for_each_index(files.size(), [&](size_t i) { out[i] = validate(files[i]); });
+  parallel_for_each_index(files.size(), [&](size_t i) {
+    out[i] = validate(files[i]);
+    if (progress) ++progress->done;
+  });
   return out;
 }
 
 std::vector<FileValidation> validate_transfer(const std::string& calibrate_hardware, const std::string& calibrate_dir,
-                                              const std::string& hardware, const std::string& dir) {
+                                              const std::string& hardware, const std::string& dir,
+                                              ProgressCount* progress) {
   const GpuSpec from = find_gpu(calibrate_hardware), to = find_gpu(hardware);
   const auto train_files = read_measurements(calibrate_dir);
   std::vector<const MeasurementFile*> train;
@@ -817,12 +823,15 @@ std::vector<FileValidation> validate_transfer(const std::string& calibrate_hardw
   // Efficiencies fitted on the calibration machine; the target is priced from its datasheet.
   const Calibration cal = fit_calibration(train, from, default_calibration());
   std::vector<FileValidation> out;
-  for (const auto& f : read_measurements(dir)) {
+  const auto files = read_measurements(dir);
+  if (progress) progress->total = int64_t(files.size());
+  for (const auto& f : files) {
     std::map<std::string, std::vector<double>> op_errs;
     std::vector<double> errs = errors(measurement_model(to, cal, f), f, f.samples, &op_errs);
     FileValidation v = summarize_errors(f.name, std::move(errs), std::move(op_errs));
     if (f.kind == MeasurementFile::Collective) v.analytic_median = v.median;
     out.push_back(v);
+    if (progress) ++progress->done;
   }
   return out;
 }

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 
@@ -120,13 +121,16 @@ struct FileValidation {
 };
 
 // Out-of-sample validation of every file in `dir` on `hardware` (see the top of this file).
-std::vector<FileValidation> validate_measurements(const std::string& hardware, const std::string& dir);
+// `progress` (optional): files done and in all.
+std::vector<FileValidation> validate_measurements(const std::string& hardware, const std::string& dir,
+                                                  ProgressCount* progress = nullptr);
 
 // Transfer: a calibration fitted on every file of `calibrate_dir` (measured on
 // `calibrate_hardware`) predicts every file of `dir` on `hardware` from its datasheet entry
 // alone (no curves, no fitting on `dir`): collectives by the analytical model.
 std::vector<FileValidation> validate_transfer(const std::string& calibrate_hardware, const std::string& calibrate_dir,
-                                              const std::string& hardware, const std::string& dir);
+                                              const std::string& hardware, const std::string& dir,
+                                              ProgressCount* progress = nullptr);
 
 // The hardware a measurement folder was taken on: its hardware.json (loom profile) when there
 // is one, else the catalog GPU its folder name names ("a100" -> a100-80gb). Throws loom::Error

@@ -11,6 +11,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/dist_engine.h"
 #include "engine/engine_loop.h"
 #include "engine/plan_executor.h"
@@ -465,6 +466,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   if (own_steps) {
     run_sidp_replicas(model_, config_, set, priced, sc, per_replica, params, trace, out);
     wrap_up(out);
+    ++simulations_finished().done;
     return out;
   }
   for (auto& r : reps) {
@@ -558,6 +560,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
   out.wall_s = now_seconds() - wall0;
   out.sim_requests_per_s = out.wall_s > 0 ? double(total) / out.wall_s : 0;
   if (config_.progress) config_.progress(out.makespan_s, finished, total);
+  ++simulations_finished().done;
   return out;
 }
 
