@@ -7,8 +7,9 @@
 // available at t = 0 unless --use-arrivals replays the trace's arrival times.
 // Prompts are synthetic token ids drawn from Rng(seed, request index), so a run repeats exactly;
 // outputs run to their trace length (ignore_eos), greedy unless --temperature is given.
-// A request longer than the context (prompt + output > max_model_len) is clipped with --clip,
-// otherwise rejected on its own (the scheduler's rejection) and counted in the report.
+// A request longer than the context (prompt + output > max_model_len) is clipped with --clip
+// (its prompt cut, its output kept: clip_to_context), otherwise rejected on its own (the
+// scheduler's rejection), counted in the report, and --clip suggested.
 //
 // The engine is built and run in run_engine() only, so the distributed engine (--ranks N
 // --plan ... --comm local|mpi) can replace it there.
@@ -394,6 +395,16 @@ void run_bench_offline(const BenchOfflineArgs& a) {
     run.metrics.write_requests_csv(f);
     if (!f) fail("cannot write --output-csv ", a.output_csv);
   }
+  // Rejected for their length: say how to keep them (printed even with --quiet: it is about
+  // what was measured).
+  if (ts.num_too_long > 0 && !a.clip)
+    std::fprintf(stderr,
+                 "loom bench offline: %lld of %zu requests are longer than the context (%d tokens) and were rejected; "
+                 "--clip runs them with their prompts cut to fit (output lengths kept)%s\n",
+                 (long long)ts.num_too_long, n_requests, max_context,
+                 max_context < mc.max_seq_len ? cat(", or raise --max-model-len (the model's context is ",
+                                                    mc.max_seq_len, " tokens)").c_str()
+                                              : "");
   if (a.quiet) return;
   std::printf("%s: %zu requests (%s), %lld completed, %lld rejected (%lld too long for %d tokens), %lld clipped\n",
               a.model.c_str(), n_requests, w.source.c_str(), (long long)s.num_completed, (long long)s.num_rejected,

@@ -129,6 +129,14 @@ void read_csv(const std::string& path, const std::vector<std::string>& want, Row
 
 }  // namespace
 
+bool clip_to_context(int* prompt_len, int* output_len, int max_context) {
+  LOOM_CHECK(max_context >= 2, "clip_to_context needs a context of at least 2 tokens");
+  if (int64_t(*prompt_len) + *output_len <= max_context) return false;
+  *output_len = std::min(*output_len, max_context - 1);
+  *prompt_len = std::min(*prompt_len, max_context - *output_len);
+  return true;
+}
+
 void apply_trace_options(std::vector<TraceRequest>* trace, const TraceOptions& o) {
   if (!(o.rate_scale > 0) || !std::isfinite(o.rate_scale))
     fail("trace rate scale must be > 0, found ", o.rate_scale);
@@ -148,8 +156,7 @@ void apply_trace_options(std::vector<TraceRequest>* trace, const TraceOptions& o
         t.too_long = true;
         continue;
       }
-      t.prompt_len = std::min(t.prompt_len, o.max_context - 1);
-      t.output_len = std::min(t.output_len, o.max_context - t.prompt_len);
+      clip_to_context(&t.prompt_len, &t.output_len, o.max_context);
       if (t.hash_block_tokens > 0) {
         const size_t keep = size_t((t.prompt_len + t.hash_block_tokens - 1) / t.hash_block_tokens);
         if (t.prefix_hashes.size() > keep) t.prefix_hashes.resize(keep);

@@ -33,13 +33,19 @@ struct TraceRequest {
 
 enum class TraceFormat { kAuto, kAzureCsv, kMooncakeJsonl, kLengthsCsv };
 
+// Fits a request of prompt + output tokens into max_context (>= 2) the way a benchmark user
+// wants: the output length is kept (it is what decode throughput and TPOT measure) up to
+// max_context - 1, and the prompt is cut to what is left (at least 1). Returns whether anything
+// was cut.
+bool clip_to_context(int* prompt_len, int* output_len, int max_context);
+
 struct TraceOptions {
   // Multiply the arrival rate: inter-arrival times are divided by rate_scale (> 0); times are
   // taken relative to the first arrival, which stays at its time.
   double rate_scale = 1.0;
   int64_t max_requests = -1;  // keep the first N (in file order); -1 = all
-  // Context limit (prompt + output); 0 = none. Over it: clip (prompt cut to max_context - 1 at
-  // most, then output to max_context - prompt) when clip is set, else mark too_long.
+  // Context limit (prompt + output); 0 = none. Over it: clip (clip_to_context) when clip is set,
+  // else mark too_long.
   int max_context = 0;
   bool clip = false;
 };

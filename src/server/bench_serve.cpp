@@ -351,6 +351,9 @@ std::string BenchServeReport::summary_text() const {
   o += "============ Serving Benchmark Result ============\n";
   line("Successful requests:", std::to_string(completed));
   line("Failed requests:", std::to_string(failed));
+  // What the benchmark did to the workload: requests over the server's max_model_len had their
+  // prompts cut (outputs kept: clip_to_context).
+  if (clipped > 0) line("Clipped requests (prompts cut):", std::to_string(clipped));
   line("Benchmark duration (s):", fmt("%.2f", duration_s));
   line("Total input tokens:", std::to_string(total_input_tokens));
   line("Total generated tokens:", std::to_string(total_output_tokens));
@@ -415,11 +418,7 @@ BenchServeReport run_bench_serve(const BenchServeOptions& o) {
     r.tier = o.tiers.size() > 0 ? tier_of[size_t(i)] : -1;
     r.scheduled_s = std::max(0.0, t.arrival_s - t_first);
     int p = std::max(1, t.prompt_len), out = std::max(1, t.output_len);
-    if (max_model_len > 0 && p + out > max_model_len) {
-      p = std::min(p, max_model_len - 1);
-      out = std::min(out, max_model_len - p);
-      r.clipped = true;
-    }
+    if (max_model_len >= 2 && clip_to_context(&p, &out, max_model_len)) r.clipped = true;
     r.prompt_len = p;
     r.max_tokens = out;
     prompts[size_t(i)].resize(size_t(p));

@@ -108,15 +108,23 @@ TEST(BenchOffline, TooLongRequestsRejectedAloneOrClipped) {
   }
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(ids, (std::vector<int64_t>{1, 3}));
+  // The run says what it rejected and how to keep those requests.
+  const auto said = run_loom_stderr("bench offline -m " + f.model + " --threads 2 --quiet --trace " + trace);
+  EXPECT_EQ(said.rc, 0) << said.out;
+  EXPECT_NE(said.out.find("2 of 6 requests are longer than the context (256 tokens)"), std::string::npos) << said.out;
+  EXPECT_NE(said.out.find("--clip"), std::string::npos) << said.out;
+  const auto said_short = run_loom_stderr("bench offline -m " + f.model + " --threads 2 --quiet --max-model-len 64 --trace " + trace);
+  EXPECT_NE(said_short.out.find("--max-model-len (the model's context is 256 tokens)"), std::string::npos) << said_short.out;
 
   const json c = f.bench("--trace " + trace + " --clip", "clip.json");
   ASSERT_TRUE(c.contains("summary"));
   EXPECT_EQ(c["summary"]["num_rejected"], 0);
   EXPECT_EQ(c["summary"]["num_completed"], 6);
   EXPECT_EQ(c["workload"]["num_clipped"], 2);
-  // Clipping keeps each prompt (both < 256) and cuts the output to the context.
-  EXPECT_EQ(c["summary"]["num_prompt_tokens"], 20 + 250 + 100 + 255 + 1 + 200);
-  EXPECT_EQ(c["summary"]["num_output_tokens"], 5 + 6 + 30 + 1 + 1 + 56);
+  // Clipping keeps each output (10 and 3 tokens) and cuts the prompt to the rest of the context:
+  // 250 -> 246, 300 -> 253.
+  EXPECT_EQ(c["summary"]["num_prompt_tokens"], 20 + 246 + 100 + 253 + 1 + 200);
+  EXPECT_EQ(c["summary"]["num_output_tokens"], 5 + 10 + 30 + 3 + 1 + 56);
 }
 
 TEST(BenchOffline, ArrivalsHonouredOnlyWhenAsked) {

@@ -122,6 +122,25 @@ TEST(TraceReal, OptionsRateLimitClip) {
   }
 }
 
+// clip_to_context by hand: the output is kept, the prompt takes what is left; an output that
+// alone fills the context keeps one prompt token; what fits is untouched.
+TEST(TraceClip, OutputKeptPromptCut) {
+  struct Case {
+    int prompt, output, context, want_prompt, want_output;
+    bool cut;
+  };
+  for (const Case& c : std::vector<Case>{{250, 10, 256, 246, 10, true},
+                                         {300, 3, 256, 253, 3, true},
+                                         {200, 56, 256, 200, 56, false},
+                                         {10, 400, 256, 1, 255, true},
+                                         {9000, 9000, 2, 1, 1, true}}) {
+    int p = c.prompt, o = c.output;
+    EXPECT_EQ(clip_to_context(&p, &o, c.context), c.cut) << c.prompt << "+" << c.output;
+    EXPECT_EQ(p, c.want_prompt) << c.prompt << "+" << c.output;
+    EXPECT_EQ(o, c.want_output) << c.prompt << "+" << c.output;
+  }
+}
+
 TEST(TraceParse, SmallFilesAndAutoDetect) {
   const auto a = read_trace(write_file("a.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\r\n"
                                                  "0.5,7,1\r\n1.25,17,97\r\n\r\n"));

@@ -306,6 +306,22 @@ TEST(SseParser, SplitsEventsAcrossArbitraryFeeds) {
   }
 }
 
+// bench serve says what it did to the workload: requests clipped to the server's context are
+// counted in the summary (none: no line).
+TEST(BenchSummary, ClippedRequestsAreReported) {
+  std::vector<BenchRequestResult> rs(3);
+  for (auto& r : rs) r.success = true, r.prompt_len = 4, r.output_tokens = 2, r.ttft_s = 0.1, r.latency_s = 0.2;
+  EXPECT_EQ(summarize_bench(rs, 1.0, 0, 0).summary_text().find("Clipped"), std::string::npos);
+  rs[0].clipped = rs[2].clipped = true;
+  const BenchServeReport r = summarize_bench(rs, 1.0, 0, 0);
+  EXPECT_EQ(r.clipped, 2);
+  const std::string text = r.summary_text();
+  const size_t at = text.find("Clipped requests (prompts cut):");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_EQ(line.substr(line.find_last_of(' ') + 1), "2") << line;
+}
+
 TEST(BenchSummary, VllmDefinitions) {
   std::vector<BenchRequestResult> rs(3);
   // Request 0: 5 tokens, TTFT 0.1 s, latency 0.5 s -> TPOT 0.1 s.
