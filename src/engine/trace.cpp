@@ -582,7 +582,11 @@ void read_servegen_dataset(ServeGenClient& c) {
   ss << in.rdbuf();
   const nlohmann::json j = parse_json_bounded(ss.str(), c.dataset_path, JsonLimits{size_t(256) << 20, 4});
   if (!j.is_object()) fail(c.dataset_path, ": expected a JSON object of timestamps");
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named copies, not a structured binding: lambdas capturing bindings need C++20's P1091,
+    // which the sanitized build's clang lacks.
+    const std::string& key = item.key();
+    const nlohmann::json& v = item.value();
     char* end = nullptr;
     const double t = std::strtod(key.c_str(), &end);
     if (key.empty() || end != key.c_str() + key.size() || !std::isfinite(t) || t < 0)
