@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <iostream>
 
 #include "engine/policy.h"
@@ -220,7 +221,7 @@ void run_sim(const RunArgs& a) {
     write("summary.json", j.dump(2) + "\n");
     write("latency_cdf.svg", sim::svg_latency_cdf(r));
     write("throughput.svg", sim::svg_throughput(r));
-    write("plan_per_step.svg", sim::svg_plan_per_step(r));
+    write("plan_over_time.svg", sim::svg_plan_per_step(r));
   }
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -367,7 +368,17 @@ void run_experiment(const ExperimentArgs& a) {
   else std::printf("%s", sim::to_text(r).c_str());
   if (!a.out_dir.empty()) {
     std::filesystem::create_directories(a.out_dir);
-    for (const auto& [name, content] : r.files) {
+    std::map<std::string, std::string> files = r.files;
+    if (files.empty()) {
+      const std::string vs = sim::vs_paper_svg(r);
+      if (vs.empty()) {
+        std::fprintf(stderr, "loom sim experiment %s: no figure to write (no plot of its own and no paper number to "
+                     "compare with)\n", a.name.c_str());
+      } else {
+        files[a.name + "-vs-paper.svg"] = vs;
+      }
+    }
+    for (const auto& [name, content] : files) {
       const std::string path = a.out_dir + "/" + name;
       std::ofstream f(path);
       f << content;

@@ -1,6 +1,7 @@
 #include "sim/experiments.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -9,6 +10,7 @@
 #include "sim/model_catalog.h"
 #include "sim/profile.h"
 #include "sim/simulator.h"
+#include "sim/svg.h"
 
 namespace loom::sim {
 
@@ -163,6 +165,37 @@ nlohmann::json to_json(const ExperimentResult& r) {
     rows.push_back(j);
   }
   return {{"experiment", r.name}, {"rows", rows}, {"notes", r.notes}};
+}
+
+std::string vs_paper_svg(const ExperimentResult& r) {
+  std::vector<std::pair<std::string, double>> bars;  // label, simulated / paper
+  for (const ExperimentRow& x : r.rows)
+    if (x.paper && *x.paper > 0 && x.simulated > 0) bars.push_back({x.metric + "  " + x.config, x.simulated / *x.paper});
+  if (bars.empty()) return "";
+  double lo = 0.5, hi = 2;
+  for (const auto& b : bars) lo = std::min(lo, b.second), hi = std::max(hi, b.second);
+  lo = std::pow(10, std::floor(std::log10(lo) * 2) / 2), hi = std::pow(10, std::ceil(std::log10(hi) * 2) / 2);
+  Svg s(r.name + ": simulated / paper, one bar per printed number", 30 + 50 + 18 * double(bars.size()) + 10, 300);
+  s.axes("simulated / paper (log; 1 = the paper's number)", "", lo, hi, 0, 0, true);
+  auto fx = [&](double v) { return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)); };
+  const double n = double(bars.size());
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const auto& [label, ratio] = bars[i];
+    const double yc = s.py(1 - (double(i) + 0.5) / n);
+    const double xa = s.px(fx(std::min(1.0, ratio))), xb = s.px(fx(std::max(1.0, ratio)));
+    // Within 25% of the paper (the bands' usual width) green, else orange.
+    const bool near = ratio >= 0.75 && ratio <= 1.25;
+    s.os << "<rect class=\"bar\" x=\"" << xa << "\" y=\"" << yc - 6 << "\" width=\"" << std::max(1.0, xb - xa)
+         << "\" height=\"12\" fill=\"" << (near ? "#2ca02c" : "#ff7f0e") << "\"/>\n"
+         << "<text x=\"" << s.l - 6 << "\" y=\"" << yc + 4 << "\" text-anchor=\"end\">"
+         << Svg::esc(label.size() > 44 ? label.substr(0, 43) + "~" : label) << "</text>\n";
+  }
+  const double x1 = s.px(fx(1));
+  s.os << "<line x1=\"" << x1 << "\" y1=\"" << s.top << "\" x2=\"" << x1 << "\" y2=\"" << s.h - s.bot
+       << "\" stroke=\"black\"/>\n";
+  s.legend(0, "within 25% of the paper", "#2ca02c");
+  s.legend(1, "outside 25%", "#ff7f0e");
+  return s.done();
 }
 
 std::string to_text(const ExperimentResult& r) {

@@ -49,6 +49,10 @@ const Experiment& find_experiment(const std::string& name);
 // "basis"}], "notes": [...]}
 nlohmann::json to_json(const ExperimentResult& r);
 std::string to_text(const ExperimentResult& r);
+// For an experiment without a figure of its own: simulated / paper per row that has a paper
+// number, as bars on a log axis around 1 (`sim experiment NAME --out DIR` writes it as
+// NAME-vs-paper.svg). "" when no row has a paper number.
+std::string vs_paper_svg(const ExperimentResult& r);
 
 // Shift 4.3.1 / Figure 12 pieces, reusable by tests and the planner.
 struct LatencyThroughput {

@@ -662,25 +662,50 @@ std::string svg_throughput(const SimResult& r, int bins) {
 
 std::string svg_plan_per_step(const SimResult& r) {
   const auto& steps = r.metrics.steps();
-  Svg s("Plan per step (dot: one step; height within a row: tokens in the step)");
+  Svg s("Plan over time (a band: steps under that plan)", 420, 150);
   if (steps.empty()) return s.done();
   std::vector<std::string> names;
   for (const auto& u : r.plan_use) names.push_back(u.config);
+  for (const auto& st : steps)
+    if (std::find(names.begin(), names.end(), st.plan) == names.end()) names.push_back(st.plan);
   double t0 = 1e300, t1 = 0;
-  int max_tok = 1;
-  for (const auto& st : steps) t0 = std::min(t0, st.start_s), t1 = std::max(t1, st.end_s), max_tok = std::max(max_tok, st.num_tokens);
+  for (const auto& st : steps) t0 = std::min(t0, st.start_s), t1 = std::max(t1, st.end_s);
   if (t1 <= t0) t1 = t0 + 1;
-  s.axes("simulated time (s)", "config row", t0, t1, 0, double(names.size()), false);
-  const size_t stride = std::max<size_t>(1, steps.size() / 4000);
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
-  for (size_t i = 0; i < steps.size(); i += stride) {
-    const auto& st = steps[i];
-    const size_t row = size_t(std::find(names.begin(), names.end(), st.plan) - names.begin());
-    const double fy = (row + 0.1 + 0.8 * double(st.num_tokens) / max_tok) / double(std::max<size_t>(1, names.size()));
-    s.os << "<circle cx=\"" << s.px((st.start_s - t0) / (t1 - t0)) << "\" cy=\"" << s.py(fy) << "\" r=\"1.5\" fill=\""
-         << colors[row % 4] << "\"/>\n";
+  // Time ticks only; the rows are named at the left.
+  s.axes("simulated time (s)", "", t0, t1, 0, 0, false);
+  const double rows = double(std::max<size_t>(1, names.size()));
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+  for (size_t i = 0; i < names.size(); ++i)
+    s.os << "<text x=\"" << s.l - 6 << "\" y=\"" << s.py((double(i) + 0.5) / rows) + 4 << "\" text-anchor=\"end\">"
+         << Svg::esc(names[i].size() > 22 ? names[i].substr(0, 21) + "~" : names[i]) << "</text>\n";
+  // Steps in start order (replicas interleave); a band per maximal run under one plan, closed where
+  // another plan's step starts. Runs shorter than a pixel still get one.
+  std::vector<const StepMetrics*> order;
+  for (const auto& st : steps) order.push_back(&st);
+  std::stable_sort(order.begin(), order.end(), [](const StepMetrics* a, const StepMetrics* b) { return a->start_s < b->start_s; });
+  auto band = [&](const std::string& plan, double a, double b) {
+    const size_t row = size_t(std::find(names.begin(), names.end(), plan) - names.begin());
+    const double x0 = s.px((a - t0) / (t1 - t0)), x1 = std::max(x0 + 1, s.px((b - t0) / (t1 - t0)));
+    const double y0 = s.py((double(row) + 0.85) / rows), y1 = s.py((double(row) + 0.15) / rows);
+    s.os << "<rect class=\"band\" x=\"" << x0 << "\" y=\"" << y0 << "\" width=\"" << x1 - x0 << "\" height=\"" << y1 - y0
+         << "\" fill=\"" << colors[row % 6] << "\"/>\n";
+  };
+  std::string cur = order.front()->plan;
+  double run_start = order.front()->start_s, run_end = order.front()->end_s;
+  for (const StepMetrics* st : order) {
+    if (st->plan != cur) {
+      band(cur, run_start, std::max(run_end, run_start));
+      cur = st->plan, run_start = st->start_s, run_end = st->end_s;
+    } else {
+      run_end = std::max(run_end, st->end_s);
+    }
   }
-  for (size_t i = 0; i < names.size(); ++i) s.legend(int(i), names[i], colors[i % 4]);
+  band(cur, run_start, run_end);
+  for (size_t i = 0; i < names.size(); ++i) {
+    int64_t n = 0;
+    for (const auto& st : steps) n += st.plan == names[i];
+    s.legend(int(i), names[i] + " (" + std::to_string(n) + " steps)", colors[i % 6]);
+  }
   return s.done();
 }
 

@@ -152,7 +152,8 @@ void write_requests_csv(const SimResult& r, std::ostream& os);
 std::string svg_latency_cdf(const SimResult& r);
 // Output and total tokens per second over simulated time, in `bins` bins.
 std::string svg_throughput(const SimResult& r, int bins = 100);
-// Config of every step over time (one row per config), with the step's token count.
+// The plan over simulated time: one row per plan of the set, a band where steps ran under it
+// (sim run --out writes it as plan_over_time.svg).
 std::string svg_plan_per_step(const SimResult& r);
 
 }  // namespace loom::sim

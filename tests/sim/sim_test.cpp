@@ -259,7 +259,13 @@ TEST(SimDes, ShiftSwitchesByStepSize) {
   for (size_t i = 1; i < r.metrics.steps().size(); ++i) EXPECT_EQ(r.metrics.steps()[i].plan, "shift:sp=8");
   EXPECT_EQ(r.num_switches, 1);
   EXPECT_EQ(r.kv_bytes_moved, 0);  // Shift 3.3.1: equal placements
-  EXPECT_NE(svg_plan_per_step(r).find("<svg"), std::string::npos);
+  // Plan over time: one band for the base's step, one for the 16 shift steps after it.
+  const std::string plot = svg_plan_per_step(r);
+  size_t bands = 0;
+  for (size_t at = plot.find("class=\"band\""); at != std::string::npos; at = plot.find("class=\"band\"", at + 1)) ++bands;
+  EXPECT_EQ(bands, 2u) << plot;
+  EXPECT_NE(plot.find("shift:sp=8 (16 steps)"), std::string::npos);
+  EXPECT_NE(plot.find("sp=8 (1 steps)"), std::string::npos);
   EXPECT_NE(svg_latency_cdf(r).find("polyline"), std::string::npos);
 }
 
