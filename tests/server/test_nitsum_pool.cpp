@@ -123,30 +123,22 @@ void expect_every_page_back(PoolStack& p) {
   for (size_t r = 0; r < pages.size(); ++r) EXPECT_EQ(pages[r], 0) << "pool rank " << r << " still holds K/V pages";
 }
 
-// `bodies` through a pool of `ranks` cycling `layouts` every `window_s`, against the single-rank
+// `bodies` through a pool of `ranks` cycling `layouts` every `window_steps` steps of its instances
+// (counted, not timed: a sanitized build's slower steps change nothing), against the single-rank
 // engine: the same text for every request, every rank's holdings right after every step, every
 // page back at the end. Returns what the pool did (and its per-group stats in *plans).
 cluster::PoolStats same_text_as_single_rank(const std::string& model, const std::string& tok, int ranks,
-                                            std::vector<std::string> layouts, double window_s,
+                                            std::vector<std::string> layouts, int64_t window_steps,
                                             const std::vector<json>& bodies, std::vector<PlanStats>* plans = nullptr) {
-  const auto t0 = Clock::now();
   const std::vector<std::string> want = single_rank_texts(model, tok, bodies);
-  // Forced layouts change every window of wall time. A build whose steps are ~10x slower (ASan +
-  // UBSan) would leave about one step per window, so no prefill could end under a P/D layout: the
-  // window is at least 8 of the single-rank run's steps (all requests batched, so about one step
-  // per output token of the longest request). In Release that is below the windows asked for.
-  int64_t steps = 1;
-  for (const json& b : bodies) steps = std::max<int64_t>(steps, b["max_tokens"].get<int64_t>() + 1);
-  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count() / double(steps);
   HoldingsCheck check;
   PoolStackOptions o;
   o.model_path = model;
   o.tokenizer_path = tok;
   o.ranks = ranks;
   o.layouts = std::move(layouts);
-  o.window_s = std::max(window_s, 8 * step_s);
-  std::printf("control window %.1f ms (asked %.1f ms, single-rank step ~%.2f ms)\n", o.window_s * 1e3, window_s * 1e3,
-              step_s * 1e3);
+  o.window_steps = window_steps;
+  std::printf("control window %lld steps\n", (long long)window_steps);
   o.after_step = check.hook();
   PoolStack p(o);
   EXPECT_EQ(p.error(), "");
@@ -162,9 +154,9 @@ cluster::PoolStats same_text_as_single_rank(const std::string& model, const std:
 
 TEST(NitsumPool, StoriesTextAcrossForcedTpSwitchesEqualsSingleRank) {
   if (!have_stories()) GTEST_SKIP() << "needs ../shared/models/stories260K";
-  // DP(2) <-> TP(2) every 10 ms, the running requests' K/V re-partitioned by KV heads.
+  // DP(2) <-> TP(2) every 8 steps, the running requests' K/V re-partitioned by KV heads.
   const cluster::PoolStats st = same_text_as_single_rank(stories_path(), stories_tok(), 2, {"both:tp1,both:tp1", "both:tp2"},
-                                                         0.01, greedy_bodies(8, 11, 40, 80, 140, 512));
+                                                         8, greedy_bodies(8, 11, 40, 80, 140, 512));
   std::printf("switches: %lld reconfigurations, %lld requests moved, %lld KV bytes, %.3f ms stop+migrate max\n",
               (long long)st.reconfigurations, (long long)st.moved, (long long)st.regroup_bytes, st.switch_s_max * 1e3);
   EXPECT_GE(st.reconfigurations, 2);
@@ -177,7 +169,7 @@ TEST(NitsumPool, StoriesTextWithPdHandoffsEqualsSingleRank) {
   const std::vector<json> bodies = greedy_bodies(8, 12, 60, 20, 60, 512);
   std::vector<PlanStats> plans;
   const cluster::PoolStats st =
-      same_text_as_single_rank(stories_path(), stories_tok(), 2, {"prefill:tp1,decode:tp1"}, 0.05, bodies, &plans);
+      same_text_as_single_rank(stories_path(), stories_tok(), 2, {"prefill:tp1,decode:tp1"}, 16, bodies, &plans);
   // Every request prefilled on rank 0's instance and decoded on rank 1's: one hand-off each.
   EXPECT_EQ(st.handoffs, int64_t(bodies.size()));
   EXPECT_EQ(st.recomputed, 0);
@@ -193,7 +185,7 @@ TEST(NitsumPool, GqaTextAcrossTpSwitchesAndHandoffsOnFourRanksEqualsSingleRank) 
   const cluster::PoolStats st = same_text_as_single_rank(
       gqa_model_path(), "", 4,
       {"prefill:tp2,decode:tp2", "both:tp4", "prefill:tp1,decode:tp1,both:tp2", "both:tp1,both:tp1,decode:tp1,prefill:tp1"},
-      0.008, greedy_bodies(10, 13, 50, 40, 90, 512));
+      8, greedy_bodies(10, 13, 50, 40, 90, 512));
   std::printf("gqa: %lld reconfigurations, %lld hand-offs, %lld moved (%lld recomputed), %lld + %lld KV bytes\n",
               (long long)st.reconfigurations, (long long)st.handoffs, (long long)st.moved, (long long)st.recomputed,
               (long long)st.regroup_bytes, (long long)st.handoff_bytes);
