@@ -8,10 +8,16 @@
 #include "cli/option_ranges.h"
 #include "core/error.h"
 
+#ifndef LOOM_VERSION
+#define LOOM_VERSION "unknown"
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{"loom: LLM inference with a runtime-chosen parallel layout, and a simulator/planner"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  // `loom --version`: "loom X.Y" (the project version in CMakeLists.txt), exit 0.
+  app.set_version_flag("--version", "loom " LOOM_VERSION, "Print loom's version and exit");
   try {
     loom::cli::register_all(app);
   } catch (const std::exception& e) {
