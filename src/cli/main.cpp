@@ -34,8 +34,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, as every other user error (an option out of its range names the option, the
-    // value and the range: cli/option_ranges.h).
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // value and the range: cli/option_ranges.h). An unknown flag first, with the closest name the
+    // command has (it also explains a "--model is required" that a misspelt --model caused).
+    const std::string unknown = loom::cli::unknown_argument_message(app);
+    std::fprintf(stderr, "error: %s\n", unknown.empty() ? e.what() : unknown.c_str());
     return 1;
   }
   try {

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/suggest.h"
 #include "model/config.h"
 
 namespace loom {
@@ -115,7 +116,11 @@ Plan Plan::parse(std::string_view text) {
     } else if (key == "lookahead") {
       once(11, key), p.lookahead = parse_int(key, val);
     } else {
-      fail("plan '", text, "': unknown key '", key, "' (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights, sidp, slots, lookahead)");
+      static const std::vector<std::string> keys = {"tp",      "tpa",  "sp",   "kvp",  "dp",    "pp",       "layers",
+                                                     "block",   "hopb", "weights", "sidp", "slots", "lookahead"};
+      const std::string hint = did_you_mean(std::string(key), keys);
+      fail("plan '", text, "': unknown key '", key, "'", hint,
+           hint.empty() ? " (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights, sidp, slots, lookahead)" : "");
     }
   }
   if (p.kvp > 1 && seen_tp)

@@ -30,5 +30,70 @@ TEST(CliDefaults, VersionPrintsTheProjectVersionAndExitsZero) {
   EXPECT_NE(ls[0].find('.'), std::string::npos) << ls[0];
 }
 
+// The suggested name, taken from "did you mean NAME?" in `line` ("" when none).
+std::string suggestion(const std::string& line) {
+  const std::string k = "did you mean ";
+  const size_t a = line.find(k);
+  if (a == std::string::npos) return {};
+  const size_t b = line.find('?', a);
+  return b == std::string::npos ? std::string() : line.substr(a + k.size(), b - a - k.size());
+}
+
+// True when `help` (a command's --help) lists the option `name` as a whole word.
+bool help_lists(const std::string& help, const std::string& name) {
+  for (size_t at = help.find(name); at != std::string::npos; at = help.find(name, at + 1)) {
+    const char before = at == 0 ? ' ' : help[at - 1];
+    const char after = at + name.size() < help.size() ? help[at + name.size()] : ' ';
+    const bool word_before = before == ' ' || before == ',';
+    const bool word_after = after == ' ' || after == ',' || after == '\n';
+    if (word_before && word_after) return true;
+  }
+  return false;
+}
+
+TEST(CliDefaults, UnknownFlagsSuggestAFlagTheCommandHas) {
+  const std::string missing = test::temp_dir() + "/no-such-model.bin";
+  struct Case {
+    std::string command, args, unknown, expected;
+  };
+  const std::vector<Case> cases = {
+      {"generate", "-m " + missing + " --thread 2", "--thread", "--threads"},
+      {"generate", "-m " + missing + " --temprature 0.5", "--temprature", "--temperature"},
+      {"bench offline", "-m " + missing + " --synthetic batch --num-request 2", "--num-request", "--num-requests"},
+      {"sim run", "--synthetic batch --promt-len 8", "--promt-len", "--prompt-len"},
+      {"serve", "-m " + missing + " --prot 8000", "--prot", "--port"},
+      // A misspelt required option is reported as unknown, not as "--model is required".
+      {"plan", "--modle llama-70b", "--modle", "--model"},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = run_loom_stderr(c.command + " " + c.args);
+    expect_one_line_error(r, {"loom " + c.command + " has no option " + c.unknown});
+    const std::string s = suggestion(r.out);
+    EXPECT_EQ(s, c.expected) << r.out;
+    const CliResult help = run_loom(c.command + " --help");
+    EXPECT_EQ(help.rc, 0) << help.out;
+    EXPECT_TRUE(help_lists(help.out, s)) << "'" << s << "' is not an option of loom " << c.command << ":\n" << help.out;
+  }
+  // Nothing close: no suggestion, the way to the list instead.
+  const CliResult far = run_loom_stderr("generate -m " + missing + " --zzzzzz 1");
+  expect_one_line_error(far, {"loom generate has no option --zzzzzz", "loom generate --help"});
+  EXPECT_EQ(suggestion(far.out), "") << far.out;
+  // A misspelt subcommand.
+  expect_one_line_error(run_loom_stderr("generat -m x"), {"loom has no command 'generat' (did you mean generate?)"});
+  expect_one_line_error(run_loom_stderr("bench offlin"), {"loom bench has no command 'offlin' (did you mean offline?)"});
+}
+
+TEST(CliDefaults, UnknownPlanKeysSuggestAKey) {
+  const std::string missing = test::temp_dir() + "/no-such-model.bin";
+  // The plan is parsed before the model loads: the missing model is never reached.
+  expect_one_line_error(run_loom_stderr("generate -m " + missing + " --ranks 2 --plan pp=2,layer=1+1 -n 2"),
+                        {"unknown key 'layer' (did you mean layers?)"});
+  expect_one_line_error(run_loom_stderr("generate -m " + missing + " --ranks 2 --plan dp=2,wieghts=owner -n 2"),
+                        {"unknown key 'wieghts' (did you mean weights?)"});
+  const CliResult far = run_loom_stderr("generate -m " + missing + " --ranks 2 --plan xyz=2 -n 2");
+  expect_one_line_error(far, {"unknown key 'xyz'", "keys: tp, tpa, sp, kvp, dp, pp, layers"});
+  EXPECT_EQ(suggestion(far.out), "") << far.out;
+}
+
 }  // namespace
 }  // namespace loom
