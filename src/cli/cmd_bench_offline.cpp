@@ -452,7 +452,7 @@ void register_bench_offline(CLI::App& bench) {
                                 "bursty[:RATE[:ON_S[:OFF_S]]] (arrivals used with --use-arrivals)");
   trace->excludes(synth);
   sub->add_option("--num-requests,-n", a->num_requests, "Trace: keep the first N; synthetic: N requests (64)");
-  sub->add_option("--prompt-len", a->prompt_len, "Synthetic prompt tokens: N or LO:HI (uniform)")->capture_default_str();
+  sub->add_option("--prompt-len,--input-len", a->prompt_len, "Synthetic prompt tokens: N or LO:HI (uniform)")->capture_default_str();
   sub->add_option("--output-len", a->output_len, "Synthetic output tokens: N or LO:HI (uniform)")->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed of arrivals, lengths, prompt ids and sampling")->capture_default_str();
   sub->add_option("--rate-scale", a->rate_scale, "Multiply the arrival rate")->capture_default_str();

@@ -617,7 +617,7 @@ void register_sim(CLI::App& app) {
                   "fixed, shift (Shift Algorithm 2 over an sp x tp plan), cycle:N, alternate | random:SEED, or sidp | "
                   "sidp:was | sidp:cas (SiDP over a dp=D,weights=owner plan)")
       ->capture_default_str();
-  run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
+  run->add_option("--threshold,--shift-threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
   run->add_option("--sidp-threshold", ra->sidp_threshold,
                   "SiDP (--plan dp=D,weights=owner --policy sidp): the batch per replica below which the group runs "
                   "CaS (default: where the cost model prices a CaS step faster than WaS, at the trace's mean decode "
@@ -630,7 +630,7 @@ void register_sim(CLI::App& app) {
                   "folder's superposition over that window in seconds; --rate-scale multiplies every client's rate)");
   run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
   run->add_option("--num-requests", ra->num_requests, "Synthetic: requests")->capture_default_str();
-  run->add_option("--prompt-len", ra->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
+  run->add_option("--prompt-len,--input-len", ra->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
   run->add_option("--output-len", ra->output_len, "Synthetic: output tokens")->capture_default_str();
   run->add_option("--seed", ra->seed, "Synthetic: seed (arrivals seed, lengths seed+1, seed+2)")->capture_default_str();
   run->add_option("--rate-scale", ra->rate_scale, "Multiply the trace's arrival rate")->capture_default_str();
@@ -653,7 +653,7 @@ void register_sim(CLI::App& app) {
   ve->add_option("--trace", vea->trace, "Azure CSV, Mooncake JSONL or lengths CSV (clipped to the context)");
   ve->add_option("--synthetic", vea->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
   ve->add_option("--num-requests", vea->num_requests, "Synthetic: requests; trace: the first N")->capture_default_str();
-  ve->add_option("--prompt-len", vea->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
+  ve->add_option("--prompt-len,--input-len", vea->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
   ve->add_option("--output-len", vea->output_len, "Synthetic: output tokens")->capture_default_str();
   ve->add_option("--rate-scale", vea->rate_scale, "Multiply the arrival rate")->capture_default_str();
   ve->add_option("--seed", vea->seed, "Seed of the synthetic arrivals, lengths and prompt ids")->capture_default_str();
@@ -691,8 +691,8 @@ void register_plan(CLI::App& app) {
   plan->add_option("--hardware", pa->hardware, "Node, e.g. h200x8, or a loom profile folder (DIR or DIRxN ranks)")
       ->capture_default_str();
   plan->add_option("--dtype", pa->dtype, "bf16, fp8 (default), fp4; on a loom profile f32 (default), f16, bf16, q8_0");
-  plan->add_option("--input-tokens", pa->input_tokens, "Prompt tokens per request")->capture_default_str();
-  plan->add_option("--output-tokens", pa->output_tokens, "Output tokens per request")->capture_default_str();
+  plan->add_option("--input-tokens,--input-len", pa->input_tokens, "Prompt tokens per request")->capture_default_str();
+  plan->add_option("--output-tokens,--output-len", pa->output_tokens, "Output tokens per request")->capture_default_str();
   plan->add_option("--num-requests", pa->num_requests, "Requests in the throughput run")->capture_default_str();
   plan->add_option("--slo-ttft-ms", pa->slo_ttft_ms, "TTFT objective (0 = none)");
   plan->add_option("--slo-tpot-ms", pa->slo_tpot_ms, "TPOT objective (0 = none)");

@@ -34,9 +34,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, as every other user error (an option out of its range names the option, the
-    // value and the range: cli/option_ranges.h). An unknown flag first, with the closest name the
-    // command has (it also explains a "--model is required" that a misspelt --model caused).
-    const std::string unknown = loom::cli::unknown_argument_message(app);
+    // value and the range: cli/option_ranges.h). Arguments the command does not know, and a
+    // missing required option (a misspelt --model leaves --model missing), name the first unknown
+    // argument with the closest name the command has; a bad value of a known option says so itself.
+    const bool unknown_may_explain = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr ||
+                                     dynamic_cast<const CLI::RequiredError*>(&e) != nullptr;
+    const std::string unknown = unknown_may_explain ? loom::cli::unknown_argument_message(app) : std::string();
     std::fprintf(stderr, "error: %s\n", unknown.empty() ? e.what() : unknown.c_str());
     return 1;
   }

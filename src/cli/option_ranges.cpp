@@ -62,7 +62,7 @@ std::vector<OptionRange> build_table() {
       R("", "--temperature", 0, 1000),
       R("", "--rate-scale", 0, 1e6, /*lo_open=*/true),
       // ---- generate ----
-      I("generate", "-n", 0, ctx),
+      I("generate", "--max-tokens", 0, ctx),
       R("generate", "--top-p", 0, 1, /*lo_open=*/true),
       I("generate", "--top-k", 0, ctx, "0: off"),
       I("generate", "--prefill-chunk", 1, 1 << 20),

@@ -95,5 +95,49 @@ TEST(CliDefaults, UnknownPlanKeysSuggestAKey) {
   EXPECT_EQ(suggestion(far.out), "") << far.out;
 }
 
+// The generated ids of a `--print-ids` run ("ids: PROMPT | GENERATED").
+std::string generated_ids(const std::string& out) {
+  for (const std::string& l : lines_of(out))
+    if (l.rfind("ids:", 0) == 0 && l.find(" | ") != std::string::npos) return l.substr(l.find(" | ") + 3);
+  return {};
+}
+
+size_t count_words(const std::string& s) {
+  size_t n = 0;
+  bool in = false;
+  for (char c : s) {
+    if (c != ' ' && !in) ++n;
+    in = c != ' ';
+  }
+  return n;
+}
+
+TEST(CliDefaults, MaxTokensIsGeneratesOutputLength) {
+  const std::string missing = test::temp_dir() + "/no-such-model.bin";
+  expect_one_line_error(run_loom_stderr("generate -m " + missing + " --max-tokns 3"),
+                        {"loom generate has no option --max-tokns (did you mean --max-tokens?)"});
+  // Its range is -n's (one option under two names).
+  expect_one_line_error(run_loom_stderr("generate -m " + missing + " --max-tokens -1"), {"--max-tokens: -1 is out of range"});
+  // The other commands' names for the same lengths answer to the names vLLM's benchmarks use too.
+  const CliResult off = run_loom("bench offline --help");
+  EXPECT_TRUE(help_lists(off.out, "--input-len")) << off.out;
+  const CliResult srv = run_loom("bench serve --help");
+  EXPECT_TRUE(help_lists(srv.out, "--prompt-len")) << srv.out;
+  const CliResult sim = run_loom("sim run --help");
+  EXPECT_TRUE(help_lists(sim.out, "--shift-threshold")) << sim.out;
+  EXPECT_TRUE(help_lists(sim.out, "--input-len")) << sim.out;
+
+  const std::string stories = test::stories_dir();
+  if (stories.empty()) GTEST_SKIP() << "../shared is missing beside the checkout; the runs need stories260K";
+  const std::string base = "generate -m " + stories + "/stories260K.bin -t " + stories +
+                           "/tok512.bin -p 'Once upon a time' --threads 1 --print-ids ";
+  const CliResult a = run_loom(base + "--max-tokens 6");
+  const CliResult b = run_loom(base + "-n 6");
+  ASSERT_EQ(a.rc, 0) << a.out;
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_EQ(count_words(generated_ids(a.out)), 6u) << a.out;
+  EXPECT_EQ(generated_ids(a.out), generated_ids(b.out));
+}
+
 }  // namespace
 }  // namespace loom
