@@ -278,6 +278,14 @@ Range Plan::stage_layers_range(int stage, int n_layers) const {
   return Range{stage * per, (stage + 1) * per};
 }
 
+Plan Plan::with_layer_split(int n_layers) const {
+  Plan p = *this;
+  if (p.pp <= 1 || !p.stage_layers.empty() || n_layers < p.pp || n_layers % p.pp == 0) return p;
+  const int per = n_layers / p.pp, extra = n_layers % p.pp;
+  for (int s = 0; s < p.pp; ++s) p.stage_layers.push_back(per + (s < extra ? 1 : 0));
+  return p;
+}
+
 // ---------------------------------------------------------------------------------------------
 // validate
 

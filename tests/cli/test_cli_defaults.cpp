@@ -184,5 +184,39 @@ TEST(CliDefaults, ByteOptionsTakeSizeSuffixes) {
   }
 }
 
+TEST(CliDefaults, UnevenPipelineSplitsItselfAndMatchesOneRank) {
+  const std::string stories = test::stories_dir();
+  if (stories.empty()) GTEST_SKIP() << "../shared is missing beside the checkout; the runs need stories260K";
+  const std::string base = "generate -m " + stories + "/stories260K.bin -t " + stories +
+                           "/tok512.bin -p 'Once upon a time' --max-tokens 12 --threads 1 --print-ids ";
+  const CliResult one = run_loom(base);
+  ASSERT_EQ(one.rc, 0) << one.out;
+  ASSERT_EQ(count_words(generated_ids(one.out)), 12u) << one.out;
+  // stories260K has 5 layers: pp=3 is 2+2+1 and pp=2 is 3+2 (the first stages one more), printed.
+  const struct {
+    int pp;
+    std::string split;
+  } cases[] = {{3, "2+2+1"}, {2, "3+2"}};
+  for (const auto& c : cases) {
+    const CliResult r = run_loom(base + "--ranks " + std::to_string(c.pp) + " --plan pp=" + std::to_string(c.pp));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("pp=" + std::to_string(c.pp) + " does not divide the model's 5 layers: stages of " + c.split),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("plans: pp=" + std::to_string(c.pp) + ",layers=" + c.split), std::string::npos) << r.out;
+    EXPECT_EQ(generated_ids(r.out), generated_ids(one.out)) << "pp=" << c.pp << " greedy tokens differ from one rank";
+  }
+  // A split given in the plan is kept (and not reported as chosen).
+  const CliResult given = run_loom(base + "--ranks 2 --plan pp=2,layers=1+4");
+  ASSERT_EQ(given.rc, 0) << given.out;
+  EXPECT_EQ(given.out.find("does not divide"), std::string::npos) << given.out;
+  EXPECT_NE(given.out.find("plans: pp=2,layers=1+4"), std::string::npos) << given.out;
+  EXPECT_EQ(generated_ids(given.out), generated_ids(one.out));
+  // More stages than layers is still refused, naming both.
+  const CliResult many = run_loom_stderr(base + "--ranks 6 --plan pp=6");
+  EXPECT_EQ(many.rc, 1) << many.out;
+  EXPECT_NE(many.out.find("pp=6 exceeds num_hidden_layers=5"), std::string::npos) << many.out;
+}
+
 }  // namespace
 }  // namespace loom
