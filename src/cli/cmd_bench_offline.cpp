@@ -230,8 +230,9 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
   o.ranks = ranks > 0 ? ranks : (a.comm == "mpi" ? 0 : 1);
   apply_layout_options(a.layout, std::max(o.ranks, 1), o);
   o.model_path = a.model;
+  const int64_t tier_bytes = o.engine.cpu_kv_bytes;  // --cpu-kv-bytes, or Seesaw's default
   o.engine = cfg;
-  o.engine.cpu_kv_bytes = a.layout.cpu_kv_bytes;
+  o.engine.cpu_kv_bytes = tier_bytes;
   o.load_model = [model](int) { return model; };
   run.is_driver = false;
   run_distributed(o, [&](DistEngine& e) {

@@ -218,5 +218,26 @@ TEST(CliDefaults, UnevenPipelineSplitsItselfAndMatchesOneRank) {
   EXPECT_NE(many.out.find("pp=6 exceeds num_hidden_layers=5"), std::string::npos) << many.out;
 }
 
+TEST(CliDefaults, SeesawRunsWithADefaultCpuTier) {
+  const std::string stories = test::stories_dir();
+  if (stories.empty()) GTEST_SKIP() << "../shared is missing beside the checkout; the runs need stories260K";
+  const std::string base = "generate -m " + stories + "/stories260K.bin -t " + stories +
+                           "/tok512.bin -p 'Once upon a time' --max-tokens 12 --threads 1 --print-ids ";
+  const CliResult one = run_loom(base);
+  ASSERT_EQ(one.rc, 0) << one.out;
+  // No --cpu-kv-bytes: the tier vLLM users expect (4 GiB, at most a quarter of what is available), said at start.
+  const CliResult r = run_loom(base + "--ranks 2 --plan pp=2 --plan tp=2 --policy seesaw");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("[--policy seesaw: CPU KV tier of "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("by default"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("phase transitions"), std::string::npos) << "Seesaw's report is missing: " << r.out;
+  EXPECT_EQ(generated_ids(r.out), generated_ids(one.out)) << "Seesaw's greedy tokens differ from one rank";
+  // Given, it is what was given (with a size suffix) and no default is announced.
+  const CliResult given = run_loom(base + "--ranks 2 --plan pp=2 --plan tp=2 --policy seesaw --cpu-kv-bytes 1M");
+  ASSERT_EQ(given.rc, 0) << given.out;
+  EXPECT_EQ(given.out.find("by default"), std::string::npos) << given.out;
+  EXPECT_EQ(generated_ids(given.out), generated_ids(one.out));
+}
+
 }  // namespace
 }  // namespace loom
