@@ -239,5 +239,44 @@ TEST(CliDefaults, SeesawRunsWithADefaultCpuTier) {
   EXPECT_EQ(generated_ids(given.out), generated_ids(one.out));
 }
 
+TEST(CliDefaults, PlanFailsWithAReasonAndEndsWithFlagsToRun) {
+  // An unknown model: non-zero, one line naming it and what is known.
+  expect_one_line_error(run_loom_stderr("plan --model nosuch"), {"unknown model 'nosuch'", "llama-3-70b"});
+  expect_one_line_error(run_loom_stderr("plan --model nosuch --seesaw"), {"unknown model 'nosuch'"});
+  // Nothing fits: a 405B model on one H200.
+  expect_one_line_error(run_loom_stderr("plan --model llama-3-405b --hardware h200x1 --num-requests 8"),
+                        {"no plan of llama-3-405b fits h200x1", "do not fit"});
+  // Nothing meets the SLO: non-zero, with what is on offer.
+  const std::string small = "plan --num-requests 8 --input-tokens 128 --output-tokens 8";
+  expect_one_line_error(run_loom_stderr(small + " --slo-ttft-ms 0.001"),
+                        {"no plan meets the SLO (TTFT <= 0.001 ms", "the lowest TTFT is"});
+  expect_one_line_error(run_loom_stderr(small + " --slo-ttft-ms 0.001 --json"), {"no plan meets the SLO"});
+  // An answer: exit 0, the last line the flags to paste, naming the best plan printed above it.
+  const CliResult ok = run_loom(small + " 2>/dev/null");
+  ASSERT_EQ(ok.rc, 0) << ok.out;
+  const auto ls = lines_of(ok.out);
+  ASSERT_GE(ls.size(), 2u) << ok.out;
+  const std::string& last = ls.back();
+  EXPECT_EQ(last.rfind("  --plan ", 0), 0u) << ok.out;
+  EXPECT_NE(last.find(" --policy fixed"), std::string::npos) << ok.out;  // the default SLO-free best is a fixed plan
+  const std::string plan = last.substr(9, last.find(' ', 9) - 9);
+  bool named = false;
+  for (const std::string& l : ls) named = named || (l.rfind("best for SLO", 0) == 0 && l.size() >= plan.size() &&
+                                                    l.compare(l.size() - plan.size(), plan.size(), plan) == 0);
+  EXPECT_TRUE(named) << "'" << plan << "' is not the best plan printed:\n" << ok.out;
+  // The flags run: pasted into `loom sim run` on the same model and node (plan's defaults), they
+  // pass the engine's plan and policy rules and run.
+  const CliResult check = run_loom("sim run --model llama-3-70b --hardware h200x8 --dtype fp8 " + last +
+                                   " --synthetic batch --num-requests 4 --prompt-len 64 --output-len 4");
+  EXPECT_EQ(check.rc, 0) << check.out;
+  // --context and --seesaw end the same way.
+  const CliResult ctx = run_loom("plan --model llama-3-8b --context 100000 2>/dev/null");
+  ASSERT_EQ(ctx.rc, 0) << ctx.out;
+  EXPECT_EQ(lines_of(ctx.out).back().rfind("  --plan ", 0), 0u) << ctx.out;
+  const CliResult ss = run_loom("plan --model llama-3-8b --seesaw " + small.substr(5) + " 2>/dev/null");
+  ASSERT_EQ(ss.rc, 0) << ss.out;
+  EXPECT_NE(lines_of(ss.out).back().find("--policy seesaw"), std::string::npos) << ss.out;
+}
+
 }  // namespace
 }  // namespace loom
