@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "core/sysmem.h"
 #include "engine/policy.h"
 #include "engine/seesaw.h"
@@ -18,17 +19,6 @@
 #include "sim/sidp_cost.h"
 
 namespace loom::cli {
-
-std::string human_bytes(int64_t bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  if (u == 0) return cat(bytes, " bytes");
-  char buf[32];
-  std::snprintf(buf, sizeof buf, v == double(int64_t(v)) ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
 
 void add_layout_options(CLI::App* sub, LayoutArgs& a) {
   sub->add_option("--plan", a.plans,

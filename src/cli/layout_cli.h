@@ -46,8 +46,6 @@ struct LayoutArgs {
 };
 
 void add_layout_options(CLI::App* sub, LayoutArgs& a);
-// "4 GiB", "1.5 MiB", "512 bytes": a size for people (powers of 1024, one decimal).
-std::string human_bytes(int64_t bytes);
 // The plan set's rank count (its first plan's size), or `ranks` when no plan is given. Checks the
 // plans and the policy first (one line naming the value: different rank counts, an unknown policy,
 // cycle:0, a key that is not executed yet, a Helix block that is not whole KV blocks of

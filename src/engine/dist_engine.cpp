@@ -9,6 +9,7 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/op_timing.h"
+#include "core/parse_number.h"
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
 #include "engine/sidp.h"
@@ -241,7 +242,8 @@ void set_up(const DistOptions& o, Communicator& world, int ordinal, RankState& s
         line += cat(id ? ";" : "", " ", st.plans.name(id), " shard ", shard, " bytes (",
                     owned > 0 ? cat("copied ", owned) : std::string("no copy"), lazy, ")");
       }
-      line += cat("; KV store ", all[size_t(r) * mine.size() + mine.size() - 1], " bytes");
+      const int64_t kv = all[size_t(r) * mine.size() + mine.size() - 1];
+      line += cat("; KV store ", kv, " bytes", kv >= 1024 ? cat(" (", human_bytes(kv), ")") : std::string());
       st.info.push_back(line);
     }
     for (int id = 0; id < n_plans; ++id)

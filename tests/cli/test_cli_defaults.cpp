@@ -4,6 +4,8 @@
 // `loom plan` failing (non-zero, with a reason) when it has no answer.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -205,6 +207,18 @@ TEST(CliDefaults, UnevenPipelineSplitsItselfAndMatchesOneRank) {
         << r.out;
     EXPECT_NE(r.out.find("plans: pp=" + std::to_string(c.pp) + ",layers=" + c.split), std::string::npos) << r.out;
     EXPECT_EQ(generated_ids(r.out), generated_ids(one.out)) << "pp=" << c.pp << " greedy tokens differ from one rank";
+  }
+  // Sizes at start also for people: "KV store N bytes (X MiB)", X being N in units of 1024.
+  {
+    const CliResult r = run_loom(base + "--ranks 3 --plan pp=3");
+    const std::regex kv("KV store ([0-9]+) bytes \\(([0-9.]+) (KiB|MiB|GiB)\\)");
+    int seen = 0;
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), kv), end; it != end; ++it, ++seen) {
+      const double n = std::stod((*it)[1]), x = std::stod((*it)[2]);
+      const double unit = (*it)[3] == "KiB" ? 1024.0 : (*it)[3] == "MiB" ? 1048576.0 : 1073741824.0;
+      EXPECT_NEAR(n / unit, x, 0.05 + 1e-9) << (*it)[0];
+    }
+    EXPECT_EQ(seen, 3) << r.out;
   }
   // A split given in the plan is kept (and not reported as chosen).
   const CliResult given = run_loom(base + "--ranks 2 --plan pp=2,layers=1+4");
