@@ -252,9 +252,7 @@ bool parse_size(const std::string& text, long double* bytes) {
     while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
   }
   const std::string number = text.substr(0, i);
-  if (number.size() == digits_at || number == std::string(digits_at, '-') + "." ||
-      number.find_first_of("0123456789") == std::string::npos)
-    return false;
+  if (number.find_first_of("0123456789", digits_at) == std::string::npos) return false;  // "", "-", ".", "M"
   std::string suffix = text.substr(i);
   for (char& c : suffix) c = char(std::tolower(static_cast<unsigned char>(c)));
   long double scale = 1;
@@ -268,7 +266,6 @@ bool parse_size(const std::string& text, long double* bytes) {
   } else if (fraction) {
     return false;  // "0.5" bytes
   }
-  errno = 0;
   char* end = nullptr;
   const long double v = std::strtold(number.c_str(), &end);
   if (end != number.c_str() + number.size() || !std::isfinite(v)) return false;
