@@ -17,6 +17,11 @@ void register_all(CLI::App& app);
 // (overrides LOOM_NUMERICS).
 void add_numerics_option(CLI::App* sub);
 void run_selected(CLI::App& app);
+// After a failed parse: "loom generate has no option --max-tokns (did you mean --max-tokens?)" for
+// the first argument the parsed command does not know (a flag, or a word where a subcommand was
+// expected), the suggestion one of that command's own visible names; "" when every argument was
+// known (the parse failed for another reason).
+std::string unknown_argument_message(CLI::App& app);
 
 // Registration functions (one per cmd_*.cpp).
 void register_generate(CLI::App& app);

@@ -230,8 +230,9 @@ EngineRun run_engine(const BenchOfflineArgs& a, std::shared_ptr<const Model> mod
   o.ranks = ranks > 0 ? ranks : (a.comm == "mpi" ? 0 : 1);
   apply_layout_options(a.layout, std::max(o.ranks, 1), o);
   o.model_path = a.model;
+  const int64_t tier_bytes = o.engine.cpu_kv_bytes;  // --cpu-kv-bytes, or Seesaw's default
   o.engine = cfg;
-  o.engine.cpu_kv_bytes = a.layout.cpu_kv_bytes;
+  o.engine.cpu_kv_bytes = tier_bytes;
   o.load_model = [model](int) { return model; };
   run.is_driver = false;
   run_distributed(o, [&](DistEngine& e) {
@@ -452,7 +453,7 @@ void register_bench_offline(CLI::App& bench) {
                                 "bursty[:RATE[:ON_S[:OFF_S]]] (arrivals used with --use-arrivals)");
   trace->excludes(synth);
   sub->add_option("--num-requests,-n", a->num_requests, "Trace: keep the first N; synthetic: N requests (64)");
-  sub->add_option("--prompt-len", a->prompt_len, "Synthetic prompt tokens: N or LO:HI (uniform)")->capture_default_str();
+  sub->add_option("--prompt-len,--input-len", a->prompt_len, "Synthetic prompt tokens: N or LO:HI (uniform)")->capture_default_str();
   sub->add_option("--output-len", a->output_len, "Synthetic output tokens: N or LO:HI (uniform)")->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed of arrivals, lengths, prompt ids and sampling")->capture_default_str();
   sub->add_option("--rate-scale", a->rate_scale, "Multiply the arrival rate")->capture_default_str();

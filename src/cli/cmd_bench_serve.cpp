@@ -140,7 +140,7 @@ void register_bench_serve(CLI::App& bench) {
   sub->add_option("--burst-on-s", a->burst_on_s, "Bursty: seconds on")->capture_default_str();
   sub->add_option("--burst-off-s", a->burst_off_s, "Bursty: seconds off")->capture_default_str();
   sub->add_option("--num-requests,-n", a->num_requests, "Synthetic: requests (default 100); trace: the first N");
-  sub->add_option("--input-len", a->input_len, "Synthetic prompt tokens: N or A:B (uniform)")->capture_default_str();
+  sub->add_option("--input-len,--prompt-len", a->input_len, "Synthetic prompt tokens: N or A:B (uniform)")->capture_default_str();
   sub->add_option("--output-len", a->output_len, "Synthetic output tokens: N or A:B (uniform)")->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed (arrivals; lengths use seed+1, seed+2; prompt ids)")->capture_default_str();
   sub->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (0: no limit)")->capture_default_str();

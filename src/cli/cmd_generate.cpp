@@ -65,7 +65,7 @@ void print_ids(const std::vector<int32_t>& prompt, const std::vector<int32_t>& g
 
 // The prompts as one batch through the distributed engine; rank 0 prints, in prompt order.
 void run_generate_distributed(const GenerateArgs& a) {
-  if (a.n < 1) fail("-n must be >= 1 with --ranks/--plan/--comm or several prompts, got ", a.n);
+  if (a.n < 1) fail("--max-tokens (-n) must be >= 1 with --ranks/--plan/--comm or several prompts, got ", a.n);
   DistOptions o;
   o.comm = a.comm.empty() ? "local" : a.comm;
   int ranks = layout_ranks(a.layout, a.ranks);
@@ -191,7 +191,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.temperature < 0.0f) fail("--temperature must be >= 0, got ", a.temperature);
   if (!(a.top_p > 0.0f && a.top_p <= 1.0f)) fail("--top-p must be in (0, 1], got ", a.top_p);
   if (a.top_k < 0) fail("--top-k must be >= 0, got ", a.top_k);
-  if (a.n < 0) fail("-n must be >= 0, got ", a.n);
+  if (a.n < 0) fail("--max-tokens (-n) must be >= 0, got ", a.n);
   if (a.ranks != 0 || !a.comm.empty() || a.prompts.size() > 1 || a.layout.given())
     return run_generate_distributed(a);
   layout_ranks(a.layout, 1);  // --device (and the defaults) checked before the model loads
@@ -249,7 +249,7 @@ void register_generate(CLI::App& app) {
   sub->add_option("--model,-m", a->model, "Model: llama2.c .bin, GGUF file, or safetensors dir/file")->required();
   sub->add_option("--tokenizer,-t", a->tokenizer, "Tokenizer file (llama2.c .bin or tokenizer.json) if not with the model");
   sub->add_option("--prompt,-p", a->prompts, "Prompt text (repeat for a batch of prompts)");
-  sub->add_option("-n", a->n, "Tokens to generate");
+  sub->add_option("--max-tokens,-n", a->n, "Tokens to generate at most (vLLM's max_tokens)")->capture_default_str();
   sub->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)");
   sub->add_option("--top-p", a->top_p, "Nucleus sampling threshold");
   sub->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)");

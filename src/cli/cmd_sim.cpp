@@ -1,10 +1,12 @@
 // `loom sim ...` and `loom plan`: the simulator, its validation and experiments, and the planner.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <iostream>
+#include <map>
 
 #include "engine/policy.h"
 #include "engine/seesaw.h"
@@ -403,7 +405,28 @@ struct Candidate {
   std::string plan;    // loom::Plan string form
   std::string policy;  // fixed | shift
   std::string label() const { return policy == "fixed" ? plan : plan + " +shift"; }
+  // The flags that run it (loom serve, generate, bench offline): the last line of a plan answer.
+  std::string flags() const { return cat("--plan ", plan, " --policy ", policy); }
 };
+
+// The end of a successful `loom plan` answer: the flags to paste, alone on the last line.
+void print_flags_line(const std::string& flags) {
+  std::printf("to run it (loom serve --model PATH ..., or generate / bench offline):\n  %s\n", flags.c_str());
+}
+
+// Why no candidate was priced: every plan was refused (does not divide the model, the weights
+// do not fit, ...); the reasons, most frequent first, at most 3.
+std::string refusal_summary(const std::vector<std::pair<std::string, std::string>>& refused) {
+  std::map<std::string, std::vector<std::string>> by_reason;
+  for (const auto& [plan, why] : refused) by_reason[why].push_back(plan);
+  std::vector<std::pair<std::string, std::vector<std::string>>> v(by_reason.begin(), by_reason.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.second.size() > y.second.size(); });
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < 3; ++i)
+    s += cat(i ? "; " : "", v[i].second.size(), " like ", v[i].second.front(), ": ", v[i].first);
+  if (v.size() > 3) s += cat("; and ", v.size() - 3, " other reasons");
+  return s;
+}
 
 // Every plan shape for n GPUs: dp x (tp, sp x tp, pp, tp x pp), and the Shift policy over each
 // sp x tp.
@@ -437,14 +460,19 @@ void run_plan_decode(const PlanArgs& a) {
     sim::DecodeAtContext v;
   };
   std::vector<Point> pts;
+  std::vector<std::pair<std::string, std::string>> refused;
   for (const auto& p : candidate_plans(node.gpus_per_node)) {
     if (p.policy != "fixed") continue;  // the Shift policy switches on prefill sizes only
     try {
       pts.push_back({p, sim::measure_decode(a.model, a.hardware, a.dtype, p.plan, a.context)});
-    } catch (const Error&) {
+    } catch (const Error& e) {
       // does not divide the model, the weights do not fit, or no sequence of that context fits
+      refused.push_back({p.label(), e.what()});
     }
   }
+  if (pts.empty())
+    fail("no plan of ", a.model, " fits ", node.name(), " (", dtype_shown(a.dtype, a.hardware), ") at a ", a.context,
+         "-token context: ", refused.size(), " refused (", refusal_summary(refused), ")");
   // Pareto over (TTL of one sequence: lower, tokens/s at the largest batch: higher).
   std::vector<Point> pareto;
   for (const auto& p : pts) {
@@ -465,8 +493,9 @@ void run_plan_decode(const PlanArgs& a) {
     for (const auto& p : pareto)
       j["pareto"].push_back({{"plan", p.c.plan}, {"ttl_b1_ms", p.v.ttl_b1_ms}, {"max_batch", p.v.max_batch},
                              {"ttl_max_ms", p.v.ttl_max_ms}, {"tok_s", p.v.tok_s_max}});
-    j["best"] = best ? nlohmann::json{{"plan", best->c.plan}} : nlohmann::json(nullptr);
+    j["best"] = best ? nlohmann::json{{"plan", best->c.plan}, {"flags", best->c.flags()}} : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump(2).c_str());
+    if (!best) fail("no plan meets the SLO (TTL at the largest batch <= ", a.slo_tpot_ms, " ms)");
     return;
   }
   std::printf("%s on %s (%s), decode at a %lld-token context: %zu plans priced, %zu on the Pareto set over (TTL of "
@@ -477,8 +506,14 @@ void run_plan_decode(const PlanArgs& a) {
   for (const auto& p : pareto)
     std::printf("  %-26s %12.2f %10lld %12.2f %12.0f\n", p.c.plan.c_str(), p.v.ttl_b1_ms, (long long)p.v.max_batch,
                 p.v.ttl_max_ms, p.v.tok_s_max);
-  if (best) std::printf("best for SLO (TTL at the largest batch <= %g ms; 0 = none): %s\n", a.slo_tpot_ms, best->c.plan.c_str());
-  else std::printf("no plan meets the SLO (TTL <= %g ms)\n", a.slo_tpot_ms);
+  if (!best) {
+    const Point* fastest = &pareto.front();  // sorted by TTL of one sequence
+    fail("no plan meets the SLO (TTL at the largest batch <= ", a.slo_tpot_ms, " ms); the lowest TTL at its largest batch on the Pareto set: ",
+         std::min_element(pareto.begin(), pareto.end(), [](const Point& x, const Point& y) { return x.v.ttl_max_ms < y.v.ttl_max_ms; })->v.ttl_max_ms,
+         " ms; at batch 1: ", fastest->c.plan, " ", fastest->v.ttl_b1_ms, " ms");
+  }
+  std::printf("best for SLO (TTL at the largest batch <= %g ms; 0 = none): %s\n", a.slo_tpot_ms, best->c.plan.c_str());
+  print_flags_line(best->c.flags());
 }
 
 // `loom plan --seesaw`: Seesaw's (c_p, c_d) pairs for an offline batch of the given lengths, by
@@ -501,18 +536,32 @@ void run_plan_seesaw(const PlanArgs& a) {
   std::printf("%s on %s, %d requests of %d in / %d out, offline; Seesaw pairs (prefill plan -> decode plan, equal DP, "
               "CPU KV tier 80 GiB per GPU):\n",
               a.model.c_str(), cm.node().name().c_str(), a.num_requests, a.input_tokens, a.output_tokens);
-  if (pairs.empty()) {
-    std::printf("  none fits\n");
-    return;
-  }
+  if (pairs.empty())
+    fail("no Seesaw pair (prefill plan, decode plan of equal DP) of ", a.model, " fits ", cm.node().name(), " for ",
+         a.num_requests, " requests of ", a.input_tokens, " in / ", a.output_tokens, " out");
   std::printf("  best fixed plan: %s, %.0f tok/s\n", pairs[0].best_fixed.c_str(), pairs[0].best_fixed_tok_s);
   std::printf("  %-16s %-16s %12s %9s %10s\n", "prefill (c_p)", "decode (c_d)", "tok/s", "vs fixed", "switches");
   for (const auto& p : pairs)
     std::printf("  %-16s %-16s %12.0f %8.2fx %10lld\n", p.prefill.to_string().c_str(), p.decode.to_string().c_str(),
                 p.tok_s, p.best_fixed_tok_s > 0 ? p.tok_s / p.best_fixed_tok_s : 0.0, (long long)p.switches);
+  const auto top = std::max_element(pairs.begin(), pairs.end(), [](const auto& x, const auto& y) { return x.tok_s < y.tok_s; });
+  print_flags_line(cat("--plan ", top->prefill.to_string(), " --plan ", top->decode.to_string(), " --policy seesaw"));
+}
+
+// Why no plan of the Pareto set meets the SLOs: the best TTFT and the best TPOT on offer.
+template <class Point>
+std::string no_slo_reason(const PlanArgs& a, const std::vector<Point>& pareto) {
+  const auto ttft = std::min_element(pareto.begin(), pareto.end(), [](const Point& x, const Point& y) { return x.v.ttft_ms < y.v.ttft_ms; });
+  const auto tpot = std::min_element(pareto.begin(), pareto.end(), [](const Point& x, const Point& y) { return x.v.tpot_ms < y.v.tpot_ms; });
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "the lowest TTFT is %.1f ms (%s), the lowest TPOT %.2f ms (%s)", ttft->v.ttft_ms,
+                ttft->c.label().c_str(), tpot->v.tpot_ms, tpot->c.label().c_str());
+  return cat("no plan meets the SLO (TTFT <= ", a.slo_ttft_ms, " ms, TPOT <= ", a.slo_tpot_ms, " ms; 0 = none): ", buf);
 }
 
 void run_plan(const PlanArgs& a) {
+  // An unknown model is one line naming it and the catalog, before anything is priced.
+  sim::find_model(a.model);
   if (a.seesaw) return run_plan_seesaw(a);
   if (a.context > 0) return run_plan_decode(a);
   const sim::NodeSpec node = sim::parse_node(a.hardware);
@@ -522,6 +571,7 @@ void run_plan(const PlanArgs& a) {
   };
   std::vector<Point> pts;
   const auto cands = candidate_plans(node.gpus_per_node);
+  std::vector<std::pair<std::string, std::string>> refused;
   int done = 0;
   const bool bar = !a.json && ::isatty(STDERR_FILENO);  // only on a terminal
   for (const auto& p : cands) {
@@ -532,9 +582,13 @@ void run_plan(const PlanArgs& a) {
                                           a.output_tokens, a.num_requests)});
     } catch (const Error& e) {
       // A plan that does not divide the model or whose weights do not fit is not a candidate.
+      refused.push_back({p.label(), e.what()});
     }
   }
   if (bar) std::fprintf(stderr, "\n");
+  if (pts.empty())
+    fail("no plan of ", a.model, " fits ", node.name(), " (", dtype_shown(a.dtype, a.hardware), "): ", refused.size(),
+         " refused (", refusal_summary(refused), ")");
   auto dominates = [](const sim::LatencyThroughput& x, const sim::LatencyThroughput& y) {
     const bool ge = x.ttft_ms <= y.ttft_ms && x.tpot_ms <= y.tpot_ms && x.throughput_tok_s >= y.throughput_tok_s;
     const bool gt = x.ttft_ms < y.ttft_ms || x.tpot_ms < y.tpot_ms || x.throughput_tok_s > y.throughput_tok_s;
@@ -557,8 +611,10 @@ void run_plan(const PlanArgs& a) {
     j["pareto"] = nlohmann::json::array();
     for (const auto& p : pareto)
       j["pareto"].push_back({{"plan", p.c.plan}, {"policy", p.c.policy}, {"ttft_ms", p.v.ttft_ms}, {"tpot_ms", p.v.tpot_ms}, {"throughput_tok_s", p.v.throughput_tok_s}});
-    j["best"] = best ? nlohmann::json{{"plan", best->c.plan}, {"policy", best->c.policy}} : nlohmann::json(nullptr);
+    j["best"] = best ? nlohmann::json{{"plan", best->c.plan}, {"policy", best->c.policy}, {"flags", best->c.flags()}}
+                     : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump(2).c_str());
+    if (!best) fail(no_slo_reason(a, pareto));
     return;
   }
   std::printf("%s on %s (%s), %d in / %d out: %zu plans priced, %zu on the Pareto set over (TTFT, TPOT, throughput):\n",
@@ -566,8 +622,9 @@ void run_plan(const PlanArgs& a) {
   std::printf("  %-26s %10s %10s %14s\n", "plan", "TTFT ms", "TPOT ms", "tok/s");
   for (const auto& p : pareto)
     std::printf("  %-26s %10.1f %10.2f %14.0f\n", p.c.label().c_str(), p.v.ttft_ms, p.v.tpot_ms, p.v.throughput_tok_s);
-  if (best) std::printf("best for SLO (TTFT <= %g ms, TPOT <= %g ms; 0 = none): %s\n", a.slo_ttft_ms, a.slo_tpot_ms, best->c.label().c_str());
-  else std::printf("no plan meets the SLO (TTFT <= %g ms, TPOT <= %g ms)\n", a.slo_ttft_ms, a.slo_tpot_ms);
+  if (!best) fail(no_slo_reason(a, pareto));
+  std::printf("best for SLO (TTFT <= %g ms, TPOT <= %g ms; 0 = none): %s\n", a.slo_ttft_ms, a.slo_tpot_ms, best->c.label().c_str());
+  print_flags_line(best->c.flags());
 }
 
 }  // namespace
@@ -617,7 +674,7 @@ void register_sim(CLI::App& app) {
                   "fixed, shift (Shift Algorithm 2 over an sp x tp plan), cycle:N, alternate | random:SEED, or sidp | "
                   "sidp:was | sidp:cas (SiDP over a dp=D,weights=owner plan)")
       ->capture_default_str();
-  run->add_option("--threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
+  run->add_option("--threshold,--shift-threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
   run->add_option("--sidp-threshold", ra->sidp_threshold,
                   "SiDP (--plan dp=D,weights=owner --policy sidp): the batch per replica below which the group runs "
                   "CaS (default: where the cost model prices a CaS step faster than WaS, at the trace's mean decode "
@@ -630,7 +687,7 @@ void register_sim(CLI::App& app) {
                   "folder's superposition over that window in seconds; --rate-scale multiplies every client's rate)");
   run->add_option("--synthetic", ra->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
   run->add_option("--num-requests", ra->num_requests, "Synthetic: requests")->capture_default_str();
-  run->add_option("--prompt-len", ra->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
+  run->add_option("--prompt-len,--input-len", ra->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
   run->add_option("--output-len", ra->output_len, "Synthetic: output tokens")->capture_default_str();
   run->add_option("--seed", ra->seed, "Synthetic: seed (arrivals seed, lengths seed+1, seed+2)")->capture_default_str();
   run->add_option("--rate-scale", ra->rate_scale, "Multiply the trace's arrival rate")->capture_default_str();
@@ -653,7 +710,7 @@ void register_sim(CLI::App& app) {
   ve->add_option("--trace", vea->trace, "Azure CSV, Mooncake JSONL or lengths CSV (clipped to the context)");
   ve->add_option("--synthetic", vea->synthetic, "poisson:RATE, gamma:RATE:CV, bursty:RATE:ON_S:OFF_S, batch");
   ve->add_option("--num-requests", vea->num_requests, "Synthetic: requests; trace: the first N")->capture_default_str();
-  ve->add_option("--prompt-len", vea->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
+  ve->add_option("--prompt-len,--input-len", vea->prompt_len, "Synthetic: prompt tokens")->capture_default_str();
   ve->add_option("--output-len", vea->output_len, "Synthetic: output tokens")->capture_default_str();
   ve->add_option("--rate-scale", vea->rate_scale, "Multiply the arrival rate")->capture_default_str();
   ve->add_option("--seed", vea->seed, "Seed of the synthetic arrivals, lengths and prompt ids")->capture_default_str();
@@ -691,8 +748,8 @@ void register_plan(CLI::App& app) {
   plan->add_option("--hardware", pa->hardware, "Node, e.g. h200x8, or a loom profile folder (DIR or DIRxN ranks)")
       ->capture_default_str();
   plan->add_option("--dtype", pa->dtype, "bf16, fp8 (default), fp4; on a loom profile f32 (default), f16, bf16, q8_0");
-  plan->add_option("--input-tokens", pa->input_tokens, "Prompt tokens per request")->capture_default_str();
-  plan->add_option("--output-tokens", pa->output_tokens, "Output tokens per request")->capture_default_str();
+  plan->add_option("--input-tokens,--input-len", pa->input_tokens, "Prompt tokens per request")->capture_default_str();
+  plan->add_option("--output-tokens,--output-len", pa->output_tokens, "Output tokens per request")->capture_default_str();
   plan->add_option("--num-requests", pa->num_requests, "Requests in the throughput run")->capture_default_str();
   plan->add_option("--slo-ttft-ms", pa->slo_ttft_ms, "TTFT objective (0 = none)");
   plan->add_option("--slo-tpot-ms", pa->slo_tpot_ms, "TPOT objective (0 = none)");

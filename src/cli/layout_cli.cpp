@@ -1,11 +1,14 @@
 #include "cli/layout_cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "core/sysmem.h"
 #include "engine/policy.h"
+#include "engine/seesaw.h"
 #include "gpu/device.h"
 #include "engine/rank_engine.h"
 #include "kernels/roofline.h"
@@ -47,7 +50,8 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
   sub->add_option("--device", a.device, "Where the ranks compute: cpu or cuda (needs a visible NVIDIA GPU)")
       ->capture_default_str();
   sub->add_option("--cpu-kv-bytes", a.cpu_kv_bytes,
-                  "Seesaw's CPU KV tier: bytes of host memory shared by the ranks of a host (needed by --policy seesaw)");
+                  "Seesaw's CPU KV tier: bytes of host memory shared by the ranks of a host (default with --policy seesaw: "
+                  "4 GiB, at most a quarter of the memory available, as vLLM's swap space)");
   sub->add_option("--profile", a.profile,
                   "Profile of this machine (loom profile -o DIR): the default --shift-threshold and --sidp-threshold from its "
                   "cost model");
@@ -84,6 +88,19 @@ void apply_layout_options(const LayoutArgs& a, int ranks, DistOptions& o) {
       fail("--cpu-kv-bytes ", a.cpu_kv_bytes, " is more than the ", *avail, " bytes of memory available (MemAvailable)");
   }
   o.engine.cpu_kv_bytes = a.cpu_kv_bytes;
+  if (a.cpu_kv_bytes == 0 && is_seesaw_policy(a.policy)) {
+    // As vLLM's swap space: 4 GiB by default, at most a quarter of the memory available. The
+    // tier's pages are zero pages until KV is parked in them.
+    const std::optional<int64_t> avail = mem_available();
+    const int64_t four_gib = int64_t(4) << 30;
+    o.engine.cpu_kv_bytes = avail ? std::min(four_gib, *avail / 4) : four_gib;
+    const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (mpi_rank == nullptr || std::string(mpi_rank) == "0")
+      std::fprintf(stderr, "[--policy %s: CPU KV tier of %s (%lld bytes) by default, as vLLM's 4 GiB swap space%s; "
+                   "--cpu-kv-bytes sets it]\n",
+                   a.policy.c_str(), human_bytes(o.engine.cpu_kv_bytes).c_str(), (long long)o.engine.cpu_kv_bytes,
+                   o.engine.cpu_kv_bytes < four_gib ? ", capped at a quarter of the memory available" : "");
+  }
   const std::string profile = a.profile;
   // The ranks talk over MPI when mpirun started this process (the profile's mpi collectives).
   auto backend = [] { return std::string(std::getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "local"); };

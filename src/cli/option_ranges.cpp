@@ -38,6 +38,10 @@ std::vector<OptionRange> build_table() {
   auto I = [](std::string cmd, std::string opt, long double lo, long double hi, std::string why = "") {
     return OptionRange{std::move(cmd), std::move(opt), lo, hi, true, false, std::move(why)};
   };
+  // A size in bytes: an integer option that also takes K/M/G/T suffixes.
+  auto B = [](std::string cmd, std::string opt, long double lo, long double hi, std::string why = "") {
+    return OptionRange{std::move(cmd), std::move(opt), lo, hi, true, false, std::move(why), true};
+  };
   auto R = [](std::string cmd, std::string opt, long double lo, long double hi, bool lo_open = false,
               std::string why = "") {
     return OptionRange{std::move(cmd), std::move(opt), lo, hi, false, lo_open, std::move(why)};
@@ -51,10 +55,10 @@ std::vector<OptionRange> build_table() {
       I("", "--max-tokens-per-step", 1, 1 << 20),
       I("", "--max-model-len", 0, ctx, "0: the model's context"),
       I("", "--block-size", 1, 1024),
-      I("", "--kv-cache-bytes", 0, mem, memory_why()),
-      I("sim validate-engine", "--kv-cache-bytes", 1, mem, memory_why()),
-      I("", "--rank-memory-bytes", 0, mem, memory_why()),
-      I("", "--cpu-kv-bytes", 0, mem, memory_why()),
+      B("", "--kv-cache-bytes", 0, mem, memory_why()),
+      B("sim validate-engine", "--kv-cache-bytes", 1, mem, memory_why()),
+      B("", "--rank-memory-bytes", 0, mem, memory_why()),
+      B("", "--cpu-kv-bytes", 0, mem, memory_why()),
       R("", "--kv-cache-fraction", 0, 1, /*lo_open=*/true),
       I("", "--shift-threshold", -1, ctx, "-1: from the cost model"),
       I("", "--sidp-threshold", -1, 1 << 20, "-1: from the cost model"),
@@ -62,7 +66,7 @@ std::vector<OptionRange> build_table() {
       R("", "--temperature", 0, 1000),
       R("", "--rate-scale", 0, 1e6, /*lo_open=*/true),
       // ---- generate ----
-      I("generate", "-n", 0, ctx),
+      I("generate", "--max-tokens", 0, ctx),
       R("generate", "--top-p", 0, 1, /*lo_open=*/true),
       I("generate", "--top-k", 0, ctx, "0: off"),
       I("generate", "--prefill-chunk", 1, 1 << 20),
@@ -73,8 +77,8 @@ std::vector<OptionRange> build_table() {
       I("serve", "--max-connections", 0, 1 << 20, "0: from the descriptor limit"),
       R("serve", "--header-timeout", 0, 3600, /*lo_open=*/true),
       R("serve", "--body-timeout", 0, 3600, /*lo_open=*/true),
-      I("serve", "--max-body-bytes", 1024, 1 << 28, "at most 256 MiB: its parse is budgeted at 32x"),
-      I("serve", "--max-inflight-bytes", 0, mem, memory_why() + "; 0: min(2 GiB, a quarter of it)"),
+      B("serve", "--max-body-bytes", 1024, 1 << 28, "at most 256 MiB: its parse is budgeted at 32x"),
+      B("serve", "--max-inflight-bytes", 0, mem, memory_why() + "; 0: min(2 GiB, a quarter of it)"),
       R("serve", "--stall-timeout", 0.001L, 86400),
       R("serve", "--heartbeat-timeout", 0.001L, 3600),
       R("serve", "--window", 0, 3600, /*lo_open=*/true),
@@ -130,19 +134,33 @@ std::string bound_text(long double v) {
   return buf;
 }
 
+constexpr const char* kSizeForms = " (sizes: an integer, or a number with K, M, G or T: powers of 1024, e.g. 64M, 4GiB, 512k)";
+
 std::string range_text(const OptionRange& r) {
   return cat(r.lo_open ? "(" : "[", bound_text(r.lo), ", ", bound_text(r.hi), "]");
 }
 
-// The check CLI11 runs on each raw value before converting it ("" = fine).
-std::string check_value(const OptionRange& r, const std::string& text) {
+// The check CLI11 runs on each raw value before converting it ("" = fine). A size in bytes is
+// rewritten to its integer (`*text` = "67108864" for "64M") once it is in range.
+std::string check_value(const OptionRange& r, std::string* text_io) {
+  const std::string& text = *text_io;
   const std::string shown = text_excerpt(text, 32);
   const std::string kind = r.integer ? "an integer" : "a number";
   if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || text.size() > 64)
-    return cat("'", shown, "' is not ", kind);
+    return cat("'", shown, "' is not ", kind, r.bytes ? kSizeForms : "");
   errno = 0;
   char* end = nullptr;
   long double v = 0;
+  if (r.bytes) {
+    if (!parse_size(text, &v)) return cat("'", shown, "' is not an integer number of bytes", kSizeForms);
+    // With a suffix the message also gives the bytes it stands for.
+    const bool suffixed = text.find_first_not_of("+-0123456789") != std::string::npos;
+    if (v < r.lo || v > r.hi)
+      return cat(shown, suffixed ? cat(" (", bound_text(v), " bytes)") : std::string(), " is out of range ",
+                 range_text(r), r.why.empty() ? "" : " (" + r.why + ")");
+    *text_io = bound_text(v);
+    return {};
+  }
   if (r.integer) {
     if (text[0] == '-') {
       v = (long double)std::strtoll(text.c_str(), &end, 10);
@@ -202,13 +220,58 @@ void apply(CLI::App* app, std::vector<std::string>* missing) {
       continue;
     }
     const OptionRange range = *r;
-    o->check(CLI::Validator([range](std::string& v) { return check_value(range, v); },
-                            range_text(range), "range"));
+    if (range.bytes) {
+      // transform, not check: the value CLI11 converts is the rewritten integer.
+      o->transform(CLI::Validator([range](std::string& v) { return check_value(range, &v); },
+                                  range_text(range) + " (K/M/G/T)", "range"));
+    } else {
+      o->check(CLI::Validator(
+          [range](std::string& v) {
+            std::string copy = v;
+            return check_value(range, &copy);
+          },
+          range_text(range), "range"));
+    }
   }
   for (CLI::App* sub : app->get_subcommands({})) apply(sub, missing);
 }
 
 }  // namespace
+
+bool parse_size(const std::string& text, long double* bytes) {
+  if (text.empty() || text.size() > 64 || std::isspace(static_cast<unsigned char>(text[0]))) return false;
+  // The number: an integer, or (with a suffix) a decimal fraction.
+  size_t i = 0;
+  if (text[i] == '-' || text[i] == '+') ++i;
+  const size_t digits_at = i;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  bool fraction = false;
+  if (i < text.size() && text[i] == '.') {
+    fraction = true;
+    ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  }
+  const std::string number = text.substr(0, i);
+  if (number.find_first_of("0123456789", digits_at) == std::string::npos) return false;  // "", "-", ".", "M"
+  std::string suffix = text.substr(i);
+  for (char& c : suffix) c = char(std::tolower(static_cast<unsigned char>(c)));
+  long double scale = 1;
+  if (!suffix.empty()) {
+    const std::string units = "kmgt";
+    const size_t u = units.find(suffix[0]);
+    if (u == std::string::npos) return false;
+    const std::string tail = suffix.substr(1);
+    if (!(tail.empty() || tail == "i" || tail == "ib" || tail == "b")) return false;
+    scale = std::pow(1024.0L, (long double)(u + 1));
+  } else if (fraction) {
+    return false;  // "0.5" bytes
+  }
+  char* end = nullptr;
+  const long double v = std::strtold(number.c_str(), &end);
+  if (end != number.c_str() + number.size() || !std::isfinite(v)) return false;
+  *bytes = std::floor(v * scale);
+  return true;
+}
 
 int max_threads() { return std::max(64, 8 * cores()); }
 
@@ -254,7 +317,8 @@ void check_environment() {
   for (const Env& e : envs) {
     const char* v = std::getenv(e.name);
     if (v == nullptr || *v == '\0') continue;
-    const std::string why = check_value(e.range, v);
+    std::string text = v;
+    const std::string why = check_value(e.range, &text);
     if (!why.empty()) fail(e.name, ": ", why);
   }
 }

@@ -27,7 +27,14 @@ struct OptionRange {
   bool integer = true;
   bool lo_open = false;  // lo itself excluded (a positive real: (0, hi])
   std::string why;       // what sets the range ("" when it is the option's meaning)
+  bool bytes = false;    // a size in bytes: K, M, G, T suffixes accepted (parse_size below)
 };
+
+// A size in bytes as a user writes it: an integer ("67108864", "-1"), or a number with a suffix
+// K, M, G or T (powers of 1024; case-insensitive; optionally followed by "i", "iB" or "B":
+// "64M", "64MiB", "4gb", "1.5G", "512k"), rounded down to whole bytes. Returns false when `text`
+// is none of these.
+bool parse_size(const std::string& text, long double* bytes);
 
 // Every range of the table, resolved on this machine.
 std::vector<OptionRange> option_ranges();

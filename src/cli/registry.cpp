@@ -1,9 +1,12 @@
+#include <cctype>
 #include <map>
 
 #include <cstdio>
 
 #include "cli/cli.h"
 #include "cli/option_ranges.h"
+#include "core/error.h"
+#include "core/suggest.h"
 #include "kernels/kernels.h"
 
 namespace loom::cli {
@@ -63,6 +66,59 @@ void run_selected(CLI::App& app) {
     cur = subs.empty() ? nullptr : subs.front();
   }
   if (found) (*found)();
+}
+
+namespace {
+
+CLI::App* deepest_parsed(CLI::App& app) {
+  CLI::App* cur = &app;
+  for (;;) {
+    auto subs = cur->get_subcommands();
+    if (subs.empty()) return cur;
+    cur = subs.front();
+  }
+}
+
+bool looks_numeric(const std::string& s) {
+  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  return i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.');
+}
+
+}  // namespace
+
+std::string unknown_argument_message(CLI::App& app) {
+  CLI::App* sub = deepest_parsed(app);
+  std::string path;
+  for (const CLI::App* a = sub; a && a->get_parent(); a = a->get_parent())
+    path = a->get_name() + (path.empty() ? "" : " " + path);
+  const std::string cmd = path.empty() ? std::string("loom") : "loom " + path;
+  const std::vector<std::string> rest = app.remaining(true);
+  const bool has_subcommands = !sub->get_subcommands({}).empty();
+  for (const std::string& arg : rest) {
+    if (arg.empty() || arg == "--") continue;
+    if (arg[0] == '-' && arg.size() >= 2 && !looks_numeric(arg)) {
+      const std::string name = arg.substr(0, arg.find('='));
+      // The visible options of the command itself (hidden test hooks are never suggested); a
+      // one-letter flag is not matched (every other letter is one edit away).
+      std::vector<std::string> names;
+      for (const CLI::Option* o : sub->get_options()) {
+        if (o->get_group().empty()) continue;
+        for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+        for (const std::string& s : o->get_snames()) names.push_back("-" + s);
+      }
+      const std::string hint = name.size() > 2 ? did_you_mean(name, names) : std::string();
+      return cat(cmd, " has no option ", name, hint.empty() ? cat("; `", cmd, " --help` lists its options") : hint);
+    }
+    if (arg[0] != '-' && has_subcommands) {
+      // A word where a subcommand was expected (`loom generat`).
+      std::vector<std::string> names;
+      for (const CLI::App* c : sub->get_subcommands({}))
+        if (!c->get_group().empty()) names.push_back(c->get_name());
+      const std::string hint = did_you_mean(arg, names);
+      return cat(cmd, " has no command '", arg, "'", hint.empty() ? cat("; `", cmd, " --help` lists them") : hint);
+    }
+  }
+  return {};
 }
 
 }  // namespace loom::cli

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -46,6 +47,17 @@ double parse_double(std::string_view text, const std::string& what, double lo, d
   if (errno == ERANGE && v != 0) fail(what, " ", text_excerpt(text, 32), " is out of range ", range_text(lo, hi));
   if (v < lo || v > hi) fail(what, " ", text_excerpt(text, 32), " is out of range ", range_text(lo, hi));
   return v;
+}
+
+std::string human_bytes(int64_t bytes) {
+  static const char* const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(bytes);
+  int u = 0;
+  while ((v >= 1024.0 || v <= -1024.0) && u < 5) v /= 1024.0, ++u;
+  if (u == 0) return std::to_string(bytes) + " bytes";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, v == double(int64_t(v)) ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
 }
 
 }  // namespace loom

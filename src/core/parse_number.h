@@ -19,4 +19,7 @@ double parse_double(std::string_view text, const std::string& what, double lo = 
 // A range bound for messages: integers without a fraction, 2^k as "2^k" when large.
 std::string range_text(double lo, double hi);
 
+// A size for people: "512 bytes", "64 MiB", "2.8 GiB" (powers of 1024, one decimal unless whole).
+std::string human_bytes(int64_t bytes);
+
 }  // namespace loom

@@ -9,6 +9,7 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/op_timing.h"
+#include "core/parse_number.h"
 #include "core/weight_tiles.h"
 #include "engine/policy.h"
 #include "engine/sidp.h"
@@ -156,7 +157,20 @@ void set_up(const DistOptions& o, Communicator& world, int ordinal, RankState& s
   st.model = o.load_model ? o.load_model(world.rank()) : std::shared_ptr<const Model>(load_model(o.model_path));
   LOOM_CHECK(st.model != nullptr, "load_model returned no model");
   const ModelConfig& c = st.model->config;
-  st.plans = PlanSet::make(plans, ModelShape::from(c, weight_block_elems(*st.model)));
+  // A pipeline whose stage count does not divide the layers splits them unevenly (the first
+  // stages one layer more, as vLLM), reported at start; layers= in the plan chooses another split.
+  std::vector<Plan> split = plans;
+  for (Plan& p : split) {
+    const Plan s = p.with_layer_split(c.n_layers);
+    if (s.stage_layers != p.stage_layers && world.rank() == 0) {
+      std::string parts;
+      for (int n : s.stage_layers) parts += cat(parts.empty() ? "" : "+", n);
+      st.info.push_back(cat("pp=", p.pp, " does not divide the model's ", c.n_layers, " layers: stages of ", parts,
+                            " layers (", s.to_string(), "; give layers=... in the plan for another split)"));
+    }
+    p = s;
+  }
+  st.plans = PlanSet::make(split, ModelShape::from(c, weight_block_elems(*st.model)));
   st.config = o.engine;
   st.config.validate(c);
   if (st.config.max_model_len == 0) st.config.max_model_len = c.max_seq_len;
@@ -228,7 +242,8 @@ void set_up(const DistOptions& o, Communicator& world, int ordinal, RankState& s
         line += cat(id ? ";" : "", " ", st.plans.name(id), " shard ", shard, " bytes (",
                     owned > 0 ? cat("copied ", owned) : std::string("no copy"), lazy, ")");
       }
-      line += cat("; KV store ", all[size_t(r) * mine.size() + mine.size() - 1], " bytes");
+      const int64_t kv = all[size_t(r) * mine.size() + mine.size() - 1];
+      line += cat("; KV store ", kv, " bytes", kv >= 1024 ? cat(" (", human_bytes(kv), ")") : std::string());
       st.info.push_back(line);
     }
     for (int id = 0; id < n_plans; ++id)

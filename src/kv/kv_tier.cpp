@@ -12,8 +12,9 @@ namespace loom {
 std::shared_ptr<KvTierArena> KvTierArena::allocate(int64_t bytes) {
   if (bytes < 0) fail("--cpu-kv-bytes must be >= 0, got ", bytes);
   auto buf = std::make_shared<AlignedBuffer<float>>();
+  // AlignedBuffer hands out zeroed memory (fresh anonymous pages when large): pages the tier
+  // never parks KV in stay untouched, so a large default tier costs only what is used.
   buf->resize(size_t(bytes / int64_t(sizeof(float))));
-  std::fill(buf->data(), buf->data() + buf->size(), 0.0f);
   auto a = std::make_shared<KvTierArena>();
   a->data = buf->data();
   a->bytes = int64_t(buf->size()) * int64_t(sizeof(float));

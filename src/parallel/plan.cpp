@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/suggest.h"
 #include "model/config.h"
 
 namespace loom {
@@ -115,7 +116,11 @@ Plan Plan::parse(std::string_view text) {
     } else if (key == "lookahead") {
       once(11, key), p.lookahead = parse_int(key, val);
     } else {
-      fail("plan '", text, "': unknown key '", key, "' (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights, sidp, slots, lookahead)");
+      static const std::vector<std::string> keys = {"tp",      "tpa",  "sp",   "kvp",  "dp",    "pp",       "layers",
+                                                     "block",   "hopb", "weights", "sidp", "slots", "lookahead"};
+      const std::string hint = did_you_mean(std::string(key), keys);
+      fail("plan '", text, "': unknown key '", key, "'", hint,
+           hint.empty() ? " (keys: tp, tpa, sp, kvp, dp, pp, layers, block, hopb, weights, sidp, slots, lookahead)" : "");
     }
   }
   if (p.kvp > 1 && seen_tp)
@@ -271,6 +276,14 @@ Range Plan::stage_layers_range(int stage, int n_layers) const {
   }
   int64_t per = n_layers / pp;
   return Range{stage * per, (stage + 1) * per};
+}
+
+Plan Plan::with_layer_split(int n_layers) const {
+  Plan p = *this;
+  if (p.pp <= 1 || !p.stage_layers.empty() || n_layers < p.pp || n_layers % p.pp == 0) return p;
+  const int per = n_layers / p.pp, extra = n_layers % p.pp;
+  for (int s = 0; s < p.pp; ++s) p.stage_layers.push_back(per + (s < extra ? 1 : 0));
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -143,6 +143,10 @@ struct Plan {
   Mesh ffn_mesh() const;
   // Layers of pipeline stage `stage`.
   Range stage_layers_range(int stage, int n_layers) const;
+  // This plan with an explicit layers= split when pp does not divide n_layers (and pp <= n_layers):
+  // as vLLM, the first n_layers % pp stages get one layer more (pp=3 over 5 layers: 2+2+1). The
+  // plan itself when it has layers=, pp divides n_layers, or pp > n_layers (validate says why).
+  Plan with_layer_split(int n_layers) const;
 };
 
 // Throws loom::Error, before any weight loads, when the plan does not divide the model, naming

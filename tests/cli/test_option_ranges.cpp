@@ -108,7 +108,7 @@ std::map<std::string, std::string> base_args(const std::string& command, const s
                                              const std::string& tmp) {
   const std::string model = stories + "/stories260K.bin", tok = stories + "/tok512.bin";
   if (command == "generate")
-    return {{"-m", model}, {"-t", tok}, {"-p", "Once"}, {"-n", "2"}, {"--threads", "1"}};
+    return {{"-m", model}, {"-t", tok}, {"-p", "Once"}, {"--max-tokens", "2"}, {"--threads", "1"}};
   if (command == "serve")
     return {{"-m", model}, {"-t", tok}, {"--port", "0"}, {"--threads", "1"}, {"--kv-cache-bytes", "4000000"}};
   if (command == "bench offline")
@@ -133,11 +133,13 @@ std::string command_line(const std::string& command, std::map<std::string, std::
                          const std::string& option, const std::string& value) {
   args.erase(option);
   std::string s = command;
+  // Appended piece by piece: gcc 12 warns -Wrestrict (a false positive) on " " + string here.
   for (const auto& [k, v] : args) {
-    s += " " + k;
-    if (!v.empty()) s += " " + q(v);
+    s.append(1, ' ').append(k);
+    if (!v.empty()) s.append(1, ' ').append(q(v));
   }
-  return s + " " + option + " " + q(value);
+  s.append(1, ' ').append(option).append(1, ' ').append(q(value));
+  return s;
 }
 
 bool clean(const std::string& out) {
