@@ -22,18 +22,22 @@ namespace loom::cli {
 
 void add_layout_options(CLI::App* sub, LayoutArgs& a) {
   sub->add_option("--plan", a.plans,
-                  "Parallel plan, e.g. tp=4, dp=2,tp=2, sp=2,tp=2, pp=2, tp=4,weights=full; repeat it for a plan set "
-                  "a policy switches between (the first is the initial plan; default tp=<ranks>)")
+                  "Parallel plan, comma-separated key=value: tp (tensor parallel), dp (data parallel replicas), pp "
+                  "(pipeline stages; layers=a+b+... splits them, uneven by default), sp (Ulysses sequence parallel, "
+                  "with tp), kvp + tpa (Helix: KV-parallel attention, TP over all ranks for the FFN; hopb=on|off), "
+                  "weights=full|owner (owner: SiDP, each layer's FFN held by one replica; with dp), block (KV block "
+                  "tokens). E.g. tp=4, dp=2,tp=2, sp=2,tp=2, pp=2, kvp=2,tpa=2, dp=4,weights=owner. Repeat it for "
+                  "a plan set a policy switches between (the first is the initial plan; default tp=<ranks>)")
       ->allow_extra_args(false);
   sub->add_option("--policy", a.policy,
-                  "Layout policy: fixed (the first plan), shift (Shift Algorithm 2 over an sp x tp plan: base above "
-                  "--shift-threshold tokens per step, full TP otherwise), cycle:N (the next plan every N steps); test "
-                  "hooks alternate, random:SEED; sidp (SiDP WaS/CaS by batch per replica against --sidp-threshold), sidp:was, "
-                  "sidp:cas; "
-                  "seesaw (prefill under the first plan, decode under the second, the KV "
-                  "parked in the CPU tier between them, phases changed only when the tier is full or empty), "
-                  "prefill-first, decode-first (the same plans, vLLM's / FasterTransformer's phase order); "
-                  "loom serve only: nitsum (the ranks as a pool of instances re-planned every --window, cluster/pool.h)")
+                  "Layout policy: fixed (the first plan); shift (Shift Parallelism over an sp x tp plan: the base "
+                  "above --shift-threshold tokens per step, full TP below, same KV); cycle:N (the next plan every N "
+                  "steps); sidp (SiDP over dp=D,weights=owner: weights as a service while the batch per replica is "
+                  "at least --sidp-threshold, compute as a service below), sidp:was, sidp:cas; seesaw (prefill under "
+                  "the first plan, decode under the second, KV parked in the CPU tier between them, phases changed "
+                  "when the tier is full or empty), prefill-first, decode-first (the same plans in vLLM's or "
+                  "FasterTransformer's phase order); loom serve only: nitsum (the ranks as a pool of instances, "
+                  "re-planned every --window)")
       ->capture_default_str();
   sub->add_option("--shift-threshold", a.threshold,
                   "Tokens per step above which --policy shift runs the base config (default: from the cost "

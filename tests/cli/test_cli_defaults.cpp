@@ -55,6 +55,29 @@ bool help_lists(const std::string& help, const std::string& name) {
   return false;
 }
 
+// Help fits the terminal: at COLUMNS=80 every line of every command's help is at most 80
+// characters unless it is one unbreakable token; --plan's help names the Helix and SiDP keys;
+// no help text points into the source tree.
+TEST(CliDefaults, HelpIsWrappedAndNamesEveryPlanKind) {
+  for (const std::string cmd : {"", "generate", "serve", "bench offline", "bench serve", "sim run", "sim experiment",
+                                "sim validate", "plan", "profile", "synth", "quantize", "info"}) {
+    CliResult r;
+    r.rc = test::run_command("COLUMNS=80 " + test::loom_bin() + " " + cmd + " --help", &r.out);
+    EXPECT_EQ(r.rc, 0) << cmd;
+    for (const std::string& line : lines_of(r.out)) {
+      const size_t first = line.find_first_not_of(' ');
+      const bool one_token = line.find(' ', first) == std::string::npos;
+      if (!one_token) {
+        EXPECT_LE(line.size(), 80u) << cmd << ": " << line;
+      }
+      EXPECT_FALSE(std::regex_search(line, std::regex(R"([a-z_]+/[a-z_]+\.(h|cpp)\b)"))) << cmd << ": " << line;
+    }
+  }
+  const CliResult g = run_loom("generate --help");
+  for (const char* key : {"kvp", "tpa", "weights=full|owner", "layers=", "sp (Ulysses"})
+    EXPECT_NE(g.out.find(key), std::string::npos) << key;
+}
+
 TEST(CliDefaults, UnknownFlagsSuggestAFlagTheCommandHas) {
   const std::string missing = test::temp_dir() + "/no-such-model.bin";
   struct Case {
