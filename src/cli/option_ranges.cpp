@@ -112,7 +112,7 @@ std::vector<OptionRange> build_table() {
       R("plan", "--slo-ttft-ms", 0, 1e9, false, "0: none"),
       R("plan", "--slo-tpot-ms", 0, 1e9, false, "0: none"),
       I("plan", "--context", 0, ctx, "0: simulate requests"),
-      // ---- profile (--tokens, --tp, --ranks, --concurrent are lists: cmd_profile.cpp bounds them) ----
+      // ---- profile (--tokens, --tp, --ranks, --concurrent are lists: src/profiler/profiler.cpp bounds them) ----
       I("profile", "--reps", 0, 10000, "0: 9 (quick: 5)"),
       I("profile", "--sweeps", 1, 10000),
       I("profile", "--budget-mib", 1, std::floor(mem / (1 << 20)), memory_why() + " (in MiB)"),

@@ -1,4 +1,4 @@
-// A profile of the machine loom runs on, as `loom profile -o DIR` writes it (src/cli/cmd_profile.cpp):
+// A profile of the machine loom runs on, as `loom profile -o DIR` writes it (src/profiler/profiler.h):
 //   hardware.json            the hardware entry of one rank (hardware.h: one rank = threads_per_rank
 //                            cores; hbm_bw = measured memcpy bandwidth, flops = measured FMA peak,
 //                            link_bw = measured point-to-point bandwidth between ranks) and a

@@ -487,7 +487,7 @@ TEST(SimProfile, ClockAndOperatorOrder) {
 
 // --sweeps N measures the layer operators' token counts N times over and writes each point's
 // median; with TP shards on concurrent ranks the passes meet at the layer's all-reduce points
-// (cmd_profile.cpp segment_sync). The machinery: every row there, every time positive and finite,
+// (src/profiler/profiler.cpp segment_sync). The machinery: every row there, every time positive and finite,
 // recorded in hardware.json; a bad count is named.
 TEST(SimProfile, SweepsWriteEveryRowOnce) {
   const Fixture f = make_fixture();
