@@ -511,9 +511,45 @@ double predict_sample(const CostModel& model, const MeasurementFile& file, const
   return model.elementwise_s(elementwise_kind(s.kind), s.k);
 }
 
-Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, const GpuSpec& gpu,
+namespace {
+
+// The measurement files' times are printed to 0.001 ms: a sample can read up to 1 us short.
+constexpr double kTimerResolution_s = 1e-6;
+
+// A collective file none of whose node-local samples could have been measured on `gpu`: the first
+// sample that moves its bytes faster than the datasheet link at full efficiency, named; "" when none.
+std::string beats_the_datasheet_link(const MeasurementFile& f, const GpuSpec& gpu) {
+  if (f.kind != MeasurementFile::Collective || !gpu.nvlink) return "";
+  Calibration unit = default_calibration();
+  for (Collective k : {Collective::AllReduce, Collective::AllToAll, Collective::AllGather, Collective::SendRecv,
+                       Collective::Broadcast, Collective::Get})
+    calibration_of(unit, k) = CollectiveCalibration{0.0, 1.0, 0.0};
+  unit.pcie = CollectiveCalibration{0.0, 1.0, 0.0};
+  const CostModel wire = measurement_model(gpu, unit, f);
+  for (const auto& s : f.samples) {
+    if (s.n < s.m) continue;  // crosses nodes: the network, not in the GPU's datasheet
+    const double t = wire.collective_s(s.collective, s.k, int(s.m), int(s.n));
+    if (s.measured_s + kTimerResolution_s < t)
+      return cat(f.name, " row ", s.row, ": ", s.op, " of ", s.k, " bytes on ", int(s.m), " GPUs in ", s.measured_s * 1e6,
+                 " us, faster than ", gpu.name, "'s datasheet link allows (", t * 1e6, " us)");
+  }
+  return "";
+}
+
+}  // namespace
+
+Calibration fit_calibration(const std::vector<const MeasurementFile*>& all_files, const GpuSpec& gpu,
                             const Calibration& start) {
   Calibration cal = start;
+  std::vector<const MeasurementFile*> files;
+  std::string rejected;
+  for (const auto* f : all_files) {
+    if (const std::string why = beats_the_datasheet_link(*f, gpu); !why.empty()) {
+      rejected += cat(rejected.empty() ? "" : "; ", why);
+      continue;
+    }
+    files.push_back(f);
+  }
   // The GEMM curve is fitted on this GPU: m_half as fitted here (GemmCalibration::ridge); the
   // collective latencies in this GPU's link time (CollectiveCalibration::link_bw_fit).
   cal.gemm.ridge = gpu.flops_bf16 / gpu.hbm_bw;
@@ -642,6 +678,15 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
   for (auto& [class_of, samples_ptr] : classes) {
     const std::vector<Sample>& samples = *samples_ptr;
     CollectiveCalibration* c = &class_of(cal);
+    const bool is_pcie_class = samples_ptr == &over_pcie;
+    bool several_groups = false;
+    for (const Sample& x : samples) several_groups = several_groups || x.s->m != samples.front().s->m;
+    // A per-rank hop latency only where ranks are more than one hop apart: an NVLink GPU's node-local
+    // class holds NVSwitch groups (and pairs), every GPU one switch hop from every other (a pairwise
+    // node's larger groups are the PCIe class). A100's own messages up to 1 MB take 54, 42 and 40 us
+    // (median) on 2, 4 and 8 GPUs of a DGX: nothing grows with the group, and a hop term fitted there
+    // trades the bandwidth ramp of 1-16 MB messages for latency (7.55 us a rank: 96 us on 8 GPUs).
+    const bool per_rank_hops = several_groups && !(gpu.nvlink && !is_pcie_class);
     {
       // Start from t = latency + hop * (n - 2) + wire / (link * bw_eff) by relative least squares;
       // the wire time at bw_eff 1 comes from the model itself (algorithm, topology, link).
@@ -660,16 +705,15 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
       Calibration alt = cal;
       CollectiveCalibration& a = class_of(alt);
       a.latency_s = std::min(ls[0], 200e-6);
-      a.hop_latency_s = std::min(ls[1], 50e-6);
+      a.hop_latency_s = per_rank_hops ? std::min(ls[1], 50e-6) : 0.0;
       if (ls[2] > 0) a.bw_eff = std::clamp(1.0 / ls[2], 0.01, 2.0);
       keep_better(cal, alt, samples, gpu);
     }
     double lat_us = c->latency_s * 1e6, hop_us = c->hop_latency_s * 1e6;
-    bool several_groups = false;
-    for (const Sample& x : samples) several_groups = several_groups || x.s->m != samples.front().s->m;
     std::vector<double*> params = {&c->bw_eff, &lat_us};
     std::vector<std::pair<double, double>> bounds = {{0.01, 2.0}, {0, 200}};
-    if (several_groups) params.push_back(&hop_us), bounds.push_back({0, 50});
+    if (!per_rank_hops) hop_us = 0, c->hop_latency_s = 0;
+    else params.push_back(&hop_us), bounds.push_back({0, 50});
     coordinate_search(params, bounds, [&, &samples = samples] {  // init-capture: clang 14
       c->latency_s = lat_us * 1e-6;
       c->hop_latency_s = hop_us * 1e-6;
@@ -677,6 +721,21 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
     });
     c->latency_s = lat_us * 1e-6;
     c->hop_latency_s = hop_us * 1e-6;
+    // An NVLink GPU's link moves at most its datasheet bandwidth: a fit above it (a latency
+    // intercept traded for speed where the measured curve steepens) is held at 1 and the fixed
+    // parts refitted. (A CPU's shared-memory "link" and a PCIe GPU's figure are not so bound.)
+    if (gpu.nvlink && c->bw_eff > 1.0) {
+      c->bw_eff = 1.0;
+      std::vector<double*> fixed(params.begin() + 1, params.end());
+      std::vector<std::pair<double, double>> fixed_bounds(bounds.begin() + 1, bounds.end());
+      coordinate_search(fixed, fixed_bounds, [&, &samples = samples] {
+        c->latency_s = lat_us * 1e-6;
+        c->hop_latency_s = hop_us * 1e-6;
+        return median_error(samples, gpu, cal);
+      });
+      c->latency_s = lat_us * 1e-6;
+      c->hop_latency_s = hop_us * 1e-6;
+    }
   }
   // Collectives without measurements share the all-reduce's ring figures (NCCL's algorithms
   // are rings over the same links).
@@ -696,6 +755,7 @@ Calibration fit_calibration(const std::vector<const MeasurementFile*>& files, co
     cal.net.hop_latency_s = hop_us * 1e-6;
   }
   cal.fitted_on = cat("fit_calibration over ", files.size(), " measurement files on ", gpu.name);
+  if (!rejected.empty()) cal.fitted_on += cat(" (left out, not measured on this GPU: ", rejected, ")");
   return cal;
 }
 
