@@ -16,6 +16,7 @@
 #include "engine/engine_loop.h"
 #include "engine/plan_executor.h"
 #include "engine/policy.h"
+#include "engine/policy_registry.h"
 #include "parallel/plan_set.h"
 #include "engine/scheduler.h"
 #include "engine/seesaw.h"
@@ -362,9 +363,10 @@ std::vector<Plan> SimConfig::plan_set() const {
 std::string SimConfig::describe() const {
   std::string s = plan.to_string();
   for (const Plan& p : more_plans) s += " | " + p.to_string();
-  if (policy == "shift") return cat(s, ", policy shift(threshold=", shift_threshold, ")");
-  if (policy == "sidp" && sidp_threshold >= 0)
-    return cat(s, ", policy sidp(threshold=", sidp_threshold, ", window=", sidp_window_s, " s)");
+  const PolicyThreshold th = policy_threshold(policy);
+  if (th == PolicyThreshold::Tokens) return cat(s, ", policy ", policy, "(threshold=", shift_threshold, ")");
+  if (th == PolicyThreshold::SequencesPerReplica && sidp_threshold >= 0)
+    return cat(s, ", policy ", policy, "(threshold=", sidp_threshold, ", window=", sidp_window_s, " s)");
   return s + ", policy " + policy;
 }
 
