@@ -1,6 +1,7 @@
 // Layout policies: which plan of the engine's PlanSet runs each step (ARCHITECTURE.md "layout
-// policies"). One implementation shared by the engine (the loop's on_batch sets StepBatch::plan_id)
-// and the simulator, so a policy tested in simulation is the policy that runs in production.
+// policies"). One implementation shared by the engine (the loop's plan control, PlanControl in
+// plan_executor.h, sets StepBatch::plan_id) and the simulator, so a policy tested in simulation is
+// the policy that runs in production.
 // A policy looks only at the scheduled batch and returns a plan id; it is not thread-safe (one per
 // scheduler).
 //

@@ -139,11 +139,8 @@ SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communi
     sc.num_blocks = pool.blocks_per_pool;
     r->sched = std::make_unique<Scheduler>(sc);
     r->exec = std::make_unique<Executor>();
-    r->loop = std::make_unique<EngineLoop>(*r->sched, *r->exec, clock_, metrics_);
-    r->loop->on_batch = [this, j](StepBatch& b) {
-      b.plan_id = lockstep_ ? mode_plan_ : was_;
-      b.plan = rank_.plans().name(b.plan_id);
-      (void)j;
+    r->loop = std::make_unique<EngineLoop>(*r->sched, *r->exec, clock_, metrics_, static_cast<StepPlanner*>(this));
+    r->loop->on_batch = [this](const StepBatch& b) {
       if (on_batch) on_batch(b);
     };
     r->loop->on_token = [this](const TokenEvent& ev) {
@@ -158,6 +155,11 @@ SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communi
     Replica* p = r.get();
     p->thread = std::thread([this, p] { work(*p); });
   }
+}
+
+void SidpReplicas::choose_plan(StepBatch& b) {
+  b.plan_id = lockstep_ ? mode_plan_ : was_;
+  b.plan = rank_.plans().name(b.plan_id);
 }
 
 SidpReplicas::~SidpReplicas() {

@@ -472,7 +472,7 @@ TEST(Scheduler, RandomLoadAlwaysDrains) {
     }
     EngineLoop loop(s, exec, clock, metrics);
     std::map<RequestId, int> outputs;
-    loop.on_batch = [&](StepBatch& b) {
+    loop.on_batch = [&](const StepBatch& b) {
       ASSERT_LE(b.num_tokens, c.max_tokens_per_step);
       ASSERT_LE(int(b.seqs.size()), c.max_num_seqs);
     };
