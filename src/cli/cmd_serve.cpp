@@ -21,6 +21,7 @@
 #include "comm/communicator.h"
 #include "gpu/device.h"
 #include "core/error.h"
+#include "engine/policy_registry.h"
 #include "model/loader.h"
 #include "model/tokenizer.h"
 #include "server/engine_factory.h"
@@ -153,7 +154,7 @@ void run_serve(const ServeArgs& a) {
   spec.config.kv_cache_fraction = a.kv_cache_fraction;
   spec.config.block_size = a.block_size;
   spec.comm = a.comm;
-  if (a.layout.policy == "nitsum") {
+  if (policy_runs_pool(a.layout.policy)) {  // Nitsum's pool of instances (policies/nitsum.cpp)
     const cluster::PoolOptions po = pool_options(a, tiers);
     spec.ranks = a.ranks;
     spec.configure_pool = [&a, po](cluster::PoolOptions& o, const Model& m) {

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "engine/policy.h"
+#include "engine/policy_registry.h"
 #include "engine/seesaw.h"
 #include "engine/trace.h"
 #include "model/loader.h"
@@ -404,7 +405,7 @@ struct PlanArgs {
 struct Candidate {
   std::string plan;    // loom::Plan string form
   std::string policy;  // fixed | shift
-  std::string label() const { return policy == "fixed" ? plan : plan + " +shift"; }
+  std::string label() const { return is_default_policy(policy) ? plan : plan + " +" + policy; }
   // The flags that run it (loom serve, generate, bench offline): the last line of a plan answer.
   std::string flags() const { return cat("--plan ", plan, " --policy ", policy); }
 };
@@ -462,7 +463,7 @@ void run_plan_decode(const PlanArgs& a) {
   std::vector<Point> pts;
   std::vector<std::pair<std::string, std::string>> refused;
   for (const auto& p : candidate_plans(node.gpus_per_node)) {
-    if (p.policy != "fixed") continue;  // the Shift policy switches on prefill sizes only
+    if (!is_default_policy(p.policy)) continue;  // the Shift policy switches on prefill sizes only
     try {
       pts.push_back({p, sim::measure_decode(a.model, a.hardware, a.dtype, p.plan, a.context)});
     } catch (const Error& e) {
@@ -670,9 +671,7 @@ void register_sim(CLI::App& app) {
                   "Layout, as the engine's --plan: tp=8, dp=8, sp=8, sp=4,tp=2, pp=2, tp=2,pp=2, "
                   "shift:sp=8 (the shift config alone)")
       ->capture_default_str();
-  run->add_option("--policy", ra->policy,
-                  "fixed, shift (Shift Algorithm 2 over an sp x tp plan), cycle:N, alternate | random:SEED, or sidp | "
-                  "sidp:was | sidp:cas (SiDP over a dp=D,weights=owner plan)")
+  run->add_option("--policy", ra->policy, policy_help(/*with_pool=*/false))
       ->capture_default_str();
   run->add_option("--threshold,--shift-threshold", ra->threshold, "Shift: tokens per step above which the base config runs")->capture_default_str();
   run->add_option("--sidp-threshold", ra->sidp_threshold,

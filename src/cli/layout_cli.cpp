@@ -8,6 +8,7 @@
 #include "core/parse_number.h"
 #include "core/sysmem.h"
 #include "engine/policy.h"
+#include "engine/policy_registry.h"
 #include "engine/seesaw.h"
 #include "gpu/device.h"
 #include "engine/rank_engine.h"
@@ -29,15 +30,7 @@ void add_layout_options(CLI::App* sub, LayoutArgs& a) {
                   "tokens). E.g. tp=4, dp=2,tp=2, sp=2,tp=2, pp=2, kvp=2,tpa=2, dp=4,weights=owner. Repeat it for "
                   "a plan set a policy switches between (the first is the initial plan; default tp=<ranks>)")
       ->allow_extra_args(false);
-  sub->add_option("--policy", a.policy,
-                  "Layout policy: fixed (the first plan); shift (Shift Parallelism over an sp x tp plan: the base "
-                  "above --shift-threshold tokens per step, full TP below, same KV); cycle:N (the next plan every N "
-                  "steps); sidp (SiDP over dp=D,weights=owner: weights as a service while the batch per replica is "
-                  "at least --sidp-threshold, compute as a service below), sidp:was, sidp:cas; seesaw (prefill under "
-                  "the first plan, decode under the second, KV parked in the CPU tier between them, phases changed "
-                  "when the tier is full or empty), prefill-first, decode-first (the same plans in vLLM's or "
-                  "FasterTransformer's phase order); loom serve only: nitsum (the ranks as a pool of instances, "
-                  "re-planned every --window)")
+  sub->add_option("--policy", a.policy, policy_help())
       ->capture_default_str();
   sub->add_option("--shift-threshold", a.threshold,
                   "Tokens per step above which --policy shift runs the base config (default: from the cost "

@@ -1,7 +1,7 @@
 // The layout flags shared by `loom generate`, `loom bench offline` and `loom serve`:
 //   --plan P [--plan Q ...]  the plan set (parallel/plan_set.h); the first is the initial plan;
 //                            default tp=<ranks>
-//   --policy NAME            fixed | shift | cycle:N | alternate | random:SEED (engine/policy.h)
+//   --policy NAME            a layout policy of the registry (engine/policy_registry.h)
 //   --shift-threshold N      tokens per step above which --policy shift runs the base (sp x tp)
 //                            config; default: derived from the cost model for THIS machine (its
 //                            measured memcpy bandwidth and peak FLOP/s, kernels/roofline.h, as a
@@ -26,12 +26,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/dist_engine.h"
+#include "engine/policy_registry.h"
 
 namespace loom::cli {
 
 struct LayoutArgs {
   std::vector<std::string> plans;
-  std::string policy = "fixed";
+  std::string policy = kDefaultPolicy;
   int64_t threshold = -1;
   int64_t sidp_threshold = -1;  // --sidp-threshold: B_th of --policy sidp (sequences per replica)
   std::string weights = "separate";
@@ -40,7 +41,7 @@ struct LayoutArgs {
   int64_t cpu_kv_bytes = 0;  // Seesaw's CPU KV tier (--cpu-kv-bytes)
   // Anything beyond one rank running tp=1 with the fixed policy on the CPU.
   bool given() const {
-    return !(plans.empty() || (plans.size() == 1 && plans[0] == "tp=1")) || policy != "fixed" || threshold >= 0 ||
+    return !(plans.empty() || (plans.size() == 1 && plans[0] == "tp=1")) || !is_default_policy(policy) || threshold >= 0 ||
            weights != "separate" || device != "cpu";
   }
 };

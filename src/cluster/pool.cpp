@@ -383,7 +383,9 @@ class InstanceExecutor final : public StepExecutor {
   std::vector<RequestId> released;
 };
 
-struct Instance {
+// An instance of the pool; its loop's plan control names each step after it.
+struct Instance final : StepPlanner {
+  void choose_plan(StepBatch& b) override { b.plan = name; }
   InstanceSpec spec;
   int group = 0;
   std::string name;
@@ -629,10 +631,8 @@ class Control final : public PoolEngine, public LiveLoop {
     in->sched = std::make_unique<Scheduler>(sc);
     if (stop_check_) in->sched->set_stop_check(stop_check_);
     in->exec = std::make_unique<InstanceExecutor>();
-    in->loop = std::make_unique<EngineLoop>(*in->sched, *in->exec, clock_, metrics_);
-    Instance* p = in.get();
-    in->loop->on_batch = [this, p](StepBatch& b) {
-      b.plan = p->name;
+    in->loop = std::make_unique<EngineLoop>(*in->sched, *in->exec, clock_, metrics_, in.get());
+    in->loop->on_batch = [this](const StepBatch& b) {
       if (on_batch) on_batch(b);
     };
     in->loop->on_token = [this](const TokenEvent& ev) {

@@ -154,7 +154,4 @@ class DistEngine : public EngineHandle {
 // when a rank failed.
 void run_distributed(const DistOptions& options, const std::function<void(DistEngine&)>& driver);
 
-// The replica that runs request `id` under dp replicas.
-inline int replica_of(RequestId id, int dp) { return int(((id % dp) + dp) % dp); }
-
 }  // namespace loom

@@ -62,8 +62,7 @@ EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig
     LOOM_CHECK(rank.tier() != nullptr, "--policy ", policy->describe(), ": world rank 0 has no CPU KV tier");
   sched_ = std::make_unique<Scheduler>(sc);
   control_ = std::make_unique<PlanControl>(rank.plans(), pools, std::move(policy), *sched_);
-  loop_ = std::make_unique<EngineLoop>(*sched_, *exec_, clock_, metrics_);
-  loop_->on_batch = [this](StepBatch& b) { control_->on_batch(b); };
+  loop_ = std::make_unique<EngineLoop>(*sched_, *exec_, clock_, metrics_, control_.get());
 }
 
 std::vector<Sequence> EngineCore::run(std::vector<Request> requests) {

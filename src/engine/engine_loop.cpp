@@ -21,8 +21,8 @@ StepMetrics step_record(const StepBatch& batch, int kv_blocks_used) {
 }
 
 EngineLoop::EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock,
-                       Metrics& metrics)
-    : sched_(scheduler), exec_(executor), clock_(clock), metrics_(metrics) {}
+                       Metrics& metrics, StepPlanner* planner)
+    : sched_(scheduler), exec_(executor), clock_(clock), metrics_(metrics), planner_(planner) {}
 
 void EngineLoop::submit(Request r) {
   std::lock_guard<std::mutex> lock(inbox_mu_);
@@ -93,9 +93,10 @@ std::optional<EngineLoop::Pending> EngineLoop::begin_step() {
     for (RequestId id : p.batch.preempted) exec_.release(id);
     return std::nullopt;
   }
-  // The layout policy names the step's plan; a switch to another KV placement may preempt
+  // The plan control names the step's plan; a switch to another KV placement may preempt
   // sequences that no longer fit (they join batch.preempted, and may leave the batch empty: the
-  // step then only switches).
+  // step then only switches). Then the observers.
+  if (planner_) planner_->choose_plan(p.batch);
   if (on_batch) on_batch(p.batch);
   for (RequestId id : p.batch.preempted) exec_.release(id);
   p.metrics = step_record(p.batch, sched_.num_used_blocks());

@@ -33,16 +33,28 @@ struct LoopStats {
   int64_t num_steps = 0;
 };
 
+// What names each step's plan: the loop's plan control, given to EngineLoop at construction (the
+// layout policy's PlanControl, engine/plan_executor.h; SiDP's replicas and Nitsum's instances name
+// their own). choose_plan runs between schedule() and execute(): it sets batch.plan_id / plan and
+// may change the batch (a switch to another KV placement preempts sequences that no longer fit,
+// which join batch.preempted, and may leave the batch empty: the step then only switches).
+class StepPlanner {
+ public:
+  virtual ~StepPlanner() = default;
+  virtual void choose_plan(StepBatch& batch) = 0;
+};
+
 // What a live front end (server/serving_engine.h) drives: the EngineLoop of one scheduler, or a
 // pool of instances stepping on their own (cluster/pool.h). One driving thread calls step(),
 // idle(), stats() and sets the hooks and the stop check; submit() and cancel() are thread-safe.
 class LiveLoop {
  public:
   virtual ~LiveLoop() = default;
-  // Hooks (optional), called on the driving thread. on_batch runs between schedule() and
-  // execute() (layout policies set batch.plan_id there, PlanControl); on_token after each token
-  // (streaming); on_finish for every finished sequence (including rejected and cancelled).
-  std::function<void(StepBatch&)> on_batch;
+  // Hooks (optional), called on the driving thread; they observe, the plan is chosen by the
+  // loop's StepPlanner (given at construction). on_batch sees each step's batch before it runs
+  // (its plan chosen); on_token after each token (streaming); on_finish for every finished
+  // sequence (including rejected and cancelled).
+  std::function<void(const StepBatch&)> on_batch;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Sequence&)> on_finish;
 
@@ -59,7 +71,10 @@ class LiveLoop {
 
 class EngineLoop : public LiveLoop {
  public:
-  EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock, Metrics& metrics);
+  // `planner` (optional, not owned, outlives the loop) names each step's plan; without one every
+  // step runs plan 0.
+  EngineLoop(Scheduler& scheduler, StepExecutor& executor, Clock& clock, Metrics& metrics,
+             StepPlanner* planner = nullptr);
 
   void submit(Request r) override;
   void cancel(RequestId id) override;
@@ -81,8 +96,9 @@ class EngineLoop : public LiveLoop {
 
   // step() in two halves, for a caller that runs the batch elsewhere (and the executor's
   // release() still receives every sequence that leaves). begin_step: inject due arrivals,
-  // schedule, on_batch; nullopt when there is nothing to run. end_step: applies `result` (or the
-  // failure `error` when result is null), records the step's metrics, fires on_token / on_finish.
+  // schedule, choose_plan, on_batch; nullopt when there is nothing to run. end_step: applies
+  // `result` (or the failure `error` when result is null), records the step's metrics, fires
+  // on_token / on_finish.
   struct Pending {
     StepBatch batch;
     StepMetrics metrics;
@@ -101,6 +117,7 @@ class EngineLoop : public LiveLoop {
   StepExecutor& exec_;
   Clock& clock_;
   Metrics& metrics_;
+  StepPlanner* planner_ = nullptr;
   std::multimap<double, Request> pending_;  // timed arrivals; equal times keep insertion order
   mutable std::mutex inbox_mu_;
   std::vector<Request> inbox_;

@@ -128,7 +128,7 @@ PlanControl::PlanControl(const PlanSet& plans, std::vector<KvPoolShape> pools, s
              "the scheduler starts with the first plan's pools");
 }
 
-void PlanControl::on_batch(StepBatch& batch) {
+void PlanControl::choose_plan(StepBatch& batch) {
   const int id = policy_->choose(batch);
   LOOM_CHECK(id >= 0 && id < plans_.size(), "policy ", policy_->describe(), " chose plan ", id);
   if (id != current_ && sched_.keeps_kv_resident()) {

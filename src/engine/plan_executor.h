@@ -119,22 +119,23 @@ void broadcast_descriptor(Communicator& group, std::vector<uint8_t>& wire, std::
 
 #include <memory>
 
+#include "engine/engine_loop.h"
 #include "engine/policy.h"
 #include "engine/scheduler.h"
 
 namespace loom {
 
-// The layout policy on world rank 0's loop (EngineLoop::on_batch): picks each step's plan; when
+// The layout policy on world rank 0's loop (its StepPlanner, engine_loop.h): picks each step's plan; when
 // the pick changes the KV placement, re-homes the scheduler's block pools (a sequence that no
 // longer fits is preempted) and puts the KV extents of every sequence into the step, for the
 // migration every rank runs before it (kv_transfer.h). Under Seesaw's phases
 // (Scheduler::keeps_kv_resident) a switch moves nothing: the step says so (kv_resident, no
 // extents), and the scheduler's pools already account both plans (scheduler.h "Resident sequences").
-class PlanControl {
+class PlanControl final : public StepPlanner {
  public:
   PlanControl(const PlanSet& plans, std::vector<KvPoolShape> pools, std::unique_ptr<LayoutPolicy> policy,
               Scheduler& scheduler);
-  void on_batch(StepBatch& batch);
+  void choose_plan(StepBatch& batch) override;
   int current() const { return current_; }
   const LayoutPolicy& policy() const { return *policy_; }
 

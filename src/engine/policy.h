@@ -1,32 +1,18 @@
 // Layout policies: which plan of the engine's PlanSet runs each step (ARCHITECTURE.md "layout
-// policies"). One implementation shared by the engine (the loop's on_batch sets StepBatch::plan_id)
-// and the simulator, so a policy tested in simulation is the policy that runs in production.
+// policies"). One implementation shared by the engine (the loop's plan control, PlanControl in
+// plan_executor.h, sets StepBatch::plan_id) and the simulator, so a policy tested in simulation is
+// the policy that runs in production.
 // A policy looks only at the scheduled batch and returns a plan id; it is not thread-safe (one per
 // scheduler).
 //
-// Names (--policy):
-//   fixed        the first plan every step
-//   shift        Shift 3.3 Algorithm 2 over an sp x tp base and its shift config: the base for a
-//                step of more scheduled tokens than the threshold, the shift config otherwise
-//   cycle:N      the next plan of the set every N steps (tests and demonstrations)
-//   alternate    cycle:1
-//   random:SEED  a plan drawn per step from Rng(SEED) (reproducible; a test hook)
-//   sidp         SiDP §4.3 over one plan dp=D,weights=owner (policy_plans adds its sidp=cas
-//                twin), on the group's state: the sequences active over the group per replica
-//                (steps with prompt chunks do not count, they are bounded by the token budget).
-//                CaS once it has stayed below `threshold` (the per-replica batch below which a CaS
-//                step of the group is faster than WaS: the crossover, sim/sidp_cost.h) for a window,
-//                WaS again once it has stayed above (1 + kSidpHysteresis) * threshold as long. The
-//                window is PolicyParams::window_s seconds of the clock the loop gives the policy
-//                (LayoutPolicy::advance: simulated time in the simulator, wall time in the engine;
-//                §4.3: "empirically minute-level at the tail of a job"), or kSidpWindow observations
-//                when window_s is 0. Both plans share one KV placement, so a switch moves nothing.
-//                The mode of every step is its plan's (PlanStats per plan: steps in WaS, in CaS)
-//   sidp:was, sidp:cas  the one mode, forced
-//   seesaw, prefill-first, decode-first   Seesaw's phase plans (seesaw.h): prefill steps under
-//                the first plan, decode steps under the second, phases scheduled by the Scheduler
-// shift, alternate and random given a single sp x tp plan run it with its shift config
-// (policy_plans adds it), as `--plan sp=2,tp=2 --policy shift` always has.
+// The policies themselves, by name (--policy), are in the registry (policy_registry.h): one file
+// per policy in engine/policies/ with its plans, checks, parameters, factory and traits:
+//   fixed        the first plan every step (policies/fixed.cpp)
+//   shift        Shift 3.3 Algorithm 2 over an sp x tp base and its shift config (policies/shift.cpp)
+//   cycle:N, alternate, random:SEED   switches that ignore the batch (policies/cycle.cpp)
+//   sidp, sidp:was, sidp:cas          SiDP §4.3's WaS/CaS switch, or one mode (policies/sidp.cpp)
+//   seesaw, prefill-first, decode-first   Seesaw's phase plans (policies/seesaw.cpp, seesaw.h)
+//   nitsum       loom serve's pool of instances, not a policy of one engine (policies/nitsum.cpp)
 #pragma once
 
 #include <cstdint>
@@ -102,8 +88,9 @@ class LayoutPolicy {
 // exceeds the threshold; the shift config (TP(SP*TP)) runs the others.
 inline bool shift_runs_base(int64_t scheduled_tokens, int64_t threshold) { return scheduled_tokens > threshold; }
 
-// Throws loom::Error, naming the value and the choices, for a policy name that is not one of the
-// above (cycle:0 included). Cheap: call it before loading anything.
+// The registry's functions by name (policy_registry.cpp).
+// Throws loom::Error, naming the value and the choices, for a policy name that is not a layout
+// policy of one engine (cycle:0 and nitsum included). Cheap: call it before loading anything.
 void check_policy_name(const std::string& name);
 
 // The plans a policy runs: `plans` itself, plus the shift config of a single sp x tp plan for

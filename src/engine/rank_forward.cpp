@@ -82,7 +82,7 @@ int RankForward::forward(const ForwardBatch& batch, std::vector<float>* logits) 
   int64_t at = 0;
   for (const ForwardSeq& s : batch.seqs) {
     const int64_t dp = L.tokens.dp_degree;
-    if (((s.seq_id % dp) + dp) % dp == L.tokens.dp_index) {
+    if (replica_of(s.seq_id, dp) == L.tokens.dp_index) {
       mb_seqs_.push_back(s);
       tokens.push_back(s.n_tokens);
       first_token.push_back(at);

@@ -1,6 +1,7 @@
 #include "engine/seesaw.h"
 
 #include "core/error.h"
+#include "engine/policy_registry.h"
 #include "engine/step.h"
 #include "kv/kv_tier.h"
 
@@ -8,11 +9,10 @@ namespace loom {
 
 bool is_seesaw_policy(const std::string& name) { return seesaw_phase_mode(name) != PhaseMode::None; }
 
+// The registry's trait (engine/policies/seesaw.cpp declares the three names and their modes).
 PhaseMode seesaw_phase_mode(const std::string& name) {
-  if (name == "seesaw") return PhaseMode::Seesaw;
-  if (name == "prefill-first") return PhaseMode::PrefillFirst;
-  if (name == "decode-first") return PhaseMode::DecodeFirst;
-  return PhaseMode::None;
+  const PolicySpec* p = find_policy(name);
+  return p == nullptr ? PhaseMode::None : p->traits().phases;
 }
 
 const char* phase_mode_name(PhaseMode m) {

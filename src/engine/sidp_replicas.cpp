@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "engine/dist_engine.h"
+#include "engine/policy_registry.h"
 #include "engine/step_codec.h"
 
 namespace loom {
@@ -32,16 +33,9 @@ std::vector<uint8_t> wire_of(uint8_t kind, const StepBatch* batch, const std::ve
 
 }  // namespace
 
+// The policy's trait (PolicySpec::replicas_on_their_own: policies/fixed.cpp, policies/sidp.cpp).
 bool sidp_independent(const PlanSet& plans, const std::string& policy) {
-  if (policy != "fixed" && policy != "sidp" && policy != "sidp:was") return false;
-  bool was = false;
-  for (const Plan& p : plans.plans()) {
-    if (p.weights != WeightSource::FetchFromOwner || p.dp != plans.plan(0).dp) return false;
-    was = was || !p.sidp_cas;
-  }
-  // fixed runs the first plan only: independent when that one is WaS.
-  if (policy == "fixed") return !plans.plan(0).sidp_cas && plans.plan(0).dp > 1;
-  return was && plans.plan(0).dp > 1;
+  return policy_spec(policy).replicas_on_their_own(plans);
 }
 
 std::vector<std::unique_ptr<Communicator>> split_replica_channels(Communicator& world) {
@@ -145,11 +139,8 @@ SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communi
     sc.num_blocks = pool.blocks_per_pool;
     r->sched = std::make_unique<Scheduler>(sc);
     r->exec = std::make_unique<Executor>();
-    r->loop = std::make_unique<EngineLoop>(*r->sched, *r->exec, clock_, metrics_);
-    r->loop->on_batch = [this, j](StepBatch& b) {
-      b.plan_id = lockstep_ ? mode_plan_ : was_;
-      b.plan = rank_.plans().name(b.plan_id);
-      (void)j;
+    r->loop = std::make_unique<EngineLoop>(*r->sched, *r->exec, clock_, metrics_, static_cast<StepPlanner*>(this));
+    r->loop->on_batch = [this](const StepBatch& b) {
       if (on_batch) on_batch(b);
     };
     r->loop->on_token = [this](const TokenEvent& ev) {
@@ -164,6 +155,11 @@ SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communi
     Replica* p = r.get();
     p->thread = std::thread([this, p] { work(*p); });
   }
+}
+
+void SidpReplicas::choose_plan(StepBatch& b) {
+  b.plan_id = lockstep_ ? mode_plan_ : was_;
+  b.plan = rank_.plans().name(b.plan_id);
 }
 
 SidpReplicas::~SidpReplicas() {

@@ -13,7 +13,7 @@
 // Who does what. World rank 0 is the orchestrator (S11's "job orchestrator") and replica 0:
 //   - one Scheduler + EngineLoop per replica (each with the per-replica limits: max_num_seqs,
 //     max_tokens_per_step, and the replica's KV pool), one Metrics and one WallClock for all;
-//   - routing: request `id` goes to replica id mod D (replica_of, dist_engine.h), the rule every
+//   - routing: request `id` goes to replica id mod D (replica_of, parallel/plan.h), the rule every
 //     DP stage already uses to pick a replica's rows (plan.h TokenShare), so a sequence's KV lives on
 //     one rank whichever mode steps it;
 //   - one worker thread per replica: replica 0's runs rank 0's RankEngine, replica j's (j >= 1)
@@ -91,7 +91,7 @@ int64_t follow_replica(Communicator& ctl, RankEngine& rank,
 
 // World rank 0's side (see the top). One control thread (the LiveLoop's driving thread) calls
 // step(), idle(), stats(), run(); submit() and cancel() are thread-safe.
-class SidpReplicas final : public LiveLoop {
+class SidpReplicas final : public LiveLoop, private StepPlanner {
  public:
   // `channels` from split_replica_channels; `keepalive_s`: the longest a channel stays silent.
   SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communicator>> channels, const EngineConfig& config,
@@ -142,6 +142,8 @@ class SidpReplicas final : public LiveLoop {
   class Executor;
   struct Replica;
 
+  // Every replica loop's plan control: the WaS plan, or the group's mode in lockstep.
+  void choose_plan(StepBatch& b) override;
   void work(Replica& r);
   void enqueue(Replica& r, Job j);
   void post(Done d);

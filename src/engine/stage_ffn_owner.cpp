@@ -228,7 +228,7 @@ class CasFfn final : public OwnerBase {
   void begin_step(const ForwardBatch& batch) override {
     // Every rank sees the whole step: the rows of each replica (0 = a dummy this step, S10).
     std::fill(rows_of_.begin(), rows_of_.end(), 0);
-    for (const ForwardSeq& s : batch.seqs) rows_of_[size_t(((s.seq_id % D_) + D_) % D_)] += s.n_tokens;
+    for (const ForwardSeq& s : batch.seqs) rows_of_[size_t(replica_of(s.seq_id, D_))] += s.n_tokens;
   }
 
   void idle(const Range& layers) override {

@@ -153,9 +153,14 @@ struct Plan {
 // the sizes (e.g. "tp=3 does not divide num_attention_heads=8").
 void validate(const Plan& plan, const ModelShape& shape);
 
+// The DP replica that runs sequence (request) `seq_id` under `dp` replicas: id mod dp, for
+// negative ids too. The one routing rule: each DP stage's rows (TokenShare), SiDP's replicas
+// stepping on their own (engine/sidp_replicas.h), the KV pools of a DP plan, the simulator.
+inline int replica_of(int64_t seq_id, int dp) { return int(((seq_id % dp) + dp) % dp); }
+
 // How the step's tokens reach a rank.
 struct TokenShare {
-  int dp_degree = 1, dp_index = 0;  // by request: sequences with id % dp_degree == dp_index
+  int dp_degree = 1, dp_index = 0;  // by request: sequences with replica_of(id, dp_degree) == dp_index
   int sp_degree = 1, sp_index = 0;  // by position: see sp_token_slice
   int micro_batches = 1;            // pipeline micro-batches in flight (pp)
   bool replicated() const { return dp_degree == 1 && sp_degree == 1; }

@@ -70,13 +70,8 @@ ServingEngine::ServingEngine(EngineHandle& engine, const Tokenizer& tok, std::ve
   LiveLoop& loop = engine_.loop();
   loop.on_token = [this](const TokenEvent& ev) { on_token(ev); };
   loop.on_finish = [this](const Sequence& s) { on_finish(s); };
-  // Chain after the engine's own hook: the distributed engine's layout policy chooses the step's
-  // plan there, and the server records what was chosen.
-  engine_on_batch_ = loop.on_batch;
-  loop.on_batch = [this](StepBatch& b) {
-    if (engine_on_batch_) engine_on_batch_(b);
-    on_batch(b);
-  };
+  // The server records the plan the engine's plan control chose (the loop's StepPlanner).
+  loop.on_batch = [this](const StepBatch& b) { on_batch(b); };
   loop.set_stop_check([this](const Sequence& s) { return stop_check(s); });
   stats_.kv_blocks_total = engine_.num_kv_blocks();
   out_thread_ = std::thread([this] { output_loop(); });
@@ -96,7 +91,7 @@ void ServingEngine::shutdown() {
     LiveLoop& loop = engine_.loop();
     loop.on_token = nullptr;
     loop.on_finish = nullptr;
-    loop.on_batch = engine_on_batch_;
+    loop.on_batch = nullptr;
     loop.set_stop_check(nullptr);
   }
   // The output thread finishes what the engine thread queued, then ends.
@@ -380,7 +375,7 @@ bool ServingEngine::stop_check(const Sequence& s) {
   return it != live_.end() && it->second.stop_at->load(std::memory_order_relaxed) >= 0;
 }
 
-void ServingEngine::on_batch(StepBatch& b) {
+void ServingEngine::on_batch(const StepBatch& b) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.last_plan = b.plan.empty() ? "default" : b.plan;

@@ -254,7 +254,7 @@ class ServingEngine {
   bool stop_check(const Sequence& s);
   void on_token(const TokenEvent& ev);
   void on_finish(const Sequence& s);
-  void on_batch(StepBatch& b);
+  void on_batch(const StepBatch& b);
   void fail_all(const std::string& what);
   void publish();
   void finish_live(std::unordered_map<RequestId, Live>::iterator it, int num_output, FinishReason reason,
@@ -265,7 +265,6 @@ class ServingEngine {
   void set_busy(int kind);
 
   EngineHandle& engine_;
-  std::function<void(StepBatch&)> engine_on_batch_;  // the engine's hook (layout policy), chained
   const Tokenizer& tok_;
   std::vector<TokenId> eos_ids_;
   ServingOptions options_;

@@ -21,6 +21,7 @@
 #include "sim/sidp_cost.h"
 #include "sim/simulator.h"
 #include "engine/policy.h"
+#include "engine/policy_registry.h"
 
 namespace loom::sim {
 
@@ -291,7 +292,7 @@ std::pair<const JobRun*, std::string> best_dp_tp(const Job& j) {
   const JobRun* best = nullptr;
   std::string plan;
   for (size_t c = 0; c < j.configs.size(); ++c) {
-    if (j.configs[c].second != "fixed" || j.configs[c].first.find("weights=owner") != std::string::npos) continue;
+    if (!is_default_policy(j.configs[c].second) || j.configs[c].first.find("weights=owner") != std::string::npos) continue;
     if (j.runs[c].fits && (!best || j.runs[c].tok_s > best->tok_s)) best = &j.runs[c], plan = j.configs[c].first;
   }
   return {best, plan};

@@ -16,6 +16,7 @@
 #include "engine/engine_loop.h"
 #include "engine/plan_executor.h"
 #include "engine/policy.h"
+#include "engine/policy_registry.h"
 #include "parallel/plan_set.h"
 #include "engine/scheduler.h"
 #include "engine/seesaw.h"
@@ -300,7 +301,7 @@ void run_sidp_replicas(const CostModel& model, const SimConfig& config, const Pl
     q.pop();
     if (e.priority == kArrival) {
       Request req = request_of(trace, e.index);
-      Rep& r = reps[size_t(replica_of(req.id, D))];  // the engine's routing (dist_engine.h)
+      Rep& r = reps[size_t(replica_of(req.id, D))];  // the engine's routing (parallel/plan.h)
       metrics.on_arrival(req, e.t);
       r.sched->add_request(std::move(req));
       collect(r, e.t);
@@ -362,9 +363,10 @@ std::vector<Plan> SimConfig::plan_set() const {
 std::string SimConfig::describe() const {
   std::string s = plan.to_string();
   for (const Plan& p : more_plans) s += " | " + p.to_string();
-  if (policy == "shift") return cat(s, ", policy shift(threshold=", shift_threshold, ")");
-  if (policy == "sidp" && sidp_threshold >= 0)
-    return cat(s, ", policy sidp(threshold=", sidp_threshold, ", window=", sidp_window_s, " s)");
+  const PolicyThreshold th = policy_threshold(policy);
+  if (th == PolicyThreshold::Tokens) return cat(s, ", policy ", policy, "(threshold=", shift_threshold, ")");
+  if (th == PolicyThreshold::SequencesPerReplica && sidp_threshold >= 0)
+    return cat(s, ", policy ", policy, "(threshold=", sidp_threshold, ", window=", sidp_window_s, " s)");
   return s + ", policy " + policy;
 }
 
@@ -501,7 +503,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     r.batch = r.sched->schedule();
     collect(r, t);  // rejections at admission
     if (r.batch.empty()) return;
-    r.control->on_batch(r.batch);  // may preempt (rehome) and empty the batch
+    r.control->choose_plan(r.batch);  // may preempt (rehome) and empty the batch
     collect(r, t);
     if (r.batch.empty()) return;
     r.exec->execute(r.batch);  // result re-derived at completion (sampled = every sample seq)
@@ -527,7 +529,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     q.pop();
     if (e.priority == 1) {
       Request req = request_of(trace, e.index);
-      const int ri = lockstep ? 0 : replica_of(req.id, dp);  // the engine's routing (dist_engine.h)
+      const int ri = lockstep ? 0 : replica_of(req.id, dp);  // the engine's routing (parallel/plan.h)
       metrics.on_arrival(req, e.t);
       Replica& r = reps[size_t(ri)];
       r.clock.set(std::max(r.clock.now(), e.t));

@@ -70,7 +70,7 @@ struct SimConfig {
   // weights are resident on every rank (memory model), like those of a switching Shift policy's
   // two configs.
   std::vector<Plan> more_plans;
-  std::string policy = "fixed";    // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED | sidp...
+  std::string policy = "fixed";    // a layout policy of engine/policy_registry.h (fixed, shift, sidp, seesaw, ...)
   int64_t shift_threshold = 256;   // tokens per step above which "shift" runs the base
   // SiDP (--policy sidp over a dp=D,weights=owner plan): the threshold in sequences per replica;
   // < 0: from the cost model (the crossover, derive_sidp_crossover in sim/sidp_cost.h) at the

@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "engine/dist_engine.h"
 #include "engine/policy.h"
+#include "engine/policy_registry.h"
 #include "engine/seesaw.h"
 #include "parallel/plan_set.h"
 #include "model/loader.h"
@@ -170,7 +171,7 @@ std::vector<std::string> EnginePlan::plans() const {
 std::string EnginePlan::label() const {
   std::string s = plan;
   for (const auto& m : more_plans) s += "|" + m;
-  return policy == "fixed" ? s : s + " @" + policy;
+  return is_default_policy(policy) ? s : s + " @" + policy;
 }
 
 EnginePlan EnginePlan::parse(const std::string& text, const std::string& default_policy) {
@@ -181,9 +182,9 @@ EnginePlan EnginePlan::parse(const std::string& text, const std::string& default
   // Nitsum's pool is not a plan of one engine: `loom serve --policy nitsum` re-plans a pool of
   // instances (cluster/pool.h) with a control-plane rank, while the simulator prices it only in
   // the nitsum experiments; there is no DistEngine run and no Simulator run to compare.
-  if (p.policy == "nitsum")
-    fail("validate-engine: --policy nitsum cannot be compared: Nitsum's pool (loom serve --policy nitsum) is a "
-         "pool of re-planned instances, not a plan of one engine the simulator runs");
+  if (policy_runs_pool(p.policy))
+    fail("validate-engine: --policy ", p.policy, " cannot be compared: Nitsum's pool (loom serve --policy ", p.policy,
+         ") is a pool of re-planned instances, not a plan of one engine the simulator runs");
   std::vector<std::string> texts;
   for (size_t b = 0;;) {
     const auto bar = plans.find('|', b);
@@ -195,9 +196,7 @@ EnginePlan EnginePlan::parse(const std::string& text, const std::string& default
   const std::vector<Plan> set = PlanSet::parse(texts);
   p.plan = set.front().to_string();
   for (size_t i = 1; i < set.size(); ++i) p.more_plans.push_back(set[i].to_string());
-  check_policy_name(p.policy);
-  if (is_seesaw_policy(p.policy)) check_seesaw_plans(p.policy, set);
-  policy_plans(p.policy, set);
+  policy_plans(p.policy, set);  // the policy's name and plans (Seesaw: two plans of one DP degree)
   return p;
 }
 
@@ -253,21 +252,22 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
     // The cost model of this machine for the plan's ranks, calibrated by the profile.
     const CostModel cm = profile_cost_model(profile, mc, weight_dtype, replica.size(), "local", plan.size());
     // (the node has a replica's ranks; all plan.size() ranks compute at once)
+    const PolicyThreshold takes = policy_threshold(p.policy);
     int64_t threshold = o.shift_threshold;
-    if (p.policy == "shift" && threshold < 0)
+    if (takes == PolicyThreshold::Tokens && threshold < 0)
       threshold = derive_shift_threshold(cm, replica.sp, replica.tp, o.max_tokens_per_step).threshold;
-    v.shift_threshold = p.policy == "shift" ? threshold : -1;
+    v.shift_threshold = takes == PolicyThreshold::Tokens ? threshold : -1;
     // SiDP's threshold (the crossover): as the simulator derives it (sim/simulator.cpp), at the mean
     // context of the trace's decode steps, so that both sides switch at the same batch.
     int64_t sidp_threshold = o.sidp_threshold;
-    if (p.policy == "sidp" && sidp_threshold < 0) {
+    if (takes == PolicyThreshold::SequencesPerReplica && sidp_threshold < 0) {
       double rows = 0, ctx = 0;
       for (const TraceRequest& t : o.trace)
         rows += t.output_len, ctx += double(t.output_len) * (t.prompt_len + (t.output_len + 1) / 2.0);
       const int context = int(std::clamp(rows > 0 ? ctx / rows : 1.0, 1.0, double(max_len)));
       sidp_threshold = derive_sidp_crossover(cm, plan, context).threshold;
     }
-    v.sidp_threshold = p.policy == "sidp" ? sidp_threshold : -1;
+    v.sidp_threshold = takes == PolicyThreshold::SequencesPerReplica ? sidp_threshold : -1;
     // Seesaw's CPU tier.
     const int64_t cpu_kv = is_seesaw_policy(p.policy)
                                ? (o.cpu_kv_bytes > 0 ? o.cpu_kv_bytes : o.kv_cache_bytes * plan.size())

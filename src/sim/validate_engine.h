@@ -26,8 +26,8 @@ namespace loom::sim {
 struct EnginePlan {
   std::string plan;              // "tp=2", "dp=2", "sp=2,tp=2", "kvp=2,tpa=1", "pp=2", ...
   std::vector<std::string> more_plans;  // the rest of the plan set (Seesaw: c_d after c_p = plan)
-  // engine/policy.h: fixed | shift | cycle:N | alternate | random:SEED | sidp | sidp:was |
-  // sidp:cas | seesaw | prefill-first | decode-first
+  // a layout policy of engine/policy_registry.h: fixed | shift | cycle:N | alternate | random:SEED |
+  // sidp | sidp:was | sidp:cas | seesaw | prefill-first | decode-first
   std::string policy = "fixed";
   std::vector<std::string> plans() const;  // plan, then more_plans
   std::string label() const;               // "tp=2", "sp=2 @shift", "pp=2|tp=2 @seesaw"

@@ -472,7 +472,7 @@ TEST(Scheduler, RandomLoadAlwaysDrains) {
     }
     EngineLoop loop(s, exec, clock, metrics);
     std::map<RequestId, int> outputs;
-    loop.on_batch = [&](StepBatch& b) {
+    loop.on_batch = [&](const StepBatch& b) {
       ASSERT_LE(b.num_tokens, c.max_tokens_per_step);
       ASSERT_LE(int(b.seqs.size()), c.max_num_seqs);
     };
@@ -492,6 +492,47 @@ TEST(Scheduler, RandomLoadAlwaysDrains) {
     EXPECT_EQ(int(metrics.requests().size()), n);
     if (HasFailure()) break;
   }
+}
+
+// The loop takes its plan control at construction (StepPlanner) and calls it once per step,
+// between schedule and execute; on_batch only observes, after the choice: the executor and the
+// observer both see the plan the planner set, and an observer cannot displace the planner.
+TEST(EngineLoop, PlannerChoosesObserversSee) {
+  struct Alternating final : StepPlanner {
+    int calls = 0;
+    void choose_plan(StepBatch& b) override {
+      b.plan_id = calls % 2;
+      b.plan = calls % 2 ? "odd" : "even";
+      ++calls;
+    }
+  };
+  struct Recording final : StepExecutor {
+    std::vector<int> plan_ids;
+    StepResult execute(const StepBatch& b) override {
+      plan_ids.push_back(b.plan_id);
+      StepResult r;
+      for (const ScheduledSeq& e : b.seqs)
+        if (e.sample) r.sampled.push_back({e.seq_id, TokenId(7)});
+      return r;
+    }
+    void release(RequestId) override {}
+  };
+  const SchedulerConfig c = cfg(4, 64, 64, 4);
+  Scheduler s(c);
+  Recording exec;
+  ManualClock clock;
+  Metrics metrics;
+  Alternating planner;
+  EngineLoop loop(s, exec, clock, metrics, &planner);
+  std::vector<std::string> seen;
+  loop.on_batch = [&](const StepBatch& b) { seen.push_back(b.plan); };
+  loop.add_arrival(make_request({1, 5, 4}, 0));
+  const int64_t steps = loop.run_until_idle();
+  // 5 prompt tokens in one step (budget 64), then 3 decode steps: 4 tokens out.
+  ASSERT_EQ(steps, 4);
+  EXPECT_EQ(planner.calls, 4);
+  EXPECT_EQ(exec.plan_ids, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"even", "odd", "even", "odd"}));
 }
 
 }  // namespace
