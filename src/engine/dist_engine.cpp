@@ -265,11 +265,13 @@ void set_up(const DistOptions& o, Communicator& world, int ordinal, RankState& s
 class Leader final : public DistEngine {
  public:
   Leader(RankState& st, Communicator& world, const std::string& policy,
-         std::vector<std::unique_ptr<Communicator>> channels, double keepalive_s)
+         std::vector<std::unique_ptr<Communicator>> channels, double keepalive_s,
+         PricedSidpBackend::Pricer sidp_priced_clock)
       : st_(st), policy_name_(policy) {
     if (!channels.empty())
       replicas_ = std::make_unique<SidpReplicas>(*st.rank, std::move(channels), st.config,
-                                                 make_layout_policy(policy, st.plans, st.policy), keepalive_s);
+                                                 make_layout_policy(policy, st.plans, st.policy), keepalive_s,
+                                                 std::move(sidp_priced_clock));
     else
       core_ = std::make_unique<EngineCore>(*st.rank, world, st.config, make_layout_policy(policy, st.plans, st.policy),
                                            st.plans.max_dp());
@@ -350,7 +352,7 @@ void run_rank(const DistOptions& o, Communicator& started, const std::function<v
   }
   // A keep-alive well inside the communicator's timeout.
   const double keepalive_s = std::clamp(o.comm_options.timeout_s / 4, 0.05, 5.0);
-  Leader leader(st, world, o.policy, std::move(channels), keepalive_s);
+  Leader leader(st, world, o.policy, std::move(channels), keepalive_s, o.sidp_priced_clock);
   driver(leader);
   leader.shut_down();
 }
