@@ -19,7 +19,8 @@
 //                    backend attached, every step also runs there (real tokens) before it is
 //                    priced.
 //
-// Decisions (all here, none in a backend):
+// Decisions (all here, none in a backend; one decision for the whole group, S11: "a single global
+// decision avoids inconsistent mode choices that could lead to deadlocks"):
 //   - routing: request `id` runs on replica replica_of(id, D) (parallel/plan.h), so a sequence's KV
 //     lives on one rank whichever mode steps it;
 //   - arrivals: a timed request joins its replica's scheduler once clock.now() >= its arrival;

@@ -346,15 +346,6 @@ SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communi
     backend = priced_.get();
   }
   coord_ = std::make_unique<SidpCoordinator>(plans, sc, std::move(policy), *backend);
-  coord_->on_batch = [this](const StepBatch& b) {
-    if (on_batch) on_batch(b);
-  };
-  coord_->on_token = [this](const TokenEvent& ev) {
-    if (on_token) on_token(ev);
-  };
-  coord_->on_finish = [this](const Sequence& s) {
-    if (on_finish) on_finish(s);
-  };
 }
 
 SidpReplicas::~SidpReplicas() {
@@ -366,13 +357,6 @@ SidpReplicas::~SidpReplicas() {
 
 Clock& SidpReplicas::clock() { return priced_ ? priced_->clock() : channels_->clock(); }
 std::string SidpReplicas::fault() const { return channels_->fault(); }
-void SidpReplicas::submit(Request r) { coord_->submit(std::move(r)); }
-void SidpReplicas::cancel(RequestId id) { coord_->cancel(id); }
-bool SidpReplicas::step() { return coord_->step(); }
-bool SidpReplicas::idle() const { return coord_->idle(); }
-void SidpReplicas::set_stop_check(StopCheck check) { coord_->set_stop_check(std::move(check)); }
-LoopStats SidpReplicas::stats() const { return coord_->stats(); }
-
 std::vector<Sequence> SidpReplicas::run(std::vector<Request> requests) {
   const int vocab = rank_.model().config.vocab_size;
   for (const Request& r : requests)

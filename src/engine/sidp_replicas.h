@@ -72,37 +72,27 @@ std::vector<std::unique_ptr<Communicator>> split_replica_channels(Communicator& 
 int64_t follow_replica(Communicator& ctl, RankEngine& rank,
                        const std::function<void(const StepBatch&)>& before_step = nullptr);
 
-// World rank 0's side (see the top). One control thread (the LiveLoop's driving thread) calls
-// step(), idle(), stats(), run(); submit() and cancel() are thread-safe.
-class SidpReplicas final : public LiveLoop {
+// World rank 0's side (see the top): the coordinator bound to the ranks. One control thread (the
+// driver's, or the server's engine thread) drives coordinator() (a LiveLoop); its submit() and
+// cancel() are thread-safe.
+class SidpReplicas final {
  public:
   // `channels` from split_replica_channels; `keepalive_s`: the longest a channel stays silent.
   // `pricer` (optional): priced mode (see the top).
   SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communicator>> channels, const EngineConfig& config,
                std::unique_ptr<LayoutPolicy> policy, double keepalive_s, PricedSidpBackend::Pricer pricer = nullptr);
-  ~SidpReplicas() override;
+  ~SidpReplicas();
 
-  // ---- LiveLoop ----
-  void submit(Request r) override;
-  void cancel(RequestId id) override;
-  bool step() override;
-  bool idle() const override;
-  void set_stop_check(StopCheck check) override;
-  LoopStats stats() const override;
-
+  // The loop, its schedulers, metrics, policy and plan statistics.
+  SidpCoordinator& coordinator() { return *coord_; }
+  const SidpCoordinator& coordinator() const { return *coord_; }
   // Runs `requests` (arrival_s relative to now) to completion; the finished sequences in finishing
   // order. Throws loom::Error when a step failed.
   std::vector<Sequence> run(std::vector<Request> requests);
   // Waits for the steps in flight, releases what finished, stops the followers (once).
   void shut_down();
 
-  int num_replicas() const { return coord_->num_replicas(); }
-  Scheduler& scheduler(int replica) { return coord_->scheduler(replica); }
-  int num_blocks() const { return coord_->num_blocks(); }
   Clock& clock();
-  Metrics& metrics() { return coord_->metrics(); }
-  const LayoutPolicy& policy() const { return coord_->policy(); }
-  std::vector<PlanStats> plan_stats() const { return coord_->plan_stats(); }
   std::string fault() const;
   bool lockstep() const { return coord_->lockstep(); }
   // Steps each replica ran on its own (WaS), and group steps (lockstep).

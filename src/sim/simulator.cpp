@@ -167,11 +167,7 @@ void run_sidp_replicas(const CostModel& model, const SimConfig& config, const Pl
   std::vector<std::vector<SeqWork>> work(static_cast<size_t>(D));
   PricedSidpBackend backend(D, [&](int plan, const std::vector<const StepBatch*>& parts) {
     const PricedPlan& pl = priced.at(size_t(plan));
-    for (size_t j = 0; j < work.size(); ++j) {
-      work[j].clear();
-      if (parts[j])
-        for (const auto& s : parts[j]->seqs) work[j].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
-    }
+    sidp_step_work(parts, work);
     StepCost c = price_sidp(model, pl, work);
     c.plan = pl.name;
     if (config.on_step) config.on_step(pl, work, c);
@@ -182,6 +178,7 @@ void run_sidp_replicas(const CostModel& model, const SimConfig& config, const Pl
   int64_t finished = 0, steps = 0;
   const int64_t total = int64_t(trace.size());
   coord.on_finish = [&](const Sequence&) { ++finished; };
+  if (config.on_batch) coord.on_batch = [&](const StepBatch& b) { config.on_batch(b); };
   coord.on_step = [&] {
     if (config.progress && config.progress_every > 0 && ++steps % config.progress_every == 0)
       config.progress(backend.clock().now(), finished, total);
@@ -364,6 +361,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     r.control->choose_plan(r.batch);  // may preempt (rehome) and empty the batch
     collect(r, t);
     if (r.batch.empty()) return;
+    if (config_.on_batch) config_.on_batch(r.batch);
     r.exec->execute(r.batch);  // result re-derived at completion (sampled = every sample seq)
     const StepCost& c = r.exec->last();
     r.busy = true;
