@@ -265,11 +265,13 @@ void set_up(const DistOptions& o, Communicator& world, int ordinal, RankState& s
 class Leader final : public DistEngine {
  public:
   Leader(RankState& st, Communicator& world, const std::string& policy,
-         std::vector<std::unique_ptr<Communicator>> channels, double keepalive_s)
+         std::vector<std::unique_ptr<Communicator>> channels, double keepalive_s,
+         PricedSidpBackend::Pricer sidp_priced_clock)
       : st_(st), policy_name_(policy) {
     if (!channels.empty())
       replicas_ = std::make_unique<SidpReplicas>(*st.rank, std::move(channels), st.config,
-                                                 make_layout_policy(policy, st.plans, st.policy), keepalive_s);
+                                                 make_layout_policy(policy, st.plans, st.policy), keepalive_s,
+                                                 std::move(sidp_priced_clock));
     else
       core_ = std::make_unique<EngineCore>(*st.rank, world, st.config, make_layout_policy(policy, st.plans, st.policy),
                                            st.plans.max_dp());
@@ -283,14 +285,14 @@ class Leader final : public DistEngine {
   int world_size() const override { return st_.world_size; }
   int num_replicas() const override { return st_.plans.plan(0).dp; }
   int threads_per_rank() const override { return st_.threads; }
-  int num_kv_blocks() const override { return replicas_ ? replicas_->num_blocks() : core_->scheduler().num_blocks(); }
+  int num_kv_blocks() const override { return replicas_ ? replicas_->coordinator().num_blocks() : core_->scheduler().num_blocks(); }
   const EngineConfig& config() const override { return st_.config; }
   const std::vector<std::string>& start_info() const override { return st_.info; }
   std::string policy() const override {
-    return replicas_ ? replicas_->policy().describe() : core_->control().policy().describe();
+    return replicas_ ? replicas_->coordinator().policy().describe() : core_->control().policy().describe();
   }
   std::vector<PlanStats> plan_stats() const override {
-    return replicas_ ? replicas_->plan_stats() : core_->executor().stats();
+    return replicas_ ? replicas_->coordinator().plan_stats() : core_->executor().stats();
   }
   std::string fault() const override {
     if (replicas_) return replicas_->fault();
@@ -300,10 +302,10 @@ class Leader final : public DistEngine {
     if (!replicas_) core_->executor().heartbeat();
   }
   TierStats tier_stats() const override { return st_.rank->tier_stats(); }
-  Scheduler& scheduler() override { return replicas_ ? replicas_->scheduler(0) : core_->scheduler(); }
-  LiveLoop& loop() override { return replicas_ ? static_cast<LiveLoop&>(*replicas_) : core_->loop(); }
+  Scheduler& scheduler() override { return replicas_ ? replicas_->coordinator().scheduler(0) : core_->scheduler(); }
+  LiveLoop& loop() override { return replicas_ ? static_cast<LiveLoop&>(replicas_->coordinator()) : core_->loop(); }
   Clock& clock() override { return replicas_ ? replicas_->clock() : core_->clock(); }
-  Metrics& metrics() override { return replicas_ ? replicas_->metrics() : core_->metrics(); }
+  Metrics& metrics() override { return replicas_ ? replicas_->coordinator().metrics() : core_->metrics(); }
   SidpReplicas* sidp_replicas() override { return replicas_.get(); }
 
   std::vector<Sequence> run(std::vector<Request> requests) override {
@@ -350,7 +352,7 @@ void run_rank(const DistOptions& o, Communicator& started, const std::function<v
   }
   // A keep-alive well inside the communicator's timeout.
   const double keepalive_s = std::clamp(o.comm_options.timeout_s / 4, 0.05, 5.0);
-  Leader leader(st, world, o.policy, std::move(channels), keepalive_s);
+  Leader leader(st, world, o.policy, std::move(channels), keepalive_s, o.sidp_priced_clock);
   driver(leader);
   leader.shut_down();
 }

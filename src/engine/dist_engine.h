@@ -105,6 +105,11 @@ struct DistOptions {
   // SiDP under WaS: replicas step on their own (sidp_replicas.h). true: they step in lockstep on one
   // descriptor as every other DP plan does (the engine before that; benches compare the two).
   bool sidp_lockstep = false;
+  // SiDP replicas stepping on their own, priced mode (sidp_replicas.h; `loom sim validate-engine`):
+  // every step still runs on the ranks, but the coordinator's clock and completion order come from
+  // this price of the step in seconds (parts[j]: replica j's rows or null), so the step records are
+  // the simulator's. Unset: the wall clock.
+  std::function<double(int plan, const std::vector<const StepBatch*>& parts)> sidp_priced_clock;
   // Shift 3.3.2 weights of a base / shift pair: "separate" (copies of both shards) or "slice".
   std::string shift_weights = "separate";
   // KV migration buffer per round (bytes); 0: the default (kv_transfer.h).

@@ -77,101 +77,190 @@ int64_t follow_replica(Communicator& ctl, RankEngine& rank, const std::function<
   }
 }
 
-// A replica's executor: its steps run through the worker thread (EngineLoop::begin_step /
-// end_step), so execute() is never called; release() collects what the next command drops.
-class SidpReplicas::Executor final : public StepExecutor {
+// The ranks' binding of the coordinator (sidp_replicas.h): one worker thread per replica, jobs in
+// order per replica, completions posted in the order they arrive; a group step comes back once
+// every worker is done with it (replica 0's worker holds the gathered tokens).
+class SidpReplicas::Channels final : public SidpBackend {
  public:
-  StepResult execute(const StepBatch&) override {
-    fail("SiDP replica steps run through EngineLoop::begin_step / end_step (sidp_replicas.h)");
+  Channels(RankEngine& rank, std::vector<std::unique_ptr<Communicator>> channels, int block_size, double keepalive_s)
+      : rank_(rank), channels_(std::move(channels)), block_size_(block_size), keepalive_s_(keepalive_s) {
+    for (size_t j = 0; j < channels_.size(); ++j) {
+      auto w = std::make_unique<Worker>();
+      w->index = int(j);
+      w->channel = channels_[j].get();
+      LOOM_CHECK((j == 0) == (w->channel == nullptr), "replica ", j, "'s channel");
+      workers_.push_back(std::move(w));
+    }
+    for (auto& w : workers_) {
+      Worker* p = w.get();
+      p->thread = std::thread([this, p] { work(*p); });
+    }
   }
-  void release(RequestId id) override { released.push_back(id); }
-  std::vector<RequestId> released;
+  ~Channels() override { stop(); }
+
+  Clock& clock() override { return clock_; }
+
+  void launch_own(int replica, const StepBatch& batch, std::vector<RequestId> released) override {
+    Worker& w = *workers_.at(size_t(replica));
+    Job j;
+    j.kind = Kind::kOwn;
+    j.released = std::move(released);
+    if (w.channel) j.wire = wire_of(kWireOwn, &batch, j.released);
+    else j.batch = batch;
+    enqueue(w, std::move(j));
+  }
+
+  void launch_group(const StepBatch& all, const std::vector<const StepBatch*>&,
+                    std::vector<std::vector<RequestId>> released) override {
+    LOOM_CHECK(group_left_ == 0, "a group step while one is in flight");
+    group_left_ = int(workers_.size());
+    group_error_.clear();
+    group_result_ = StepResult{};
+    for (auto& wp : workers_) {
+      Worker& w = *wp;
+      Job j;
+      j.kind = Kind::kGroup;
+      j.released = std::move(released.at(size_t(w.index)));
+      if (w.channel) j.wire = wire_of(kWireGroup, &all, j.released);
+      else j.batch = all;
+      enqueue(w, std::move(j));
+    }
+  }
+
+  void release(int replica, std::vector<RequestId> released) override {
+    Worker& w = *workers_.at(size_t(replica));
+    Job j;
+    j.kind = Kind::kRelease;
+    j.released = std::move(released);
+    if (w.channel) {
+      StepBatch empty;
+      empty.block_size = block_size_;
+      j.wire = wire_of(kWireRelease, &empty, j.released);
+    }
+    ++releases_in_flight_;
+    enqueue(w, std::move(j));
+  }
+
+  std::vector<SidpDone> collect(bool may_wait, double) override {
+    std::deque<Done> got;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (done_.empty() && may_wait)
+        done_cv_.wait_for(lk, std::chrono::milliseconds(50), [&] { return !done_.empty(); });
+      got.swap(done_);
+    }
+    std::vector<SidpDone> out;
+    for (Done& d : got) {
+      if (d.kind == Kind::kRelease) {
+        --releases_in_flight_;
+        continue;
+      }
+      if (d.kind == Kind::kOwn) {
+        out.push_back(SidpDone{d.replica, std::move(d.result), std::move(d.error)});
+        continue;
+      }
+      LOOM_CHECK(d.kind == Kind::kGroup && group_left_ > 0, "replica ", d.replica, ": a group step came back twice");
+      if (!d.error.empty() && group_error_.empty()) group_error_ = d.error;
+      if (d.replica == 0) group_result_ = std::move(d.result);
+      if (--group_left_ == 0) out.push_back(SidpDone{-1, std::move(group_result_), group_error_});
+    }
+    return out;
+  }
+
+  bool pending() const override {
+    if (releases_in_flight_ > 0) return true;
+    std::lock_guard<std::mutex> lk(mu_);
+    return !done_.empty();
+  }
+
+  std::string fault() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return fault_;
+  }
+
+  // Sends stop down every channel (after the last step) and joins the workers (once).
+  void stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    for (auto& w : workers_) {
+      enqueue(*w, Job{Kind::kStop, {}, {}, {}});
+      {
+        std::lock_guard<std::mutex> lk(w->mu);
+        w->quit = true;
+      }
+      w->cv.notify_all();
+    }
+    for (auto& w : workers_)
+      if (w->thread.joinable()) w->thread.join();
+  }
+
+ private:
+  enum class Kind { kOwn, kGroup, kRelease, kStop };
+  struct Job {
+    Kind kind = Kind::kOwn;
+    std::vector<uint8_t> wire;  // replicas j >= 1
+    StepBatch batch;            // replica 0
+    std::vector<RequestId> released;
+  };
+  struct Done {
+    int replica = 0;
+    Kind kind = Kind::kOwn;
+    StepResult result;
+    std::string error;
+  };
+  struct Worker {
+    int index = 0;
+    Communicator* channel = nullptr;  // null for replica 0 (rank 0 itself)
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job> jobs;
+    bool quit = false;
+  };
+
+  void work(Worker& r);
+  void enqueue(Worker& r, Job j) {
+    {
+      std::lock_guard<std::mutex> lk(r.mu);
+      r.jobs.push_back(std::move(j));
+    }
+    r.cv.notify_all();
+  }
+  void post(Done d) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!d.error.empty() && fault_.empty()) fault_ = d.error;
+      done_.push_back(std::move(d));
+    }
+    done_cv_.notify_all();
+  }
+  void set_fault(const std::string& e) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (fault_.empty()) fault_ = e;
+    }
+    done_cv_.notify_all();
+  }
+
+  RankEngine& rank_;
+  std::vector<std::unique_ptr<Communicator>> channels_;
+  int block_size_;
+  double keepalive_s_;
+  WallClock clock_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  int releases_in_flight_ = 0;  // control thread only
+  int group_left_ = 0;          // workers still running the group step (control thread only)
+  std::string group_error_;
+  StepResult group_result_;
+  bool stopped_ = false;
+
+  mutable std::mutex mu_;  // done_, fault_
+  std::condition_variable done_cv_;
+  std::deque<Done> done_;
+  std::string fault_;
 };
 
-struct SidpReplicas::Replica {
-  int index = 0;
-  Communicator* channel = nullptr;  // null for replica 0 (rank 0 itself)
-  std::unique_ptr<Scheduler> sched;
-  std::unique_ptr<Executor> exec;
-  std::unique_ptr<EngineLoop> loop;
-  std::optional<EngineLoop::Pending> inflight;  // its own step, on the worker
-  int64_t own_steps = 0;
-  std::thread thread;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Job> jobs;
-  bool quit = false;
-};
-
-SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communicator>> channels,
-                           const EngineConfig& config, std::unique_ptr<LayoutPolicy> policy, double keepalive_s)
-    : rank_(rank), channels_(std::move(channels)), config_(config), policy_(std::move(policy)),
-      keepalive_s_(keepalive_s) {
-  const PlanSet& plans = rank.plans();
-  const int D = plans.plan(0).dp;
-  LOOM_CHECK(int(channels_.size()) == D, "channels for ", channels_.size(), " of ", D, " replicas");
-  was_ = cas_ = -1;
-  for (int id = 0; id < plans.size(); ++id) {
-    (plans.plan(id).sidp_cas ? cas_ : was_) = id;
-    stats_.push_back(PlanStats{plans.name(id)});
-  }
-  LOOM_CHECK(was_ >= 0, "SiDP replicas need a WaS plan in ", plans.to_string());
-  mode_plan_ = 0;
-  lockstep_ = plans.plan(0).sidp_cas;
-  // Every replica's pool: the blocks one replica holds under the plan (every plan of the set has
-  // one placement, plan_set.h).
-  const KvPoolShape pool = rank.pools(0);
-  if (pool.blocks_per_pool < 1)
-    fail("plan ", plans.name(0), ": the KV budget of some rank holds no block of ", config.block_size,
-         " tokens for its layers and KV heads; raise --kv-cache-bytes");
-  for (int j = 0; j < D; ++j) {
-    auto r = std::make_unique<Replica>();
-    r->index = j;
-    r->channel = channels_[size_t(j)].get();
-    LOOM_CHECK((j == 0) == (r->channel == nullptr), "replica ", j, "'s channel");
-    SchedulerConfig sc;
-    sc.max_num_seqs = config.max_num_seqs;
-    sc.max_tokens_per_step = config.max_tokens_per_step;
-    sc.block_size = config.block_size;
-    sc.max_model_len = config.max_model_len;
-    sc.enable_chunked_prefill = config.enable_chunked_prefill;
-    sc.pool_shapes = {KvPoolShape{1, 1, pool.blocks_per_pool, 1}};
-    sc.num_blocks = pool.blocks_per_pool;
-    r->sched = std::make_unique<Scheduler>(sc);
-    r->exec = std::make_unique<Executor>();
-    r->loop = std::make_unique<EngineLoop>(*r->sched, *r->exec, clock_, metrics_, static_cast<StepPlanner*>(this));
-    r->loop->on_batch = [this](const StepBatch& b) {
-      if (on_batch) on_batch(b);
-    };
-    r->loop->on_token = [this](const TokenEvent& ev) {
-      if (on_token) on_token(ev);
-    };
-    r->loop->on_finish = [this](const Sequence& s) {
-      if (on_finish) on_finish(s);
-    };
-    replicas_.push_back(std::move(r));
-  }
-  for (auto& r : replicas_) {
-    Replica* p = r.get();
-    p->thread = std::thread([this, p] { work(*p); });
-  }
-}
-
-void SidpReplicas::choose_plan(StepBatch& b) {
-  b.plan_id = lockstep_ ? mode_plan_ : was_;
-  b.plan = rank_.plans().name(b.plan_id);
-}
-
-SidpReplicas::~SidpReplicas() {
-  try {
-    shut_down();
-  } catch (const std::exception&) {
-  }
-}
-
-// ---- the worker thread of one replica ----
-
-void SidpReplicas::work(Replica& r) {
+void SidpReplicas::Channels::work(Worker& r) {
   std::vector<uint8_t> inl;
   const auto period = std::chrono::duration<double>(keepalive_s_);
   for (;;) {
@@ -229,359 +318,51 @@ void SidpReplicas::work(Replica& r) {
   }
 }
 
-void SidpReplicas::enqueue(Replica& r, Job j) {
-  {
-    std::lock_guard<std::mutex> lk(r.mu);
-    r.jobs.push_back(std::move(j));
+SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communicator>> channels,
+                           const EngineConfig& config, std::unique_ptr<LayoutPolicy> policy, double keepalive_s,
+                           PricedSidpBackend::Pricer pricer)
+    : rank_(rank) {
+  const PlanSet& plans = rank.plans();
+  const int D = plans.plan(0).dp;
+  LOOM_CHECK(int(channels.size()) == D, "channels for ", channels.size(), " of ", D, " replicas");
+  // Every replica's pool: the blocks one replica holds under the plan (every plan of the set has
+  // one placement, plan_set.h).
+  const KvPoolShape pool = rank.pools(0);
+  if (pool.blocks_per_pool < 1)
+    fail("plan ", plans.name(0), ": the KV budget of some rank holds no block of ", config.block_size,
+         " tokens for its layers and KV heads; raise --kv-cache-bytes");
+  SchedulerConfig sc;
+  sc.max_num_seqs = config.max_num_seqs;
+  sc.max_tokens_per_step = config.max_tokens_per_step;
+  sc.block_size = config.block_size;
+  sc.max_model_len = config.max_model_len;
+  sc.enable_chunked_prefill = config.enable_chunked_prefill;
+  sc.pool_shapes = {KvPoolShape{1, 1, pool.blocks_per_pool, 1}};
+  sc.num_blocks = pool.blocks_per_pool;
+  channels_ = std::make_unique<Channels>(rank, std::move(channels), config.block_size, keepalive_s);
+  SidpBackend* backend = channels_.get();
+  if (pricer) {
+    priced_ = std::make_unique<PricedSidpBackend>(D, std::move(pricer), channels_.get());
+    backend = priced_.get();
   }
-  r.cv.notify_all();
+  coord_ = std::make_unique<SidpCoordinator>(plans, sc, std::move(policy), *backend);
 }
 
-void SidpReplicas::post(Done d) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!d.error.empty() && fault_.empty()) fault_ = d.error;
-    done_.push_back(std::move(d));
-  }
-  done_cv_.notify_all();
-}
-
-void SidpReplicas::set_fault(const std::string& e) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (fault_.empty()) fault_ = e;
-  }
-  done_cv_.notify_all();
-}
-
-std::string SidpReplicas::fault() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return fault_;
-}
-
-// ---- LiveLoop ----
-
-void SidpReplicas::submit(Request r) {
-  replicas_[size_t(replica_of(r.id, num_replicas()))]->loop->submit(std::move(r));
-  done_cv_.notify_all();
-}
-
-void SidpReplicas::cancel(RequestId id) {
-  replicas_[size_t(replica_of(id, num_replicas()))]->loop->cancel(id);
-  done_cv_.notify_all();
-}
-
-void SidpReplicas::set_stop_check(StopCheck check) {
-  for (auto& r : replicas_) r->loop->set_stop_check(check);
-}
-
-LoopStats SidpReplicas::stats() const {
-  LoopStats s;
-  for (const auto& r : replicas_) {
-    const LoopStats x = r->loop->stats();
-    s.num_running += x.num_running;
-    s.num_waiting += x.num_waiting;
-    s.kv_blocks_used += x.kv_blocks_used;
-    s.num_preemptions += x.num_preemptions;
-    s.num_steps += x.num_steps;
-  }
-  return s;
-}
-
-Scheduler& SidpReplicas::scheduler(int replica) { return *replicas_.at(size_t(replica))->sched; }
-
-int SidpReplicas::num_blocks() const {
-  int n = 0;
-  for (const auto& r : replicas_) n += r->sched->num_blocks();
-  return n;
-}
-
-std::vector<int64_t> SidpReplicas::own_steps() const {
-  std::vector<int64_t> out;
-  for (const auto& r : replicas_) out.push_back(r->own_steps);
-  return out;
-}
-
-bool SidpReplicas::anything_in_flight() const {
-  if (releases_in_flight_ > 0) return true;
-  for (const auto& r : replicas_)
-    if (r->inflight) return true;
-  return false;
-}
-
-bool SidpReplicas::idle() const {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!done_.empty()) return false;
-  }
-  if (!arrivals_.empty() || anything_in_flight()) return false;
-  for (const auto& r : replicas_)
-    if (!r->loop->idle() || !r->exec->released.empty()) return false;
-  return true;
-}
-
-void SidpReplicas::inject_due() {
-  const double now = clock_.now();
-  while (!arrivals_.empty() && arrivals_.begin()->first <= now) {
-    Request r = std::move(arrivals_.begin()->second);
-    arrivals_.erase(arrivals_.begin());
-    replicas_[size_t(replica_of(r.id, num_replicas()))]->loop->submit(std::move(r));
+SidpReplicas::~SidpReplicas() {
+  try {
+    shut_down();
+  } catch (const std::exception&) {
   }
 }
 
-bool SidpReplicas::step() {
-  inject_due();
-  if (lockstep_) {
-    const bool stepped = group_step();
-    if (!stepped) release_idle();
-    const bool collected = collect(!stepped && anything_in_flight());
-    return stepped || collected;
-  }
-  const bool launched = launch_own();
-  const bool collected = collect(!launched);
-  if (draining_ && !anything_in_flight()) {
-    // Every replica is at a step boundary: the group steps in lockstep from here (S11).
-    draining_ = false;
-    lockstep_ = true;
-  }
-  return launched || collected;
-}
-
-// Sequences that finished on a replica with nothing more to run leave its KV store now (no later
-// step of that replica would carry them).
-void SidpReplicas::release_idle() {
-  if (!fault().empty()) return;
-  for (auto& r : replicas_) {
-    if (r->inflight || r->exec->released.empty()) continue;
-    Job j;
-    j.kind = Kind::kRelease;
-    j.released.swap(r->exec->released);
-    if (r->channel) {
-      StepBatch empty;
-      empty.block_size = config_.block_size;
-      j.wire = wire_of(kWireRelease, &empty, j.released);
-    }
-    ++releases_in_flight_;
-    enqueue(*r, std::move(j));
-  }
-}
-
-bool SidpReplicas::launch_own() {
-  bool launched = false;
-  if (draining_) return false;
-  const std::string broken = fault();
-  for (auto& rp : replicas_) {
-    Replica& r = *rp;
-    if (r.inflight) continue;
-    std::optional<EngineLoop::Pending> p = r.loop->begin_step();
-    if (!p) continue;
-    launched = true;
-    p->metrics.replica = r.index;
-    if (!broken.empty()) {
-      r.loop->end_step(*p, nullptr, broken);
-      continue;
-    }
-    Job j;
-    j.kind = Kind::kOwn;
-    j.released.swap(r.exec->released);
-    if (r.channel) j.wire = wire_of(kWireOwn, &p->batch, j.released);
-    else j.batch = p->batch;
-    r.inflight = std::move(p);
-    enqueue(r, std::move(j));
-  }
-  if (!launched) release_idle();
-  return launched;
-}
-
-void SidpReplicas::count(int plan, const StepBatch& b) {
-  PlanStats& st = stats_[size_t(plan)];
-  if (plan != mode_plan_) {
-    ++st.switches;
-    mode_plan_ = plan;
-  }
-  ++st.steps;
-  st.tokens += b.num_tokens;
-}
-
-// One observation per round of D own steps (see the top).
-void SidpReplicas::observe(const StepBatch& b) {
-  round_prompts_ = round_prompts_ || b.num_prefill_tokens > 0;
-  if (++round_steps_ < num_replicas()) return;
-  int64_t running = 0;
-  for (const auto& r : replicas_) running += r->sched->num_running();
-  policy_->advance(now_seconds());  // the policy's window in seconds reads this clock (policy.h)
-  const int id = policy_->choose_effective(double(running) / double(num_replicas()), round_prompts_);
-  round_steps_ = 0;
-  round_prompts_ = false;
-  if (id == cas_ && cas_ >= 0) draining_ = true;
-}
-
-bool SidpReplicas::collect(bool may_wait) {
-  std::deque<Done> got;
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    if (done_.empty() && may_wait && anything_in_flight())
-      done_cv_.wait_for(lk, std::chrono::milliseconds(50), [&] { return !done_.empty(); });
-    got.swap(done_);
-  }
-  bool stepped = false;
-  for (Done& d : got) {
-    Replica& r = *replicas_[size_t(d.replica)];
-    if (d.kind == Kind::kRelease) {
-      --releases_in_flight_;
-      continue;
-    }
-    LOOM_CHECK(d.kind == Kind::kOwn && r.inflight.has_value(), "replica ", d.replica, ": a step came back twice");
-    EngineLoop::Pending p = std::move(*r.inflight);
-    r.inflight.reset();
-    stepped = true;
-    if (!d.error.empty()) {
-      r.loop->end_step(p, nullptr, d.error);
-      continue;
-    }
-    ++r.own_steps;
-    count(p.batch.plan_id, p.batch);
-    r.loop->end_step(p, &d.result);
-    observe(p.batch);
-  }
-  return stepped;
-}
-
-bool SidpReplicas::group_step() {
-  const int D = num_replicas();
-  std::vector<std::optional<EngineLoop::Pending>> parts(static_cast<size_t>(D));
-  bool any = false;
-  for (int j = 0; j < D; ++j) {
-    parts[size_t(j)] = replicas_[size_t(j)]->loop->begin_step();
-    any = any || parts[size_t(j)].has_value();
-  }
-  if (!any) return false;
-  const std::string broken = fault();
-  if (!broken.empty()) {
-    for (auto& p : parts)
-      if (p) replicas_[size_t(&p - parts.data())]->loop->end_step(*p, nullptr, broken);
-    return true;
-  }
-  // One descriptor: every replica's part in replica order (a replica without one is a dummy, S10).
-  StepBatch all;
-  all.step_index = group_index_++;
-  all.block_size = config_.block_size;
-  for (auto& p : parts) {
-    if (!p) continue;
-    const StepBatch& b = p->batch;
-    all.seqs.insert(all.seqs.end(), b.seqs.begin(), b.seqs.end());
-    all.num_tokens += b.num_tokens;
-    all.num_prefill_tokens += b.num_prefill_tokens;
-    all.num_decode_tokens += b.num_decode_tokens;
-    all.num_sampled += b.num_sampled;
-  }
-  policy_->advance(now_seconds());
-  const int plan = policy_->choose(all);
-  LOOM_CHECK(plan >= 0 && plan < rank_.plans().size(), "policy ", policy_->describe(), " chose plan ", plan);
-  all.plan_id = plan;
-  all.plan = rank_.plans().name(plan);
-  for (auto& p : parts)
-    if (p) {
-      p->batch.plan_id = plan;
-      p->batch.plan = all.plan;
-      p->metrics.plan = all.plan;
-      p->metrics.replica = int(&p - parts.data());
-      p->metrics.lockstep = true;
-    }
-  for (int j = 0; j < D; ++j) {
-    Replica& r = *replicas_[size_t(j)];
-    Job job;
-    job.kind = Kind::kGroup;
-    job.released.swap(r.exec->released);
-    if (r.channel) job.wire = wire_of(kWireGroup, &all, job.released);
-    else job.batch = all;
-    enqueue(r, std::move(job));
-  }
-  // Wait for every worker (replica 0's holds the gathered tokens; the others only sent).
-  StepResult result;
-  std::string error;
-  int left = D;
-  while (left > 0) {
-    std::deque<Done> got;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      done_cv_.wait(lk, [&] { return !done_.empty(); });
-      got.swap(done_);
-    }
-    for (Done& d : got) {
-      if (d.kind == Kind::kRelease) {
-        --releases_in_flight_;
-        continue;
-      }
-      LOOM_CHECK(d.kind == Kind::kGroup, "replica ", d.replica, ": an own step came back during a group step");
-      --left;
-      if (!d.error.empty() && error.empty()) error = d.error;
-      if (d.replica == 0) result = std::move(d.result);
-    }
-  }
-  ++group_steps_;
-  if (error.empty()) count(plan, all);
-  for (int j = 0; j < D; ++j) {
-    auto& p = parts[size_t(j)];
-    if (!p) continue;
-    EngineLoop& loop = *replicas_[size_t(j)]->loop;
-    if (!error.empty()) {
-      loop.end_step(*p, nullptr, error);
-      continue;
-    }
-    StepResult mine;
-    for (const SampledToken& t : result.sampled)
-      if (replica_of(t.seq_id, D) == j) mine.sampled.push_back(t);
-    for (const TokenLogprobs& l : result.logprobs)
-      if (replica_of(l.seq_id, D) == j) mine.logprobs.push_back(l);
-    loop.end_step(*p, &mine);
-  }
-  // A step the policy gave back to WaS ran in lockstep under the WaS plan; from the next step the
-  // replicas are independent again.
-  if (plan != cas_) lockstep_ = false;
-  return true;
-}
-
+Clock& SidpReplicas::clock() { return priced_ ? priced_->clock() : channels_->clock(); }
+std::string SidpReplicas::fault() const { return channels_->fault(); }
 std::vector<Sequence> SidpReplicas::run(std::vector<Request> requests) {
   const int vocab = rank_.model().config.vocab_size;
   for (const Request& r : requests)
     for (TokenId t : r.prompt)
       if (t < 0 || t >= vocab) fail("request ", r.id, ": token id ", t, " is outside the vocabulary [0, ", vocab, ")");
-  std::vector<Sequence> done;
-  auto prev = on_finish;
-  on_finish = [&](const Sequence& s) {
-    done.push_back(s);
-    if (prev) prev(s);
-  };
-  const double t0 = clock_.now();
-  for (Request& r : requests) {
-    r.arrival_s += t0;
-    const double t = r.arrival_s;
-    arrivals_.emplace(t, std::move(r));
-  }
-  try {
-    int idle_rounds = 0;
-    while (!idle()) {
-      if (step()) {
-        idle_rounds = 0;
-        continue;
-      }
-      if (anything_in_flight()) continue;
-      bool busy = false;
-      for (const auto& r : replicas_) busy = busy || r->sched->has_unfinished();
-      if (!busy && !arrivals_.empty()) {
-        clock_.wait_until(arrivals_.begin()->first);
-        continue;
-      }
-      // Submitted requests are taken in by the next step; a scheduler with work that runs nothing
-      // twice in a row is a bug (it always makes progress when the cache holds one maximal request).
-      LOOM_CHECK(++idle_rounds < 3, "SiDP replicas made no progress");
-    }
-  } catch (...) {
-    on_finish = prev;
-    throw;
-  }
-  on_finish = prev;
+  std::vector<Sequence> done = coord_->run(std::move(requests));
   const std::string broken = fault();
   if (!broken.empty()) fail(broken);
   return done;
@@ -591,19 +372,8 @@ void SidpReplicas::shut_down() {
   if (shut_) return;
   shut_ = true;
   // The steps in flight come back first (their results are dropped if nobody collects them).
-  while (anything_in_flight()) collect(true);
-  release_idle();
-  while (anything_in_flight()) collect(true);
-  for (auto& r : replicas_) {
-    enqueue(*r, Job{Kind::kStop, {}, {}, {}});
-    {
-      std::lock_guard<std::mutex> lk(r->mu);
-      r->quit = true;
-    }
-    r->cv.notify_all();
-  }
-  for (auto& r : replicas_)
-    if (r->thread.joinable()) r->thread.join();
+  coord_->drain();
+  channels_->stop();
 }
 
 }  // namespace loom

@@ -120,6 +120,15 @@ double sidp_layer_fetch_s(const CostModel& cm, const Plan& full) {
                          std::min(2, cm.node().gpus_per_node));
 }
 
+void sidp_step_work(const std::vector<const StepBatch*>& parts, std::vector<std::vector<SeqWork>>& work) {
+  work.resize(parts.size());
+  for (size_t j = 0; j < parts.size(); ++j) {
+    work[j].clear();
+    if (parts[j])
+      for (const ScheduledSeq& s : parts[j]->seqs) work[j].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
+  }
+}
+
 StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector<std::vector<SeqWork>>& replica_seqs,
                     SidpVariant v) {
   const Plan& full = pl.full;

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "engine/step.h"
 #include "sim/cost_model.h"
 
 namespace loom::sim {
@@ -57,6 +58,9 @@ enum class SidpVariant {
 const char* sidp_variant_name(SidpVariant v);  // "plan", "was", "fsdp", "cas-v1", "cas-v2", "cas-v3"
 
 // A lockstep step of every replica of a weights=owner plan (replica_seqs[r]: replica r's work).
+// A SiDP step's rows as price_sidp's per-replica work: parts[j] is replica j's part of the step (an
+// own step: one non-null entry), or null (engine/sidp_coordinator.h PricedSidpBackend::Pricer).
+void sidp_step_work(const std::vector<const StepBatch*>& parts, std::vector<std::vector<SeqWork>>& work);
 StepCost price_sidp(const CostModel& cm, const PricedPlan& pl, const std::vector<std::vector<SeqWork>>& replica_seqs,
                     SidpVariant v = SidpVariant::AsPlanned);
 

@@ -20,6 +20,7 @@
 #include "parallel/plan_set.h"
 #include "engine/scheduler.h"
 #include "engine/seesaw.h"
+#include "engine/sidp_coordinator.h"
 #include "engine/sidp_replicas.h"
 #include "engine/step.h"
 #include "sim/sidp_cost.h"
@@ -142,209 +143,63 @@ StepMetrics apply_step(Scheduler& sched, const StepBatch& batch, double start, d
   return sm;
 }
 
-// SiDP replicas stepping on their own, as the engine runs them (engine/sidp_replicas.h, the
-// specification mirrored here; ../shared/papers/001 §4.2-§4.3, PAPERS-NOTES.md S4, S11, S13):
-// one Scheduler per replica (the per-replica limits and KV pool), request id on replica id % D.
-//   - WaS: a replica's own step is priced by price_sidp over that replica's work alone (the other
-//     replicas' entries empty): nothing in a WaS forward couples the replicas (one-sided gets, the
-//     owner oblivious, S4), and with peak shifting each owner has one reader at a time (S7 (ii)),
-//     so a replica's fetches do not contend with the others' (without it, sidp_layer_fetch_s
-//     already charges the D - 1 readers' incast). A replica steps again as soon as its step is
-//     done; a replica with no work does not step.
-//   - The sidp policy: one observation per round of D own steps (any replicas'), effective batch =
-//     the running sequences of every replica / D, a round with prompt chunks not counting
-//     (LayoutPolicy::choose_effective, the engine's code). On CaS no new own step starts; once
-//     the last one in flight is done the group steps in lockstep: each replica's scheduler builds
-//     its part (a replica with nothing is a dummy, S10), the policy chooses on the whole batch
-//     (LayoutPolicy::choose) and price_sidp prices every replica's part under that plan. A
-//     lockstep step the policy gives back to WaS runs lockstep under WaS; the replicas are
-//     independent again from the next step.
-//   - Metrics as the engine's: one StepMetrics per replica and step (a lockstep step: one per
-//     replica with a part), with its replica and lockstep flag; PlanUse counts a replica's own step
-//     or a lockstep step of the group as one step of its plan (the engine's PlanStats).
-//   - Arrivals due at a time are all taken in before a replica's next step starts (the engine's
-//     inject_due before launch_own): steps start at a third event priority, after the step
-//     completions and arrivals of that time.
+// SiDP replicas stepping on their own, as the engine runs them: the engine's own coordinator
+// (engine/sidp_coordinator.h: routing, own steps, the policy's observations, draining, the group
+// step, the records and plan statistics) on the event clock (PricedSidpBackend), every step priced
+// by price_sidp over each replica's rows in it (../shared/papers/001 §4.2-§4.3, PAPERS-NOTES.md
+// S4, S11, S13):
+//   - an own step (WaS) over that replica's work alone (the other replicas' entries empty): nothing
+//     in a WaS forward couples the replicas (one-sided gets, the owner oblivious, S4), and with
+//     peak shifting each owner has one reader at a time (S7 (ii)), so a replica's fetches do not
+//     contend with the others' (without it, sidp_layer_fetch_s already charges the D - 1 readers'
+//     incast);
+//   - a group step over every replica's part under the plan the policy chose (a replica with
+//     nothing is a dummy, S10).
+// PlanUse: the coordinator's PlanStats (an own step or a group step is one step of its plan) with
+// the priced seconds of those steps.
 void run_sidp_replicas(const CostModel& model, const SimConfig& config, const PlanSet& set,
                        const std::vector<PricedPlan>& priced, SchedulerConfig sc, int64_t per_replica,
                        const PolicyParams& params, const std::vector<TraceRequest>& trace, SimResult& out) {
   const int D = set.plan(0).dp;
-  int was = -1, cas = -1;
-  for (int id = 0; id < set.size(); ++id) (set.plan(id).sidp_cas ? cas : was) = id;
-  std::unique_ptr<LayoutPolicy> policy = make_layout_policy(config.policy, set, params);
   sc.pool_shapes = {KvPoolShape{1, 1, int(per_replica), 1}};
   sc.num_blocks = int(per_replica);
-  struct Rep {
-    std::unique_ptr<Scheduler> sched;
-    bool busy = false;       // its own step in flight
-    StepBatch batch;         // that step, or its part of the group step
-    bool in_group = false;   // has a part in the group step in flight
-    double step_start = 0;
-  };
-  std::vector<Rep> reps(static_cast<size_t>(D));
-  for (Rep& r : reps) r.sched = std::make_unique<Scheduler>(sc);
-
-  enum : int { kDone = 0, kArrival = 1, kStart = 2 };
-  const int kGroup = -1;  // Event::replica of a group step's completion or start
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
-  int64_t seq = 0;
-  for (int64_t i = 0; i < int64_t(trace.size()); ++i) q.push(Event{trace[size_t(i)].arrival_s, kArrival, seq++, 0, i});
-
-  Metrics& metrics = out.metrics;
-  std::map<std::string, PlanUse> use;
-  int mode_plan = 0;                   // the plan of the last step (switches counted against it)
-  bool lockstep = set.plan(0).sidp_cas;  // false: sidp_independent needs a WaS first plan or sidp
-  bool draining = false, group_busy = false;
-  int round_steps = 0;
-  bool round_prompts = false;
-  int group_plan = 0;
-  double group_start = 0;
-  int64_t finished = 0, steps = 0, group_index = 0;
-  const int64_t total = int64_t(trace.size());
+  std::vector<double> busy(priced.size(), 0.0);
   std::vector<std::vector<SeqWork>> work(static_cast<size_t>(D));
-
-  auto collect = [&](Rep& r, double t) {
-    for (const Sequence& s : r.sched->drain_finished()) {
-      metrics.on_finish(s, t);
-      ++finished;
-    }
-  };
-  // Prices a step under plan `plan` over `work` and books it.
-  auto price = [&](int plan) {
+  PricedSidpBackend backend(D, [&](int plan, const std::vector<const StepBatch*>& parts) {
     const PricedPlan& pl = priced.at(size_t(plan));
+    sidp_step_work(parts, work);
     StepCost c = price_sidp(model, pl, work);
     c.plan = pl.name;
     if (config.on_step) config.on_step(pl, work, c);
-    PlanUse& u = use[pl.name];
-    u.config = pl.name;
-    ++u.steps;
-    u.busy_s += c.total_s;
-    if (plan != mode_plan) {
-      ++u.switches_to;
-      ++out.num_switches;
-      mode_plan = plan;
-    }
+    busy[size_t(plan)] += c.total_s;
     return c.total_s;
+  });
+  SidpCoordinator coord(set, sc, make_layout_policy(config.policy, set, params), backend);
+  int64_t finished = 0, steps = 0;
+  const int64_t total = int64_t(trace.size());
+  coord.on_finish = [&](const Sequence&) { ++finished; };
+  if (config.on_batch) coord.on_batch = [&](const StepBatch& b) { config.on_batch(b); };
+  coord.on_step = [&] {
+    if (config.progress && config.progress_every > 0 && ++steps % config.progress_every == 0)
+      config.progress(backend.clock().now(), finished, total);
   };
-  auto any_own_in_flight = [&] {
-    for (const Rep& r : reps)
-      if (r.busy) return true;
-    return false;
-  };
-  auto start_own = [&](int ri, double t) {
-    Rep& r = reps[size_t(ri)];
-    if (r.busy || lockstep || draining || !r.sched->has_unfinished()) return;
-    r.batch = r.sched->schedule();
-    collect(r, t);  // rejections at admission
-    if (r.batch.empty()) return;
-    r.batch.plan_id = was;
-    r.batch.plan = set.name(was);
-    for (auto& w : work) w.clear();
-    for (const auto& s : r.batch.seqs) work[size_t(ri)].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
-    const double dt = price(was);
-    r.busy = true;
-    r.step_start = t;
-    q.push(Event{t + dt, kDone, seq++, ri, 0});
-  };
-  auto start_group = [&](double t) {
-    if (!lockstep || group_busy) return;
-    StepBatch all;
-    all.step_index = group_index;
-    all.block_size = sc.block_size;
-    bool any = false;
-    for (auto& w : work) w.clear();
-    for (int j = 0; j < D; ++j) {
-      Rep& r = reps[size_t(j)];
-      r.in_group = false;
-      if (!r.sched->has_unfinished()) continue;
-      r.batch = r.sched->schedule();
-      collect(r, t);
-      if (r.batch.empty()) continue;
-      r.in_group = any = true;
-      const StepBatch& b = r.batch;
-      all.seqs.insert(all.seqs.end(), b.seqs.begin(), b.seqs.end());
-      all.num_tokens += b.num_tokens;
-      all.num_prefill_tokens += b.num_prefill_tokens;
-      all.num_decode_tokens += b.num_decode_tokens;
-      all.num_sampled += b.num_sampled;
-      for (const auto& s : b.seqs) work[size_t(j)].push_back(SeqWork{s.num_tokens, s.context_len(), s.sample});
-    }
-    if (!any) return;
-    ++group_index;
-    policy->advance(t);
-    group_plan = policy->choose(all);
-    LOOM_CHECK(group_plan >= 0 && group_plan < set.size(), "policy ", policy->describe(), " chose plan ", group_plan);
-    for (Rep& r : reps)
-      if (r.in_group) r.batch.plan_id = group_plan, r.batch.plan = set.name(group_plan);
-    const double dt = price(group_plan);
-    group_busy = true;
-    group_start = t;
-    q.push(Event{t + dt, kDone, seq++, kGroup, 0});
-  };
-  // Applies replica ri's step (own or its part of the group's) ending at t.
-  auto finish = [&](int ri, double start, double t, bool group) {
-    Rep& r = reps[size_t(ri)];
-    StepMetrics sm = apply_step(*r.sched, r.batch, start, t, metrics);
-    sm.replica = ri;
-    sm.lockstep = group;
-    metrics.on_step(sm);
-    out.step_replica.push_back(ri);
-    collect(r, t);
-    ++steps;
-    if (config.progress && config.progress_every > 0 && steps % config.progress_every == 0)
-      config.progress(t, finished, total);
-  };
-  auto kick = [&](double t) { q.push(Event{t, kStart, seq++, kGroup, 0}); };
-
-  while (!q.empty()) {
-    const Event e = q.top();
-    q.pop();
-    if (e.priority == kArrival) {
-      Request req = request_of(trace, e.index);
-      Rep& r = reps[size_t(replica_of(req.id, D))];  // the engine's routing (parallel/plan.h)
-      metrics.on_arrival(req, e.t);
-      r.sched->add_request(std::move(req));
-      collect(r, e.t);
-      kick(e.t);
-      continue;
-    }
-    if (e.priority == kStart) {
-      if (lockstep) start_group(e.t);
-      else
-        for (int j = 0; j < D; ++j) start_own(j, e.t);
-      continue;
-    }
-    if (e.replica == kGroup) {
-      group_busy = false;
-      for (int j = 0; j < D; ++j)
-        if (reps[size_t(j)].in_group) finish(j, group_start, e.t, true), reps[size_t(j)].in_group = false;
-      // A step the policy gave back to WaS ran in lockstep under the WaS plan; from the next step
-      // the replicas are independent again.
-      if (group_plan != cas) lockstep = false;
-      kick(e.t);
-      continue;
-    }
-    Rep& r = reps[size_t(e.replica)];
-    r.busy = false;
-    finish(e.replica, r.step_start, e.t, false);
-    // One observation per round of D own steps (SidpReplicas::observe).
-    round_prompts = round_prompts || r.batch.num_prefill_tokens > 0;
-    if (++round_steps >= D) {
-      int64_t running = 0;
-      for (const Rep& x : reps) running += x.sched->num_running();
-      policy->advance(e.t);
-      const int id = policy->choose_effective(double(running) / double(D), round_prompts);
-      round_steps = 0;
-      round_prompts = false;
-      if (id == cas && cas >= 0) draining = true;
-    }
-    if (draining && !any_own_in_flight()) draining = false, lockstep = true;
-    kick(e.t);
+  std::vector<Request> requests;
+  requests.reserve(trace.size());
+  for (int64_t i = 0; i < total; ++i) requests.push_back(request_of(trace, i));
+  coord.run(std::move(requests));
+  out.metrics = std::move(coord.metrics());
+  for (const StepMetrics& sm : out.metrics.steps()) out.step_replica.push_back(sm.replica);
+  std::map<std::string, PlanUse> use;
+  const std::vector<PlanStats> stats = coord.plan_stats();
+  for (size_t id = 0; id < stats.size(); ++id) {
+    if (stats[id].steps == 0) continue;
+    PlanUse& u = use[priced[id].name];
+    u.config = priced[id].name;
+    u.steps += stats[id].steps;
+    u.busy_s += busy[id];
+    u.switches_to += stats[id].switches;
+    out.num_switches += stats[id].switches;
   }
-  for (const Rep& r : reps)
-    if (r.sched->has_unfinished())
-      fail("simulation stalled: a replica holds requests that never fit (", r.sched->num_waiting(),
-           " waiting with ", r.sched->num_free_blocks(), " free KV blocks)");
   for (auto& [k, v] : use) out.plan_use.push_back(v);
 }
 
@@ -506,6 +361,7 @@ SimResult Simulator::run(const std::vector<TraceRequest>& trace) const {
     r.control->choose_plan(r.batch);  // may preempt (rehome) and empty the batch
     collect(r, t);
     if (r.batch.empty()) return;
+    if (config_.on_batch) config_.on_batch(r.batch);
     r.exec->execute(r.batch);  // result re-derived at completion (sampled = every sample seq)
     const StepCost& c = r.exec->last();
     r.busy = true;

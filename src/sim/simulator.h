@@ -28,16 +28,15 @@
 // the step (W10), and a transition reloads the weights a GPU did not hold (CostModel::reshard_s).
 // The two plans are never resident together: the memory model takes the tighter of the two.
 // SiDP (../shared/papers/001; --policy sidp | sidp:was | sidp:cas over dp=D,weights=owner), as
-// the engine runs it whatever dp_mode says (engine/sidp_replicas.h): with a WaS plan under fixed,
-// sidp:was or sidp (sidp_independent), one Scheduler per replica, each stepping on its own (an own
-// step priced by price_sidp over that replica's work alone); the sidp policy observes the group's
-// effective batch once per round of D own steps (LayoutPolicy::choose_effective, given the simulated
-// time through LayoutPolicy::advance for its window in seconds) and on CaS the
-// group, once no own step is in flight, steps in lockstep (each replica's scheduler builds its
-// part, priced by price_sidp over every part) until the policy gives a step back to WaS. A
-// CaS-only set (sidp:cas) steps in lockstep under one scheduler. One StepMetrics per replica and
-// step (StepMetrics::replica, ::lockstep; SimResult::step_replica) as the engine records them;
-// PlanUse counts an own step or a group step as one step of its mode's plan.
+// the engine runs it whatever dp_mode says: with a WaS plan under fixed, sidp:was or sidp
+// (sidp_independent), the engine's own SidpCoordinator (engine/sidp_coordinator.h: one Scheduler
+// per replica, own steps, the policy's observations once per round of D own steps, draining into
+// lockstep, the group step, the records) on its event clock (PricedSidpBackend), each step priced
+// by price_sidp over each replica's rows in it (an own step: that replica's alone), the policy given
+// the simulated time through LayoutPolicy::advance for its window in seconds. A CaS-only set
+// (sidp:cas) steps in lockstep under one scheduler. One StepMetrics per replica and step
+// (StepMetrics::replica, ::lockstep; SimResult::step_replica) as the engine records them; PlanUse
+// counts an own step or a group step as one step of its mode's plan.
 #pragma once
 
 #include <functional>
@@ -96,6 +95,10 @@ struct SimConfig {
   // Called for every priced step with its plan, each replica's work (one entry unless lockstep)
   // and its cost (experiments re-price steps under other variants).
   std::function<void(const PricedPlan&, const std::vector<std::vector<SeqWork>>&, const StepCost&)> on_step;
+  // Called with every step's batch once its plan is named (SiDP replicas: each replica's own step,
+  // or its part of a group step before the policy names the group's plan); validate-engine records
+  // the batches' sequences with it.
+  std::function<void(const StepBatch&)> on_batch;
   int64_t progress_every = 20000;
 
   // The plan set: `plan`, `more_plans`, and what the policy adds (engine/policy.h policy_plans:

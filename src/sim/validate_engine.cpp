@@ -18,6 +18,8 @@
 #include "engine/policy.h"
 #include "engine/policy_registry.h"
 #include "engine/seesaw.h"
+#include "engine/sidp_coordinator.h"
+#include "engine/sidp_replicas.h"
 #include "parallel/plan_set.h"
 #include "model/loader.h"
 #include "sim/shift_threshold.h"
@@ -52,8 +54,20 @@ std::vector<Request> engine_requests(const std::vector<TraceRequest>& trace, uin
   return out;
 }
 
+// Every step's batch by (replica, the replica scheduler's step index): its sequences and their
+// token counts (a step record's composition).
+using Batches = std::map<std::pair<int, int64_t>, std::vector<std::pair<RequestId, int>>>;
+
+void record_batch(const StepBatch& b, int dp, Batches& out) {
+  if (b.seqs.empty()) return;
+  std::vector<std::pair<RequestId, int>>& v = out[{replica_of(b.seqs.front().seq_id, dp), b.step_index}];
+  v.clear();
+  for (const ScheduledSeq& q : b.seqs) v.emplace_back(q.seq_id, q.num_tokens);
+}
+
 struct EngineRun {
   Metrics metrics;
+  Batches batches;  // when asked for
   int64_t num_kv_blocks = 0;
   int threads_per_rank = 0;
   std::string backend;
@@ -64,7 +78,8 @@ struct EngineRun {
 // kv_cache_bytes, then the requests run to completion.
 EngineRun run_on_engine(std::shared_ptr<const Model> model, const EngineValidationOptions& o, const EnginePlan& p,
                         int threads_per_rank, int64_t shift_threshold, int64_t sidp_threshold,
-                        int64_t cpu_kv_bytes, std::vector<Request> requests) {
+                        int64_t cpu_kv_bytes, std::vector<Request> requests,
+                        PricedSidpBackend::Pricer sidp_priced_clock = nullptr, bool record_batches = false) {
   DistOptions d;
   d.comm = "local";
   d.ranks = Plan::parse(p.plan).size();
@@ -81,15 +96,61 @@ EngineRun run_on_engine(std::shared_ptr<const Model> model, const EngineValidati
   d.policy = p.policy;
   d.shift_threshold = shift_threshold;
   d.sidp_threshold = sidp_threshold;
+  d.sidp_priced_clock = std::move(sidp_priced_clock);
   EngineRun run;
   run_distributed(d, [&](DistEngine& e) {
     run.num_kv_blocks = e.num_kv_blocks();
     run.threads_per_rank = e.threads_per_rank();
     run.backend = std::string(e.backend());
+    if (record_batches) {
+      const int dp = e.num_replicas();
+      e.loop().on_batch = [&run, dp](const StepBatch& b) { record_batch(b, dp, run.batches); };
+    }
     e.run(std::move(requests));
     run.metrics = e.metrics();
   });
   return run;
+}
+
+// One step record as both sides compare it.
+struct StepRecord {
+  int replica = -1;
+  bool lockstep = false;
+  std::string plan;
+  double start_s = 0, end_s = 0;
+  std::vector<std::pair<RequestId, int>> seqs;  // the batch: sequence, tokens
+  bool operator==(const StepRecord&) const = default;
+};
+
+std::vector<StepRecord> step_records(const Metrics& m, const Batches& batches) {
+  std::vector<StepRecord> out;
+  for (const StepMetrics& st : m.steps()) {
+    StepRecord r{st.replica, st.lockstep, st.plan, st.start_s, st.end_s, {}};
+    auto it = batches.find({st.replica, st.index});
+    if (it != batches.end()) r.seqs = it->second;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string describe(const StepRecord& r) {
+  std::string s = cat("replica ", r.replica, r.lockstep ? " lockstep" : " own", ", plan ", r.plan, ", [", r.start_s,
+                      ", ", r.end_s, ") s, batch");
+  for (const auto& [id, n] : r.seqs) s += cat(" ", id, ":", n);
+  return s;
+}
+
+// The engine's step records on the simulator's clock against the simulator's (PlanValidation).
+void compare_step_records(const std::vector<StepRecord>& e, const std::vector<StepRecord>& s, PlanValidation& v) {
+  v.step_records = int64_t(e.size());
+  v.step_records_identical = true;
+  for (size_t i = 0; i < std::max(e.size(), s.size()); ++i) {
+    if (i < e.size() && i < s.size() && e[i] == s[i]) continue;
+    v.step_records_identical = false;
+    v.step_record_mismatch = cat("step ", i, ": engine ", i < e.size() ? describe(e[i]) : std::string("none"),
+                                 "; simulator ", i < s.size() ? describe(s[i]) : std::string("none"));
+    return;
+  }
 }
 
 std::vector<std::pair<std::string, int64_t>> steps_per_plan(const Metrics& m) {
@@ -311,9 +372,29 @@ std::vector<PlanValidation> validate_engine(const MachineProfile& profile, const
       priced.gemm_s += c.gemm_s, priced.attention_s += c.attention_s, priced.elementwise_s += c.elementwise_s;
       priced.comm_s += c.comm_s, priced.overhead_s += c.overhead_s, priced.total_s += c.total_s;
     };
+    // SiDP replicas stepping on their own: both sides' batches, and the engine once more on the
+    // simulator's clock (PlanValidation::step_records).
+    const PlanSet set = PlanSet::make(sc.plan_set(), cm.shape());
+    const bool sidp_records = plan.weights == WeightSource::FetchFromOwner && sidp_independent(set, p.policy);
+    Batches sim_batches;
+    if (sidp_records) sc.on_batch = [&sim_batches, dp = plan.dp](const StepBatch& b) { record_batch(b, dp, sim_batches); };
     const auto t1 = std::chrono::steady_clock::now();
     const SimResult sr = Simulator(cm, sc).run(o.trace);
     v.sim_wall_s = seconds_since(t1);
+    if (sidp_records) {
+      std::vector<PricedPlan> priced;
+      for (const Plan& q : set.plans()) priced.push_back(cm.prepare(q));
+      std::vector<std::vector<SeqWork>> work;
+      auto price = [&](int id, const std::vector<const StepBatch*>& parts) {
+        sidp_step_work(parts, work);
+        return price_sidp(cm, priced.at(size_t(id)), work).total_s;
+      };
+      const EngineRun on_sim_clock =
+          run_on_engine(model, o, p, profile.threads_per_rank, std::max<int64_t>(threshold, 0), sidp_threshold, cpu_kv,
+                        engine_requests(o.trace, o.seed, mc.vocab_size), price, true);
+      compare_step_records(step_records(on_sim_clock.metrics, on_sim_clock.batches), step_records(sr.metrics, sim_batches),
+                           v);
+    }
 
     if (!o.steps_dir.empty()) {
       std::string name;  // the plan's label, safe in a file name ("sp=2 @shift" -> "sp=2_@shift")
@@ -402,6 +483,11 @@ nlohmann::json to_json(const PlanValidation& v) {
   if (v.sidp_threshold >= 0) j["sidp_threshold"] = v.sidp_threshold;
   if (v.cpu_kv_bytes > 0) j["cpu_kv_bytes"] = v.cpu_kv_bytes;
   if (!v.same_requests) j["request_mismatch"] = v.request_mismatch;
+  if (v.step_records >= 0) {
+    j["step_records"] = v.step_records;
+    j["step_records_identical"] = v.step_records_identical;
+    if (!v.step_records_identical) j["step_record_mismatch"] = v.step_record_mismatch;
+  }
   return j;
 }
 
@@ -426,6 +512,9 @@ std::string to_text(const std::vector<PlanValidation>& all) {
     std::snprintf(b, sizeof b, "  median |error| %.1f%%, max |error| %.1f%%\n", v.median_abs_error() * 100,
                   v.max_abs_error() * 100);
     os << b;
+    if (v.step_records >= 0)
+      os << "  step records (the engine on the simulator's clock): " << v.step_records << ", "
+         << (v.step_records_identical ? "identical" : "differ: " + v.step_record_mismatch) << "\n";
     for (const auto& m : v.diagnostics) {
       std::snprintf(b, sizeof b, "  (%-16s %14.3f %14.3f %8.1f%%)\n", m.name.c_str(), m.engine, m.simulated,
                     m.error() * 100);

@@ -5,6 +5,8 @@
 // cache size in blocks, plan, layout policy and Shift threshold; then, per plan, the relative
 // error (simulated - engine) / engine of throughput, TTFT p50/p90, TPOT p50/p90 and step count.
 //
+// SiDP replicas stepping on their own also compare step records (PlanValidation::step_records).
+//
 // Timings are the engine's wall clock on a shared machine: the errors are a measurement, not a
 // test assertion (bench/sim_fidelity.cpp records them; tests check the machinery).
 #pragma once
@@ -90,6 +92,14 @@ struct PlanValidation {
   std::string request_mismatch;  // the first difference, when not the same
   MetricsSummary engine_summary, simulated_summary;
   std::vector<std::pair<std::string, int64_t>> engine_plan_steps, simulated_plan_steps;  // steps per plan name
+  // SiDP replicas stepping on their own (engine/sidp_coordinator.h): the engine run once more on the
+  // simulator's clock (DistOptions::sidp_priced_clock: every step still runs on the ranks, its end
+  // time is the cost model's price), step record by step record against the simulator: replica,
+  // lockstep flag, plan, start and end, the batch's sequences and their token counts. Both sides run
+  // the same coordinator, so they are identical; -1 records: not compared (every other plan).
+  int64_t step_records = -1;
+  bool step_records_identical = false;
+  std::string step_record_mismatch;  // the first difference, when not identical
   double engine_wall_s = 0, sim_wall_s = 0;
 
   double median_abs_error() const;

@@ -378,6 +378,52 @@ TEST(SimValidateEngine, SidpWasReplicaStepsAgreeWithTheEngine) {
   EXPECT_EQ(v.simulated_plan_steps, (Steps{{"dp=2,weights=owner", 16}}));
 }
 
+// `loom sim validate-engine` on SiDP under --policy sidp across WaS -> CaS -> WaS (issue 30): the
+// engine run on the simulator's clock (every step executed on its ranks, its end time the cost
+// model's price) gives the simulator's step records exactly (replica, lockstep flag, plan, start
+// and end, the batch's sequences and token counts), because both run SidpCoordinator
+// (engine/sidp_coordinator.h). The trace, 2 replicas, B_th = 2 sequences a replica (back to WaS
+// above (1 + 0.5) x 2 = 3): wave 1 at t = 0, ids 0..5 with prompts of 10, id 0 writes 40 tokens and
+// the others 4; replicas 0 (ids 0, 2, 4) and 1 (1, 3, 5) start with 3 each; once the short ones are
+// done replica 0 runs id 0 alone (0.5 a replica), and after 4 observations (rounds of 2 own steps)
+// the group goes CaS and steps in lockstep. Wave 2 at t = 1.5 s (simulated; wave 1 is done long
+// before at this machine's milliseconds a step): ids 6..13, prompts of 10 and 12 tokens, 4 a
+// replica, above 3 for 4 decode group steps -> WaS. Counts, not timings: the switches follow the
+// batch sizes wherever the profile puts the steps.
+TEST(SimValidateEngine, SidpPolicyStepRecordsIdenticalAcrossWasCasWas) {
+  const Fixture f = make_fixture();
+  EngineValidationOptions o;
+  o.model_path = f.model;
+  for (int i = 0; i < 6; ++i) o.trace.push_back(TraceRequest{0.0, 10, i == 0 ? 40 : 4, {}, 0, false, false});
+  for (int i = 0; i < 8; ++i) o.trace.push_back(TraceRequest{1.5, 10, 12, {}, 0, false, false});
+  o.max_num_seqs = 8;
+  o.max_tokens_per_step = 64;
+  o.kv_cache_bytes = 4 << 20;
+  o.sidp_threshold = 2;
+  o.steps_dir = f.dir + "/sidp_steps";
+  const auto rows = validate_engine(read_profile(f.profile), o, {EnginePlan::parse("dp=2,weights=owner@sidp")});
+  ASSERT_EQ(rows.size(), 1u);
+  const PlanValidation& v = rows.front();
+  EXPECT_TRUE(v.same_requests) << v.request_mismatch;
+  EXPECT_EQ(v.simulated_summary.num_completed, 14);
+  EXPECT_GT(v.step_records, 0);
+  EXPECT_TRUE(v.step_records_identical) << v.step_record_mismatch;
+  EXPECT_EQ(v.step_records, v.simulated_summary.num_steps);
+  // The simulator's modes in step order: WaS, then CaS (lockstep), then WaS again.
+  std::ifstream in(o.steps_dir + "/1_dp=2_weights=owner_@sidp_sim.csv");
+  ASSERT_TRUE(in);
+  std::string line, modes;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const char m = line.find("sidp=cas") != std::string::npos ? 'C' : 'W';
+    if (modes.empty() || modes.back() != m) modes += m;
+  }
+  EXPECT_EQ(modes.substr(0, 3), "WCW") << modes;
+  const auto json = to_json(v);
+  EXPECT_EQ(json.at("step_records_identical"), true);
+  EXPECT_NE(to_text(rows).find("step records (the engine on the simulator's clock): "), std::string::npos);
+}
+
 // What validate-engine cannot compare is named in one line before anything loads.
 TEST(SimValidateEngine, NamesWhatItCannotCompare) {
   try {
