@@ -14,7 +14,7 @@
 //   2. switch plans if the step's differs (migration over the world when placements differ; the
 //      sequences still being copied out stay where they are, and under Seesaw's phases, kv_resident,
 //      every sequence the step does not list: a decoding sequence keeps its c_d pages through a
-//      prefill phase, scheduler.h "Resident sequences");
+//      prefill phase, seesaw_tier.h "Resident sequences");
 //   2b. swap-in: batch.swap_in's pages are allocated under the step's plan and the prefetcher thread
 //      copies them from the tier (W11); those sequences decode in a later step;
 //   2c. a step waits for a copy only when it needs it: free pages for what it allocates (the oldest
