@@ -134,7 +134,7 @@ void PlanControl::choose_plan(StepBatch& batch) {
   if (id != current_ && sched_.keeps_kv_resident()) {
     // Seesaw phases: no step of the new plan reads a sequence computed under the old one (prefill
     // steps do not step the decoding sequences, which stay in c_d's placement; decode starts with
-    // no prefill left, the prefilled sequences in the tier): nothing migrates (scheduler.h).
+    // no prefill left, the prefilled sequences in the tier): nothing migrates (seesaw_tier.h).
     batch.kv_resident = true;
     current_ = id;
   } else if (id != current_) {

@@ -130,7 +130,7 @@ namespace loom {
 // longer fits is preempted) and puts the KV extents of every sequence into the step, for the
 // migration every rank runs before it (kv_transfer.h). Under Seesaw's phases
 // (Scheduler::keeps_kv_resident) a switch moves nothing: the step says so (kv_resident, no
-// extents), and the scheduler's pools already account both plans (scheduler.h "Resident sequences").
+// extents), and the scheduler's pools already account both plans (seesaw_tier.h "Resident sequences").
 class PlanControl final : public StepPlanner {
  public:
   PlanControl(const PlanSet& plans, std::vector<KvPoolShape> pools, std::unique_ptr<LayoutPolicy> policy,

@@ -31,7 +31,7 @@ struct PolicyTraits {
   // The ranks hold one plan's weight copy at a time and re-shard lazily at a switch
   // (RankEngineOptions::lazy_weights): Seesaw's policies, whose switches are rare phase changes.
   bool lazy_weights = false;
-  // Seesaw's phased scheduling (scheduler.h PhaseMode; None: mixed steps).
+  // Seesaw's phased scheduling (seesaw_tier.h PhaseMode; None: mixed steps).
   PhaseMode phases = PhaseMode::None;
   // Not a layout policy of one engine: `loom serve` runs a pool of re-planned instances
   // (cluster/pool.h, Nitsum). The engine, generate, bench and the simulator refuse it.

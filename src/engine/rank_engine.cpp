@@ -112,11 +112,14 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
   } else {
     kv_ = std::make_shared<KvStore>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, options.kv_pages, dev_);
   }
+  // The KV connectors: rank-to-rank migration, and the CPU tier when there is one.
+  kv_ops_.add(std::make_unique<MigrationConnector>(options.block_size, c.head_dim, options.transfer));
   if (options.tier) {
-    pinned_tier_ = dev_->pin_host(options.tier->data, size_t(options.tier->bytes));  // a GPU's swaps
-    swaps_ = std::make_unique<TierSwaps>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size, plans_.n_ranks(),
-                                         options.tier);
-    if (options.tier_copy_hook) swaps_->set_before_task(options.tier_copy_hook);
+    auto tier = std::make_unique<TierConnector>(c.n_layers, c.n_kv_heads, c.head_dim, options.block_size,
+                                                plans_.n_ranks(), options.tier, *dev_, options.overlap_swaps);
+    if (options.tier_copy_hook) tier->swaps().set_before_task(options.tier_copy_hook);
+    tier_ = tier.get();
+    kv_ops_.add(std::move(tier));
   }
   // Every rank's page budget, for the pool shapes (equal on every rank).
   std::vector<int64_t> pages(size_t(world.size()));
@@ -189,15 +192,15 @@ RankEngine::RankEngine(std::shared_ptr<const Model> model, const PlanSet& plans,
 
 void RankEngine::release(const std::vector<RequestId>& seqs) {
   for (RequestId id : seqs) {
-    if (swaps_) swaps_->release(id, *kv_);  // after its copies here, if any are in flight
+    kv_ops_.release(id, *kv_);  // after its copies here, if any are in flight
     kv_->release(id);
   }
 }
 
 TierStats RankEngine::tier_stats() const {
   TierStats t;
-  if (!swaps_) return t;
-  const TierSwapCounters c = swaps_->counters();
+  if (!tier_) return t;
+  const TierSwapCounters c = tier_->swaps().counters();
   t.swapped_out = c.swapped_out;
   t.swapped_in = c.swapped_in;
   t.bytes_out = c.bytes_out;
@@ -206,36 +209,55 @@ TierStats RankEngine::tier_stats() const {
   t.issue_s = c.issue_s;
   t.wait_s = c.wait_s;
   t.waits = c.waits;
-  t.unready_decodes = unready_decodes_;
+  t.unready_decodes = tier_->unready_decodes();
   return t;
+}
+
+KvOpContext RankEngine::kv_context(int plan, KvOpsResult* result) {
+  KvOpContext ctx;
+  ctx.me = world_.rank();
+  ctx.from = &plans_.placement(current_);
+  ctx.to = &plans_.placement(plan);
+  ctx.store = kv_.get();
+  ctx.world = &world_;
+  ctx.result = result;
+  return ctx;
+}
+
+bool RankEngine::migrates(int plan, const std::vector<SeqExtent>& seqs, bool resident) const {
+  return plan != current_ && !plans_.same_placement(current_, plan) && !(resident && seqs.empty());
+}
+
+std::vector<KvOp> RankEngine::kv_ops(const StepBatch& b) const {
+  std::vector<KvOp> ops;
+  if (!b.swap_out.empty()) ops.push_back(KvOp{KvOpKind::SwapOut, b.swap_out, false});
+  if (migrates(b.plan_id, b.kv_seqs, b.kv_resident)) ops.push_back(KvOp{KvOpKind::Migrate, b.kv_seqs, b.kv_resident});
+  if (!b.swap_in.empty()) ops.push_back(KvOp{KvOpKind::SwapIn, b.swap_in, false});
+  KvOp await{KvOpKind::Await, {}, false};
+  for (const ScheduledSeq& s : b.seqs) await.seqs.push_back(SeqExtent{s.seq_id, s.start + s.num_tokens});
+  ops.push_back(std::move(await));
+  return ops;
+}
+
+void RankEngine::switch_plan(int plan, SwitchResult* r) {
+  if (plan == current_) return;
+  reshard_to(plan, r);
+  current_ = plan;
 }
 
 SwitchResult RankEngine::switch_to(int plan, const std::vector<SeqExtent>& seqs, bool resident) {
   if (plan < 0 || plan >= plans_.size()) fail("plan id ", plan, " outside the set of ", plans_.size());
   SwitchResult r;
   if (plan == current_) return r;
-  if (!plans_.same_placement(current_, plan) && !(resident && seqs.empty())) {
-    const ModelConfig& c = model_->config;
-    const KvMigration mig = kv_migration(plans_.placement(current_), plans_.placement(plan), seqs,
-                                         options_.block_size, kv_bytes_per_token(c.head_dim, DType::F32));
-    r.moved = true;
-    r.total_bytes = mig.total_bytes;
-    // Sequences still being copied to the CPU tier keep their pages (under the old placement) and
-    // take no part; the migration gets the free pages it needs (waiting for those copies if short).
-    std::vector<int64_t> parked;
-    if (swaps_) {
-      LOOM_CHECK(swaps_->in_pending() == 0, "rank ", world_.rank(), ": a plan switch while ", swaps_->in_pending(),
-                 " swap-ins are in flight");
-      swaps_->make_room(migration_new_pages(mig, world_.rank(), *kv_), *kv_);
-      parked = swaps_->parked();
-    }
-    KvTransferOptions transfer = options_.transfer;
-    transfer.all_sequences = !resident;
-    r.transfer = execute_kv_migration(mig, plans_.placement(plan), seqs, *kv_, world_, transfer,
-                                      &transfer_scratch_, parked);
+  if (migrates(plan, seqs, resident)) {
+    KvOpsResult kr;
+    KvOpContext ctx = kv_context(plan, &kr);
+    kv_ops_.run_one(KvOp{KvOpKind::Migrate, seqs, resident}, ctx);
+    r.moved = kr.moved;
+    r.total_bytes = kr.total_bytes;
+    r.transfer = kr.transfer;
   }
-  reshard_to(plan, &r);
-  current_ = plan;
+  switch_plan(plan, &r);
   return r;
 }
 
@@ -267,36 +289,6 @@ int RankEngine::forward(const ForwardBatch& batch, std::vector<float>* logits) {
   return instances_[size_t(current_)]->forward->forward(batch, logits);
 }
 
-// Swap-ins (after the switch: under the step's plan) and the waits a step needs (see the top).
-void RankEngine::prepare_swaps(const StepBatch& batch) {
-  const int me = world_.rank();
-  const std::vector<KvEntry>& holds = plans_.placement(current_).entries(me);
-  for (const SeqExtent& e : batch.swap_in) {  // W11: pages now, the prefetcher copies
-    swaps_->make_room(kv_->pages_to_reserve(e.id, e.n_tokens, holds), *kv_);
-    swaps_->swap_in(e, plans_.placement(current_), me, *kv_);
-  }
-  if (!options_.overlap_swaps) swaps_->wait_all(*kv_);
-  if (batch.seqs.empty()) {
-    // Nothing to overlap: the step exists to complete copies. One is enough for progress (the
-    // rank with the fewest done has one queued): the first ready sequences run in the next step
-    // while the later ones copy.
-    swaps_->wait_next(*kv_);
-  } else {
-    int64_t pages = 0;
-    for (const ScheduledSeq& s : batch.seqs) {
-      // A sequence decodes only after its swap-in is complete (the scheduler says so); a scheduler
-      // without asynchronous swaps lists it in the same step: then this step needs the copy.
-      if (swaps_->swapping_in(s.seq_id)) {
-        ++unready_decodes_;
-        swaps_->wait_for(s.seq_id, *kv_);
-      }
-      pages += kv_->pages_to_reserve(s.seq_id, s.start + s.num_tokens, holds);
-    }
-    swaps_->make_room(pages, *kv_);  // pages of finished swap-outs, the oldest first
-  }
-  overlap_ = SwapOverlap{swaps_->out_pending(), swaps_->in_pending()};
-}
-
 StepResult RankEngine::step_replica(const StepBatch& batch, const std::vector<RequestId>& released) {
   LOOM_CHECK(batch.block_size == options_.block_size, "step ", batch.step_index, " uses KV blocks of ",
              batch.block_size, " tokens, this rank's store ", options_.block_size);
@@ -309,7 +301,8 @@ StepResult RankEngine::step_replica(const StepBatch& batch, const std::vector<Re
                  !instances_[size_t(batch.plan_id)]->lazy && !instances_[size_t(current_)]->lazy,
              "step ", batch.step_index, ": plan ", plans_.name(batch.plan_id), " cannot step one replica alone");
   release(released);
-  if (swaps_) swaps_->reap(*kv_);
+  KvOpContext ctx = kv_context(batch.plan_id, nullptr);
+  kv_ops_.run({}, ctx);  // no operation: the connectors' begin (the tier frees completed swap-outs' pages)
   last_switch_ = switch_to(batch.plan_id, {}, false);  // the same placement: only the id flips
   StepResult res;
   if (batch.seqs.empty()) return res;  // a release only: no forward, no step
@@ -343,23 +336,32 @@ StepResult RankEngine::step_replica(const StepBatch& batch, const std::vector<Re
 StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>& released, SwitchResult* sw) {
   LOOM_CHECK(batch.block_size == options_.block_size, "step ", batch.step_index, " uses KV blocks of ",
              batch.block_size, " tokens, this rank's store ", options_.block_size);
-  if (!batch.swap_out.empty() || !batch.swap_in.empty())
-    LOOM_CHECK(swaps_ != nullptr, "step ", batch.step_index, " swaps KV, this rank has no CPU KV tier");
+  if (batch.plan_id < 0 || batch.plan_id >= plans_.size())
+    fail("plan id ", batch.plan_id, " outside the set of ", plans_.size());
+  const std::vector<KvOp> ops = kv_ops(batch);
+  kv_ops_.check(ops, batch.step_index);
+  // 1. release
   release(released);
-  if (swaps_) {
-    swaps_->reap(*kv_);
-    // The reader's half of the tier's ordering (kv_tier.h): this descriptor follows the gathers
-    // that reported the copies these depend on as complete.
-    if (!batch.swap_out.empty() || !batch.swap_in.empty()) swaps_->sync();
-    for (const SeqExtent& e : batch.swap_out)  // W8/W10: under the plan that computed it
-      swaps_->swap_out(e, plans_.placement(current_), world_.rank(), *kv_);
-  }
-  last_switch_ = switch_to(batch.plan_id, batch.kv_seqs, batch.kv_resident);
+  // 2. KV operations: swap-outs under the current plan, the migration to the step's plan's
+  // placement, swap-ins under it, the waits the step needs (kv/kv_connector.h)
+  KvOpsResult moved;
+  KvOpContext ctx = kv_context(batch.plan_id, &moved);
+  kv_ops_.run(ops, ctx);
+  // 3. switch: the step's plan current, its weights (lazy re-shard)
+  last_switch_ = SwitchResult{};
+  last_switch_.moved = moved.moved;
+  last_switch_.total_bytes = moved.total_bytes;
+  last_switch_.transfer = moved.transfer;
+  switch_plan(batch.plan_id, &last_switch_);
   if (sw) *sw = last_switch_;
-  if (swaps_) prepare_swaps(batch);
+  // 4. forward, 5. sample
   to_forward_batch(batch, fb_);
+  const int n_rows = instances_[size_t(current_)]->forward->forward(fb_, &logits_);
+  return sample(batch, released, n_rows);
+}
+
+StepResult RankEngine::sample(const StepBatch& batch, const std::vector<RequestId>& released, int n_rows) {
   Instance& in = *instances_[size_t(current_)];
-  const int n_rows = in.forward->forward(fb_, &logits_);
   const int vocab = model_->config.vocab_size;
   const int me = world_.rank();
   const int my_replica = in.sampler_replica[size_t(me)];
@@ -389,7 +391,8 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
   // issued by descriptors, and completion everywhere comes from these gathers).
   bool gather = false;
   for (size_t r = 1; r < in.sampler_replica.size(); ++r) gather = gather || in.sampler_replica[r] >= 0;
-  const bool track = swaps_ && swaps_->in_flight();
+  TierSwaps* swaps = tier_ ? &tier_->swaps() : nullptr;
+  const bool track = swaps && swaps->in_flight();
   if (!gather && !track) return res;
   constexpr size_t kCounters = 2 * sizeof(int64_t);
   std::vector<size_t> bytes(in.sampler_replica.size(), track ? kCounters : 0);
@@ -410,7 +413,7 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
   static_assert(std::is_trivially_copyable_v<SampledToken>);
   std::vector<uint8_t> mine(bytes[size_t(me)]);
   if (track) {
-    const std::array<int64_t, 2> done = swaps_->local_done();  // after the writer's fence
+    const std::array<int64_t, 2> done = swaps->local_done();  // after the writer's fence
     std::memcpy(mine.data(), done.data(), kCounters);
   }
   if (my_tokens) {
@@ -481,7 +484,7 @@ StepResult RankEngine::step(const StepBatch& batch, const std::vector<RequestId>
     all.sampled = std::move(res.sampled);
     all.logprobs = std::move(res.logprobs);
   }
-  if (track) swaps_->advance(out_all, in_all, &all.swapped_out, &all.swapped_in);
+  if (track) swaps->advance(out_all, in_all, &all.swapped_out, &all.swapped_in);
   return all;
 }
 

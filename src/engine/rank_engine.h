@@ -5,28 +5,25 @@
 // flips the id (Shift 3.3.1), otherwise it runs the KV migration first (kv/kv_transfer.h).
 //
 // The step on every rank (SPMD; every rank of the world calls step() with the same descriptor):
-//   1. drop the KV of the released sequences (store and CPU tier; a copy in flight for one is
-//      waited for first);
-//   1b. swap-out (Seesaw, kv/kv_tier.h TierSwaps): batch.swap_out's copies to the CPU tier start
-//      on the rank's swap-out thread, each rank writing its cells under the plan that computed them
-//      (the current one); their pages stay held until the copy is done, and the step goes on (the KV
-//      is not needed until decode: the copy overlaps this step's and later steps' compute, §5.2);
-//   2. switch plans if the step's differs (migration over the world when placements differ; the
-//      sequences still being copied out stay where they are, and under Seesaw's phases, kv_resident,
-//      every sequence the step does not list: a decoding sequence keeps its c_d pages through a
-//      prefill phase, scheduler.h "Resident sequences");
-//   2b. swap-in: batch.swap_in's pages are allocated under the step's plan and the prefetcher thread
-//      copies them from the tier (W11); those sequences decode in a later step;
-//   2c. a step waits for a copy only when it needs it: free pages for what it allocates (the oldest
-//      swap-outs first), and, when it has no sequence to run, the oldest copy in flight (a swap-in
-//      first), so the first sequences are ready while the later ones still copy;
-//   3. RankForward of the plan over the rank's rows;
-//   4. each replica's sampler rank samples its sequences (sampling is reproducible per request:
-//      the draw for the token at position p of a request with seed s comes from Rng(hash(s, p)));
-//   5. the sampled tokens reach world rank 0 (an all-gather over the world when a sampler is not
-//      rank 0: DP replicas, pipeline stages); while tier copies are in flight the same all-gather
-//      carries every rank's completed-copy counters, so every rank learns, identically, which swaps
-//      are complete everywhere (StepResult::swapped_out / swapped_in on rank 0, for the scheduler).
+//   1. release: drop the KV of the released sequences (store and connectors: a copy in flight for
+//      one is waited for first);
+//   2. KV operations (kv/kv_connector.h), the step's list run by the rank's connectors: swap-outs to
+//      the CPU tier under the current plan (TierConnector, kv/tier_connector.h: the copies overlap
+//      this step's and later steps' compute, Seesaw §5.2), the migration to the step's plan's
+//      placement when it differs (MigrationConnector: over the world; the sequences still being
+//      copied out stay where they are, and under Seesaw's phases, kv_resident, every sequence the
+//      step does not list: engine/seesaw_tier.h "Resident sequences"), swap-ins under the step's
+//      plan (the prefetcher copies; those sequences decode in a later step), and the waits the step
+//      needs (Await: free pages for what it writes, and with no sequence to run the oldest copy);
+//   3. switch: the step's plan becomes current (lazy weights re-shard into it);
+//   4. RankForward of the plan over the rank's rows;
+//   5. sample: each replica's sampler rank samples its sequences (sampling is reproducible per
+//      request: the draw for the token at position p of a request with seed s comes from
+//      Rng(hash(s, p))); the sampled tokens reach world rank 0 (an all-gather over the world when a
+//      sampler is not rank 0: DP replicas, pipeline stages); while tier copies are in flight the
+//      same all-gather carries every rank's completed-copy counters, so every rank learns,
+//      identically, which swaps are complete everywhere (StepResult::swapped_out / swapped_in on
+//      rank 0, for the scheduler).
 //
 // KV accounting: pools(plan) is the scheduler's pool shape for the plan (block_allocator.h): every
 // rank's page budget divided by the pages one logical block costs it under the plan (its layers x
@@ -44,7 +41,9 @@
 #include "comm/communicator.h"
 #include "engine/rank_forward.h"
 #include "engine/step.h"
+#include "kv/kv_connector.h"
 #include "kv/kv_tier.h"
+#include "kv/tier_connector.h"
 #include "kv/kv_transfer.h"
 #include "parallel/groups.h"
 #include "parallel/plan_set.h"
@@ -133,14 +132,14 @@ class RankEngine {
   const Model& model() const { return *model_; }
   Device& device() { return *dev_; }
   KvStore& kv() { return *kv_; }
-  KvTier* tier() { return swaps_ ? &swaps_->tier() : nullptr; }
+  KvTier* tier() { return tier_ ? &tier_->swaps().tier() : nullptr; }
   TierStats tier_stats() const;
   // Whether `seq`'s swap-out is complete on every rank (its KV assembled in the tier).
-  bool tier_ready(int64_t seq) const { return swaps_ && swaps_->out_ready(seq); }
-  const SwapOverlap& last_overlap() const { return overlap_; }
+  bool tier_ready(int64_t seq) const { return tier_ && tier_->swaps().out_ready(seq); }
+  SwapOverlap last_overlap() const { return tier_ ? SwapOverlap{tier_->overlap_out(), tier_->overlap_in()} : SwapOverlap{}; }
   // Sequences whose pages this rank still holds, under the plan that computed them, while their
   // copy to the tier is in flight.
-  std::vector<int64_t> parked_swap_outs() const { return swaps_ ? swaps_->parked() : std::vector<int64_t>{}; }
+  std::vector<int64_t> parked_swap_outs() const { return tier_ ? tier_->swaps().parked() : std::vector<int64_t>{}; }
   // What the last step's plan switch did on this rank (default when it did not switch).
   const SwitchResult& last_switch() const { return last_switch_; }
   const KvPoolShape& pools(int plan) const { return pools_.at(size_t(plan)); }
@@ -191,13 +190,18 @@ class RankEngine {
   std::unique_ptr<Device> own_dev_;  // when options.device is null
   Device* dev_;
   DeviceUploads uploads_;  // every matrix this rank's device holds, shared by the plans that use it
-  void prepare_swaps(const StepBatch& batch);
+  // The step's KV operations (see the top), the context they run in, and whether a switch to `plan`
+  // migrates.
+  std::vector<KvOp> kv_ops(const StepBatch& b) const;
+  KvOpContext kv_context(int plan, KvOpsResult* result);
+  bool migrates(int plan, const std::vector<SeqExtent>& seqs, bool resident) const;
+  // Makes `plan` current (weights: lazy re-shard); its KV is already in place.
+  void switch_plan(int plan, SwitchResult* r);
   void reshard_to(int plan, SwitchResult* r);
+  StepResult sample(const StepBatch& batch, const std::vector<RequestId>& released, int n_rows);
   std::shared_ptr<KvStore> kv_;
-  std::shared_ptr<void> pinned_tier_;  // the CPU tier page-locked for a GPU's copies (null on the CPU)
-  std::unique_ptr<TierSwaps> swaps_;
-  SwapOverlap overlap_;
-  int64_t unready_decodes_ = 0;
+  KvConnectors kv_ops_;              // after kv_: its copy threads end before the store goes
+  TierConnector* tier_ = nullptr;    // the CPU tier's, in kv_ops_ (null: no tier)
   SwitchResult last_switch_;
   GroupCache groups_;
   RankWeights weights_;
@@ -208,7 +212,6 @@ class RankEngine {
   int current_ = 0;
   ForwardBatch fb_;
   std::vector<float> logits_;
-  KvTransferScratch transfer_scratch_;  // migration buffers, kept warm between switches
 };
 
 // Throws loom::Error when a Helix plan's block (block=) is not a whole number of KV pages of

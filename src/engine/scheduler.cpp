@@ -22,37 +22,57 @@ void SchedulerConfig::validate() const {
   if (max_model_len < 2) fail("scheduler: max_model_len must be >= 2, found ", max_model_len);
   if (!(watermark >= 0 && watermark < 1))
     fail("scheduler: watermark must be in [0, 1), found ", watermark);
-  if (phases != PhaseMode::None && tier_tokens < 1)
-    fail("scheduler: Seesaw phases need a CPU KV tier of at least one token, found ", tier_tokens);
-  if (phases != PhaseMode::None) {
-    // Resident sequences (scheduler.h): the prefill plan's pools then the decode plan's, one DP.
-    if (pool_shapes.size() > 2)
-      fail("scheduler: Seesaw phases take the KV pools of two plans (prefill, decode), found ", pool_shapes.size());
-    for (const KvPoolShape& p : pool_shapes)
-      if (p.kvp != 1 || p.dp != pool_shapes.front().dp)
-        fail("scheduler: Seesaw phases need KV pools of one DP degree and no KV parallelism, found ", p.to_string());
-  }
+  if (phases != PhaseMode::None) SeesawTier::validate(*this);
 }
 
 namespace {
-const SchedulerConfig& validated(const SchedulerConfig& c) {
+// Validated, with the one pool of num_blocks when no shapes are given.
+SchedulerConfig normalized(const SchedulerConfig& c) {
   c.validate();
-  return c;
+  SchedulerConfig n = c;
+  if (n.pool_shapes.empty()) n.pool_shapes.push_back(KvPoolShape{1, 1, c.num_blocks});
+  return n;
 }
 int64_t blocks_for(int64_t tokens, int block_size) {
   return (tokens + block_size - 1) / block_size;
 }
-KvPoolShape initial_shape(const SchedulerConfig& c) {
-  if (c.pool_shapes.empty()) return KvPoolShape{1, 1, c.num_blocks};
-  // Seesaw phases: the decode plan's pools, the resident sequences' home (scheduler.h).
-  return c.phases != PhaseMode::None ? c.pool_shapes.back() : c.pool_shapes[0];
+// The connector the configuration asks for (null: none).
+std::unique_ptr<SchedKvConnector> make_connector(const SchedulerConfig& c) {
+  if (c.phases != PhaseMode::None) return std::make_unique<SeesawTier>(c);
+  return nullptr;
 }
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(validated(config)), pools_(initial_shape(config)) {
-  if (config_.pool_shapes.empty()) config_.pool_shapes.push_back(initial_shape(config_));
+    : config_(normalized(config)),
+      connector_(make_connector(config_)),
+      // A connector that keeps KV resident across plans: the last plan's pools (Seesaw: the decode
+      // plan's, the resident sequences' home, seesaw_tier.h).
+      pools_(keeps_kv_resident() ? config_.pool_shapes.back() : config_.pool_shapes.front()) {
   set_watermark();
+}
+
+bool Scheduler::fits(const std::vector<int>& need) const {
+  const int watermark = running_.empty() ? 0 : watermark_blocks_;
+  for (size_t p = 0; p < need.size(); ++p)
+    if (pools_.num_free(int(p)) - need[p] < watermark) return false;
+  return true;
+}
+
+void Scheduler::insert_running(Sequence* s) {
+  auto at = std::upper_bound(running_.begin(), running_.end(), s,
+                             [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
+  running_.insert(at, s);
+}
+
+void Scheduler::run(Sequence* s) {
+  s->status = SeqStatus::kRunning;
+  insert_running(s);
+}
+
+void Scheduler::park(Sequence* s) {
+  release_blocks(s);
+  running_.erase(std::find(running_.begin(), running_.end(), s));
 }
 
 void Scheduler::set_watermark() {
@@ -72,44 +92,25 @@ std::vector<SeqExtent> Scheduler::kv_extents() const {
   return out;
 }
 
-int Scheduler::prefill_surcharge(int64_t blocks) const {
-  if (!phased()) return 0;
-  const int64_t bp = config_.pool_shapes.front().blocks_per_pool, bd = config_.pool_shapes.back().blocks_per_pool;
-  if (bp >= bd) return 0;  // a c_p block costs no rank more than a c_d block does
-  return int((blocks * bd + bp - 1) / bp - blocks);
-}
-
 std::vector<int> Scheduler::admission_need(const Sequence& s, int tokens) const {
   std::vector<int> need = s.block_table.pool_needs(tokens, pools_.shape(), s.id());
-  if (const int extra = prefill_surcharge(blocks_for(tokens, config_.block_size)); extra > 0)
-    need[size_t(pools_.shape().pool_of(s.id(), 0))] += extra;
+  if (connector_)
+    if (const int extra = connector_->extra_blocks(blocks_for(tokens, config_.block_size)); extra > 0)
+      need[size_t(pools_.shape().pool_of(s.id(), 0))] += extra;
   return need;
 }
 
 void Scheduler::release_blocks(Sequence* s) {
   s->block_table.release(pools_);
-  if (auto it = surcharge_.find(s->id()); it != surcharge_.end()) {
-    for (BlockId b : it->second) pools_.free(b);
-    surcharge_.erase(it);
-  }
+  if (connector_) connector_->released(*s, pools_);
 }
 
 std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& batch) {
-  LOOM_CHECK(!phased(), "Seesaw phases keep the KV resident: no rehome");
-  // Async swaps: the only prefetches at a switch are the ones this step starts (decode is not left
-  // while one is in flight, and decode steps run one plan): they take blocks again after the
-  // running sequences, and one that no longer fits goes back to the tier's front, not started.
-  for (const Sequence* s : prefetching_)
-    LOOM_CHECK(std::any_of(batch.swap_in.begin(), batch.swap_in.end(), [&](const SeqExtent& e) { return e.id == s->id(); }),
-               "a plan switch while the swap-in of sequence ", s->id(), " is in flight");
+  LOOM_CHECK(!keeps_kv_resident(), "the KV connector keeps the KV resident: no rehome");
   // Release everything, then take it again from the new pools in urgency order.
-  std::vector<int> slots, prefetch_slots;
+  std::vector<int> slots;
   for (Sequence* s : running_) {
     slots.push_back(s->block_table.num_slots());
-    s->block_table.release(pools_);
-  }
-  for (Sequence* s : prefetching_) {
-    prefetch_slots.push_back(s->block_table.num_slots());
     s->block_table.release(pools_);
   }
   pools_ = KvBlockPools(shape);
@@ -118,20 +119,6 @@ std::vector<RequestId> Scheduler::rehome(const KvPoolShape& shape, StepBatch& ba
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
     if (!s->block_table.append_slots(slots[i], pools_, s->id())) out.push_back(s);
-  }
-  std::vector<Sequence*> back;  // prefetches that no longer fit
-  for (size_t i = 0; i < prefetching_.size(); ++i) {
-    Sequence* s = prefetching_[i];
-    if (!back.empty() || !s->block_table.append_slots(prefetch_slots[i], pools_, s->id())) back.push_back(s);
-  }
-  for (auto it = back.rbegin(); it != back.rend(); ++it) {
-    Sequence* s = *it;
-    s->block_table.release(pools_);
-    prefetching_.erase(std::find(prefetching_.begin(), prefetching_.end(), s));
-    unacked_in_.erase(s->id());
-    offloaded_.push_front(s);
-    --num_swapped_in_;
-    std::erase_if(batch.swap_in, [&](const SeqExtent& e) { return e.id == s->id(); });
   }
   std::vector<RequestId> ids;
   for (Sequence* s : out) {
@@ -166,7 +153,6 @@ std::optional<Sequence> Scheduler::extract(RequestId id) {
   Sequence* s = it->second.get();
   if (s->status == SeqStatus::kSwapped) return std::nullopt;
   release_blocks(s);
-  tier_reserved_by_.erase(id);
   if (s->status == SeqStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
   } else {
@@ -196,9 +182,7 @@ bool Scheduler::adopt(Sequence seq) {
   live_.emplace(id, std::move(owned));
   if (s->status == SeqStatus::kRunning && s->num_computed > 0 &&
       s->block_table.append_slots(s->num_tokens(), pools_, id)) {
-    auto at = std::upper_bound(running_.begin(), running_.end(), s,
-                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
-    running_.insert(at, s);
+    insert_running(s);
     return true;
   }
   if (s->num_computed > 0) {
@@ -243,9 +227,8 @@ std::string Scheduler::reject_reason(const Request& r) const {
     reason = cat("request ", r.id, ": prompt + max_tokens = ", total, " tokens needs ",
                  p->max_pool_blocks(blocks_for(total, config_.block_size)), " KV blocks of one pool, ",
                  p->n_pools() == 1 ? "the whole cache has " : "a pool has ", p->blocks_per_pool);
-  } else if (phased() && total - 1 > config_.tier_tokens) {
-    reason = cat("request ", r.id, ": prompt + max_tokens = ", total, " tokens needs ", total - 1,
-                 " tokens of the CPU KV tier, which holds ", config_.tier_tokens);
+  } else if (std::string why = connector_ ? connector_->reject_reason(r, total) : std::string(); !why.empty()) {
+    reason = std::move(why);
   } else if (!config_.enable_chunked_prefill && r.prompt_len() > config_.max_tokens_per_step) {
     reason = cat("request ", r.id, ": prompt of ", r.prompt_len(),
                  " tokens exceeds max_tokens_per_step ", config_.max_tokens_per_step,
@@ -275,7 +258,6 @@ AddResult Scheduler::add_request(Request request) {
 }
 
 void Scheduler::preempt(Sequence* s) {
-  tier_reserved_by_.erase(s->id());
   release_blocks(s);
   s->num_computed = 0;
   s->status = SeqStatus::kPreempted;
@@ -287,18 +269,10 @@ void Scheduler::preempt(Sequence* s) {
 
 void Scheduler::finish(Sequence* s, FinishReason reason, std::string detail) {
   release_blocks(s);
-  tier_reserved_by_.erase(s->id());
   if (s->status == SeqStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
   } else if (s->status == SeqStatus::kSwapped) {
-    if (auto it = std::find(prefetching_.begin(), prefetching_.end(), s); it != prefetching_.end()) {
-      prefetching_.erase(it);  // its copies still run: unacked_in_ keeps the id until they complete
-    } else {
-      offloaded_.erase(std::find(offloaded_.begin(), offloaded_.end(), s));
-      // Not issued yet: no copy will ever run or complete for it.
-      if (std::erase_if(pending_swap_out_, [&](const SeqExtent& e) { return e.id == s->id(); }) > 0)
-        unacked_out_.erase(s->id());
-    }
+    connector_->forget(*s);  // held by the connector (Seesaw: in the CPU tier or on its way back)
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
   }
@@ -369,13 +343,8 @@ StepBatch Scheduler::schedule() {
     b.num_sampled += e.sample ? 1 : 0;
   };
   auto seq_slot_left = [&] { return int(b.seqs.size()) < config_.max_num_seqs; };
-  if (phased()) {
-    maybe_reset_tier();
-    update_phase();
-    if (phase_ == Phase::Decode) onboard(b);
-  }
-  const bool decodes = !phased() || phase_ == Phase::Decode;
-  const bool prefills = !phased() || phase_ == Phase::Prefill;
+  const StepKinds kinds = connector_ ? connector_->begin_schedule(b, *this) : StepKinds{};
+  const bool decodes = kinds.decodes, prefills = kinds.prefills;
 
   // 1. Decodes, most urgent first; preempt the least urgent unscheduled sequence when a decode
   // needs a block and none is free (vLLM 4.5: recomputation).
@@ -422,153 +391,28 @@ StepBatch Scheduler::schedule() {
     Sequence* s = waiting_.front();
     if (budget < 1 || !seq_slot_left() || int(running_.size()) >= config_.max_num_seqs) break;
     const int tokens = s->num_tokens();
-    if (phased() && tier_reserved_ + tokens > config_.tier_tokens) break;  // the tier is full for it
+    if (connector_ && !connector_->room_for(tokens)) break;  // the connector is full for it
     const int n = may_chunk(*s) ? std::min(tokens, budget) : tokens;
     if (n > budget) break;
-    const std::vector<int> need = admission_need(*s, tokens);
-    const int watermark = running_.empty() ? 0 : watermark_blocks_;
-    bool fits = true;
-    for (size_t p = 0; p < need.size(); ++p) fits = fits && pools_.num_free(int(p)) - need[p] >= watermark;
-    if (!fits) break;
+    if (!fits(admission_need(*s, tokens))) break;
     const bool ok = s->block_table.append_slots(tokens, pools_, s->id());
     LOOM_CHECK(ok);
-    if (const int extra = prefill_surcharge(blocks_for(tokens, config_.block_size)); extra > 0) {
-      std::vector<BlockId>& held = surcharge_[s->id()];
-      for (int i = 0; i < extra; ++i) held.push_back(pools_.allocate(pools_.shape().pool_of(s->id(), 0)));
-    }
+    if (connector_) connector_->admitted(*s, tokens, pools_);
     waiting_.pop_front();
-    s->status = SeqStatus::kRunning;
     if (s->admit_order < 0) s->admit_order = next_admit_++;
-    auto it = std::upper_bound(running_.begin(), running_.end(), s,
-                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
-    running_.insert(it, s);
-    if (phased()) {
-      tier_reserved_ += tokens;
-      tier_reserved_by_.insert(s->id());
-    }
+    run(s);
     add(s, n);
   }
-  if (phased() && (async() || !b.seqs.empty())) {
-    b.swap_out.insert(b.swap_out.begin(), pending_swap_out_.begin(), pending_swap_out_.end());
-    pending_swap_out_.clear();
-  }
-  if (async() && b.seqs.empty() && b.swap_out.empty() && b.swap_in.empty() && tier_busy()) {
-    b.await_swaps = true;  // nothing runs before copies in flight complete
-    ++num_await_steps_;
-  }
+  if (connector_) connector_->end_schedule(b);  // the KV operations it holds for this step
   return b;
-}
-
-// ---- Seesaw phases (004 §4.2) ----
-
-void Scheduler::maybe_reset_tier() {
-  // Bump accounting, like the KvTier: room comes back only when the tier is empty.
-  // Asynchronously: also no prefetch, and no copy in flight on any rank (the KvTier resets then).
-  if (offloaded_.empty() && tier_reserved_by_.empty() && prefetching_.empty() && !tier_busy()) tier_reserved_ = 0;
 }
 
 bool Scheduler::head_admissible() const {
   if (waiting_.empty() || int(running_.size()) >= config_.max_num_seqs) return false;
   const Sequence* s = waiting_.front();
   const int tokens = s->num_tokens();
-  if (tier_reserved_ + tokens > config_.tier_tokens) return false;
-  const std::vector<int> need = admission_need(*s, tokens);
-  const int watermark = running_.empty() ? 0 : watermark_blocks_;
-  for (size_t p = 0; p < need.size(); ++p)
-    if (pools_.num_free(int(p)) - need[p] < watermark) return false;
-  return true;
-}
-
-void Scheduler::update_phase() {
-  bool prefilling = false, resident_decodes = false;
-  for (const Sequence* s : running_) {
-    if (s->is_decode()) {
-      resident_decodes = true;
-    } else if (s->num_uncomputed() > 0) {
-      prefilling = true;
-    }
-  }
-  const bool decodable = resident_decodes || !offloaded_.empty() || !prefetching_.empty();
-  Phase next = phase_;
-  if (phase_ == Phase::Prefill) {
-    if (!prefilling && decodable && !head_admissible()) next = Phase::Decode;
-  } else if (!waiting_.empty()) {
-    bool go = !decodable;
-    switch (config_.phases) {
-      case PhaseMode::Seesaw: go = go || (offloaded_.empty() && head_admissible()); break;
-      case PhaseMode::PrefillFirst: go = go || head_admissible(); break;
-      case PhaseMode::DecodeFirst: go = go || (offloaded_.empty() && running_.empty() && head_admissible()); break;
-      case PhaseMode::None: break;
-    }
-    if (!prefetching_.empty()) go = false;  // async: no plan switch meets a half-copied sequence
-    if (go) next = Phase::Prefill;
-  }
-  if (next != phase_) {
-    // Nothing prefilled under c_p is left on the device when decode starts (offloaded or finished).
-    LOOM_CHECK(next == Phase::Prefill || surcharge_.empty(), "decode starts with ", surcharge_.size(),
-               " sequences charged for prefill");
-    phase_ = next;
-    ++phase_switches_;
-  }
-}
-
-void Scheduler::onboard(StepBatch& b) {
-  // Continuous batching from the tier (W6): the oldest swapped sequence first, while the device
-  // pools hold it (its context and the token this step decodes) above the watermark.
-  while (!offloaded_.empty() && int(running_.size() + prefetching_.size()) < config_.max_num_seqs) {
-    Sequence* s = offloaded_.front();
-    // Async: its swap-out must be complete on every rank (a prefix of offloaded_: copies complete
-    // in order).
-    if (unacked_out_.count(s->id())) break;
-    const std::vector<int> need = s->block_table.pool_needs(s->num_tokens(), pools_.shape(), s->id());
-    const int watermark = running_.empty() ? 0 : watermark_blocks_;
-    bool fits = true;
-    for (size_t p = 0; p < need.size(); ++p) fits = fits && pools_.num_free(int(p)) - need[p] >= watermark;
-    if (!fits) break;
-    const bool ok = s->block_table.append_slots(s->num_tokens(), pools_, s->id());
-    LOOM_CHECK(ok);
-    offloaded_.pop_front();
-    b.swap_in.push_back(SeqExtent{s->id(), s->num_computed});
-    ++num_swapped_in_;
-    if (async()) {  // W11: a prefetch task; the sequence decodes once it is complete everywhere
-      prefetching_.push_back(s);
-      unacked_in_.insert(s->id());
-      continue;
-    }
-    s->status = SeqStatus::kRunning;
-    auto it = std::upper_bound(running_.begin(), running_.end(), s,
-                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
-    running_.insert(it, s);
-  }
-}
-
-void Scheduler::offload(Sequence* s) {
-  // Prefilled: its KV goes to the tier before the next step (W6, W10 swap-out), its blocks now.
-  release_blocks(s);
-  running_.erase(std::find(running_.begin(), running_.end(), s));
-  tier_reserved_by_.erase(s->id());
-  s->status = SeqStatus::kSwapped;
-  offloaded_.push_back(s);
-  pending_swap_out_.push_back(SeqExtent{s->id(), s->num_computed});
-  if (async()) unacked_out_.insert(s->id());
-  ++num_swapped_out_;
-}
-
-void Scheduler::apply_swaps_done(const StepResult& result) {
-  for (RequestId id : result.swapped_out) {
-    LOOM_CHECK(unacked_out_.erase(id) == 1, "swap-out of sequence ", id, " reported complete, none was in flight");
-  }
-  for (RequestId id : result.swapped_in) {
-    LOOM_CHECK(unacked_in_.erase(id) == 1, "swap-in of sequence ", id, " reported complete, none was in flight");
-    auto it = std::find_if(prefetching_.begin(), prefetching_.end(), [&](const Sequence* s) { return s->id() == id; });
-    if (it == prefetching_.end()) continue;  // cancelled meanwhile
-    Sequence* s = *it;
-    prefetching_.erase(it);
-    s->status = SeqStatus::kRunning;
-    auto at = std::upper_bound(running_.begin(), running_.end(), s,
-                               [&](const Sequence* a, const Sequence* c) { return more_urgent(*a, *c); });
-    running_.insert(at, s);
-  }
+  if (connector_ && !connector_->room_for(tokens)) return false;
+  return fits(admission_need(*s, tokens));
 }
 
 bool Scheduler::apply_stops(Sequence* s) {
@@ -613,7 +457,7 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
     LOOM_CHECK(tokens[i].first != tokens[i - 1].first, "two tokens for seq ", tokens[i].first);
   std::unordered_map<RequestId, const TokenLogprobs*> logprobs;
   for (const TokenLogprobs& l : result.logprobs) logprobs.emplace(l.seq_id, &l);
-  if (async()) apply_swaps_done(result);
+  if (connector_) connector_->step_done(result, *this);  // copies complete (Seesaw's swaps)
   StepOutcome out;
   for (const ScheduledSeq& e : batch.seqs) {
     auto it = live_.find(e.seq_id);
@@ -622,10 +466,7 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
     if (s->status != SeqStatus::kRunning || s->num_computed != e.start) continue;
     s->num_computed += e.num_tokens;
     if (!e.sample) {
-      // A recomputation (prompt + outputs) whose last chunk ends one token short of sampling is a
-      // decoder now, its KV computed under c_p: it leaves for the tier like every prefilled
-      // sequence (decode must find it in c_d's placement; nothing migrates, scheduler.h).
-      if (phased() && e.is_prefill && phase_ == Phase::Prefill && s->is_decode()) offload(s);
+      if (connector_) connector_->computed(*s, e, *this);
       continue;
     }
     auto t = std::lower_bound(tokens.begin(), tokens.end(), e.seq_id,
@@ -638,8 +479,8 @@ StepOutcome Scheduler::on_step_done(const StepBatch& batch, const StepResult& re
       ev.finished = true;
       ev.reason = finished_.back().finish_reason;
       ++out.num_finished;
-    } else if (phased() && e.is_prefill && phase_ == Phase::Prefill) {
-      offload(s);
+    } else if (connector_) {
+      connector_->computed(*s, e, *this);  // e.g. its prefill completed (Seesaw: to the CPU tier)
     }
     out.tokens.push_back(ev);
   }
@@ -652,15 +493,9 @@ void Scheduler::on_step_failed(const StepBatch& batch, const std::string& what) 
     if (it == live_.end()) continue;
     finish(it->second.get(), FinishReason::kError, what);
   }
-  if (!async()) return;
-  // The ranks' tier copies will never be reported complete: the sequences whose KV is in the tier
-  // or on its way fail too, and nothing waits for copies any more (else the loop would only ever
-  // schedule steps that wait for them).
-  std::vector<Sequence*> tiered(offloaded_.begin(), offloaded_.end());
-  tiered.insert(tiered.end(), prefetching_.begin(), prefetching_.end());
-  for (Sequence* s : tiered) finish(s, FinishReason::kError, what);
-  unacked_out_.clear();
-  unacked_in_.clear();
+  // The sequences the connector holds whose KV the failed step's copies were to move.
+  if (connector_)
+    for (Sequence* s : connector_->step_failed()) finish(s, FinishReason::kError, what);
 }
 
 bool Scheduler::cancel(RequestId id) {

@@ -32,46 +32,11 @@
 // KV pools: under a DP or Helix plan a logical block costs memory only on the ranks of its pool
 // (SchedulerConfig::pool_shapes); admission, decode growth and the watermark are then per pool, and a
 // decode that needs a block preempts a sequence that frees one in that pool.
-// Phases (Seesaw, ../shared/papers/004 §4.2; config.phases != None): every step is all prefill
-// (under the prefill plan c_p) or all decode (under c_d), and a prefilled sequence leaves the
-// device KV for the CPU tier (swap-out, listed in the next step's batch.swap_out; its blocks are
-// free at once, status kSwapped) and comes back when a decode step has blocks for it (onboarding,
-// batch.swap_in, first in first out). Phase changes:
-//   PREFILL -> DECODE when no prefill chunk is left and the first waiting sequence cannot be
-//     admitted (the tier is full for it, the device KV is, or nothing waits) while something can
-//     decode;
-//   DECODE -> PREFILL by config.phases: Seesaw (transition-minimizing, 4.2) once the tier is empty
-//     and the first waiting sequence fits, with the running sequences resident; PrefillFirst (vLLM,
-//     Orca: 2.2 "prefill-prioritizing") as soon as it fits; DecodeFirst (FasterTransformer:
-//     "decode-prioritizing") once nothing runs and the tier is empty. Either way when nothing is
-//     left to decode.
-// The tier is accounted as the KvTier (kv/kv_tier.h) fills it: tokens reserved at admission
-// (bump: freed only when the tier is empty) against config.tier_tokens.
-// Resident sequences (4.2 "prefill again, with running sequences resident"): a phase change moves
-// no KV. A running sequence's KV stays in the placement of the plan that computed it: a decoding
-// sequence in c_d's (it was swapped in, or decoded, under c_d), a prefilling one in c_p's (it
-// leaves for the tier once prefilled, so none is left when decode starts). Prefill steps never
-// step the resident decoders, and decode steps never meet a prefilling sequence, so no step reads a
-// sequence outside its placement (keeps_kv_resident(): the step descriptor of a switch lists no
-// sequence to migrate). The ranks' stores then hold two placements at once, so the block accounting
-// does too: the pools have c_d's shape (config.pool_shapes.back(), the residents' home), and a
-// sequence admitted for prefill under c_p (pool_shapes.front()) is charged, on top of its blocks,
-// the c_d blocks that cover its c_p pages on the least roomy rank: k blocks under c_p cost
-// ceil(k * B_d / B_p) of the pool's blocks in all (B: blocks_per_pool of each shape; B_p < B_d
-// when a pipeline stage holds more of each block than a c_d rank, e.g. uneven stages). Since every
-// rank r pays at most pages_r / B of each shape per block, n_d / B_d + n_p / B_p <= 1 keeps every
-// rank's pages within its store. Both shapes have the same DP (check_seesaw_plans) and no KVP, so a
-// sequence's pool is the same under both.
-// Asynchronous swaps (config.async_swaps, the engine; ../shared/papers/004 §5.2, W10/W11): the
-// batch's swap_out / swap_in only start copies, and StepResult::swapped_out / swapped_in report
-// which completed on every rank. A swapped-out sequence is onboarded only once its swap-out is
-// complete (a prefix of the swap-out order, so onboarding stays first in first out); onboarding
-// reserves its blocks and starts the prefetch (status kSwapped, "prefetching"), and the sequence
-// decodes from the step after its swap-in completed. Decode is not left while a prefetch is in
-// flight (so a plan switch never meets a half-copied sequence), the tier is accounted empty only
-// when no copy is in flight (cancelled sequences' copies included), and a step with nothing to run
-// while copies are in flight waits for them (batch.await_swaps). Off (the simulator), a swap is
-// complete when its step runs.
+// KV connectors (sched_kv_connector.h): KV kept or moved outside the device pools between steps is
+// a connector's (Seesaw's phases and CPU tier: seesaw_tier.h, with config.phases != None). The
+// Scheduler asks it for room at admission and calls it at the points of a step listed there; it
+// writes the step's KV operations (StepBatch::swap_out / swap_in / await_swaps). The Scheduler
+// keeps no state of its own for them.
 // Rejection (at add_request, the request alone, with a reason): prompt_len == 0, max_tokens < 1,
 // prompt_len + max_tokens > max_model_len, blocks for prompt_len + max_tokens > a pool,
 // or (chunking off) prompt_len > max_tokens_per_step. Such a request never blocks others.
@@ -89,14 +54,12 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/sched_kv_connector.h"
+#include "engine/seesaw_tier.h"
 #include "engine/step.h"
 #include "kv/block_allocator.h"
 
 namespace loom {
-
-// Seesaw scheduling modes (see the top of this file).
-enum class PhaseMode { None, Seesaw, PrefillFirst, DecodeFirst };
-enum class Phase { Prefill, Decode };
 
 struct SchedulerConfig {
   int max_num_seqs = 256;          // running sequences (and sequences per step) at most
@@ -110,9 +73,11 @@ struct SchedulerConfig {
   // the initial shape and every shape the engine may switch to (rehome) is listed: a request is
   // rejected when it could not fit under one of them. num_blocks is then ignored.
   std::vector<KvPoolShape> pool_shapes;
-  PhaseMode phases = PhaseMode::None;  // Seesaw phases (see the top); None: mixed steps
-  int64_t tier_tokens = 0;             // CPU KV tier capacity in tokens of the whole model's KV
-  bool async_swaps = false;            // swaps complete when StepResult says so (see the top)
+  // Seesaw (seesaw_tier.h): phases (None: mixed steps), the CPU KV tier's capacity in tokens of the
+  // whole model's KV, and whether swaps complete only when StepResult says so.
+  PhaseMode phases = PhaseMode::None;
+  int64_t tier_tokens = 0;
+  bool async_swaps = false;
   // Copy each sequence's block table into ScheduledSeq::block_ids every step. Executors find KV
   // pages by sequence id and do not read them; tests that check the block accounting turn it on
   // (the copy was 14% of a long simulation).
@@ -148,11 +113,11 @@ struct StepOutcome {
 // for stop strings: the caller detokenises seq.output and matches seq.request.stop.stop_strings.
 using StopCheck = std::function<bool(const Sequence& seq)>;
 
-class Scheduler {
+class Scheduler : private KvConnectorHost {
  public:
   explicit Scheduler(const SchedulerConfig& config);
 
-  const SchedulerConfig& config() const { return config_; }
+  const SchedulerConfig& config() const override { return config_; }
 
   // Queues a request. Rejected requests finish at once (FinishReason::kRejected) and appear in
   // drain_finished(). Throws loom::Error when the id is already known.
@@ -193,16 +158,13 @@ class Scheduler {
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t num_steps() const { return next_step_; }
   bool has_unfinished() const {
-    return !waiting_.empty() || !running_.empty() || !offloaded_.empty() || !prefetching_.empty();
+    return !waiting_.empty() || !running_.empty() || (connector_ && connector_->holds_any());
   }
   const KvBlockPools& pools() const { return pools_; }
   int watermark_blocks() const { return watermark_blocks_; }  // per pool
 
-  // Seesaw phases: a plan switch moves no KV (see "Resident sequences" above); rehome() is not used.
-  bool keeps_kv_resident() const { return phased(); }
-  // Blocks of the pools charged, beyond its own, to a sequence of `blocks` blocks prefilled under
-  // c_p (see "Resident sequences"); 0 unless phased with a c_p shape roomier per block than c_d's.
-  int prefill_surcharge(int64_t blocks) const;
+  // A plan switch moves no KV (the connector says so: Seesaw's resident sequences); rehome() is not used.
+  bool keeps_kv_resident() const { return connector_ && connector_->keeps_kv_resident(); }
 
   // A plan switch to KV pools of another shape (a plan of another placement): every running
   // sequence's blocks are taken again from the new pools, most urgent first; those that no longer
@@ -226,15 +188,19 @@ class Scheduler {
   // kRejected instead (drain_finished), also false. Throws loom::Error when the id is live here.
   bool adopt(Sequence seq);
 
-  // Seesaw phases (config.phases != None).
-  Phase phase() const { return phase_; }
-  int64_t phase_switches() const { return phase_switches_; }
-  int num_swapped() const { return int(offloaded_.size() + prefetching_.size()); }  // in the CPU tier
-  int num_prefetching() const { return int(prefetching_.size()); }  // swap-in started, not complete
-  int64_t num_await_steps() const { return num_await_steps_; }      // steps that only waited for copies
-  int64_t tier_reserved_tokens() const { return tier_reserved_; }
-  int64_t num_swapped_out() const { return num_swapped_out_; }
-  int64_t num_swapped_in() const { return num_swapped_in_; }
+  // The KV connector (null: none), and Seesaw's when it is one (SeesawTier: phases, tier counters).
+  const SchedKvConnector* connector() const { return connector_.get(); }
+  const SeesawTier* seesaw() const { return dynamic_cast<const SeesawTier*>(connector_.get()); }
+  // Seesaw's state and counters (0 / Prefill without phases), read through seesaw().
+  Phase phase() const { return seesaw() ? seesaw()->phase() : Phase::Prefill; }
+  int64_t phase_switches() const { return seesaw() ? seesaw()->phase_switches() : 0; }
+  int num_swapped() const { return seesaw() ? seesaw()->num_swapped() : 0; }
+  int num_prefetching() const { return seesaw() ? seesaw()->num_prefetching() : 0; }
+  int64_t num_await_steps() const { return seesaw() ? seesaw()->num_await_steps() : 0; }
+  int64_t tier_reserved_tokens() const { return seesaw() ? seesaw()->reserved_tokens() : 0; }
+  int64_t num_swapped_out() const { return seesaw() ? seesaw()->num_swapped_out() : 0; }
+  int64_t num_swapped_in() const { return seesaw() ? seesaw()->num_swapped_in() : 0; }
+  int prefill_surcharge(int64_t blocks) const { return seesaw() ? seesaw()->prefill_surcharge(blocks) : 0; }
 
  private:
   bool more_urgent(const Sequence& a, const Sequence& b) const;
@@ -247,19 +213,21 @@ class Scheduler {
   bool apply_stops(Sequence* s);
   bool holds_in(const Sequence& s, const std::vector<int>& pools) const;
   void set_watermark();
-  bool phased() const { return config_.phases != PhaseMode::None; }
-  bool head_admissible() const;
-  std::vector<int> admission_need(const Sequence& s, int tokens) const;  // per pool, with the surcharge
-  void release_blocks(Sequence* s);  // its block table and any prefill surcharge
-  void update_phase();
-  void onboard(StepBatch& b);
-  void offload(Sequence* s);
-  void maybe_reset_tier();
-  bool async() const { return phased() && config_.async_swaps; }
-  bool tier_busy() const { return !unacked_out_.empty() || !unacked_in_.empty(); }
-  void apply_swaps_done(const StepResult& result);
+  std::vector<int> admission_need(const Sequence& s, int tokens) const;  // per pool, with the connector's charge
+  void release_blocks(Sequence* s);  // its block table, then the connector's charge
+  void insert_running(Sequence* s);
+
+  // KvConnectorHost (sched_kv_connector.h)
+  const std::vector<Sequence*>& running() const override { return running_; }
+  const std::deque<Sequence*>& waiting() const override { return waiting_; }
+  KvBlockPools& block_pools() override { return pools_; }
+  bool fits(const std::vector<int>& need) const override;
+  bool head_admissible() const override;
+  void run(Sequence* s) override;
+  void park(Sequence* s) override;
 
   SchedulerConfig config_;
+  std::unique_ptr<SchedKvConnector> connector_;  // null: none
   KvBlockPools pools_;
   int watermark_blocks_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> live_;
@@ -271,21 +239,6 @@ class Scheduler {
   int64_t next_step_ = 0;
   int64_t next_admit_ = 0;
   int64_t num_preemptions_ = 0;
-  // Seesaw phases
-  Phase phase_ = Phase::Prefill;
-  int64_t phase_switches_ = 0;
-  std::deque<Sequence*> offloaded_;               // kSwapped, in swap-out order
-  std::vector<SeqExtent> pending_swap_out_;       // for the next non-empty batch
-  std::unordered_set<RequestId> tier_reserved_by_;  // admitted with tier room, not swapped out yet
-  int64_t tier_reserved_ = 0;
-  int64_t num_swapped_out_ = 0, num_swapped_in_ = 0;
-  std::unordered_map<RequestId, std::vector<BlockId>> surcharge_;  // prefilling under c_p (see the top)
-  // Asynchronous swaps
-  std::vector<Sequence*> prefetching_;  // onboarded: blocks reserved, swap-in not complete everywhere
-  // Copies not complete on every rank (swap-out: from offload, including not yet issued; swap-in:
-  // from onboarding); ids outlive a sequence cancelled meanwhile, whose copies still run.
-  std::unordered_set<RequestId> unacked_out_, unacked_in_;
-  int64_t num_await_steps_ = 0;
 };
 
 }  // namespace loom

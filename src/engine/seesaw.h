@@ -1,7 +1,7 @@
 // Seesaw (../shared/papers/004, issue 13): prefill under one plan (c_p, the first of the set),
 // decode under another (c_d, the second), the same DP in both (§4.1, W5: "only TP and PP change;
 // DP is fixed"), with the KV of prefilled sequences parked in a CPU tier (kv/kv_tier.h) and the
-// phases scheduled by the shared Scheduler (scheduler.h PhaseMode, §4.2):
+// phases scheduled by the shared Scheduler (seesaw_tier.h PhaseMode, §4.2):
 //   seesaw         transition-minimizing: prefill until the tier is full or nothing waits, decode
 //                  (onboarding from the tier) until the tier is empty, repeat;
 //   prefill-first  prefill-prioritizing (vLLM / Orca): back to prefill as soon as one fits;
@@ -9,7 +9,7 @@
 // The layout policy is the phase's plan: a step with prefill tokens runs c_p, a decode step (or
 // one that starts swap-ins) c_d (the Scheduler never mixes them under these modes). A transition is
 // a plan switch that moves no KV (4.2: "prefill again, with running sequences resident";
-// scheduler.h "Resident sequences"). A sequence decoding when the scheduler turns to prefill keeps
+// seesaw_tier.h "Resident sequences"). A sequence decoding when the scheduler turns to prefill keeps
 // its pages in c_d's placement in every rank's store: the c_p steps do not step it (prefill steps
 // hold no decode), their prefills write c_p's cells of other sequences beside it and leave for the
 // tier under c_p, and it decodes again under c_d with the same pages. (Until issue 13's residency

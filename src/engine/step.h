@@ -61,11 +61,11 @@ struct StepBatch {
   // When the step switches to a plan whose KV placement differs from the previous step's: the
   // sequences whose KV moves to the new placement and their computed lengths, for the migration
   // before the step runs. kv_resident false: they are every sequence holding KV (the ranks check
-  // that they then hold exactly the new placement); true (Seesaw phases, scheduler.h "Resident
+  // that they then hold exactly the new placement); true (Seesaw phases, seesaw_tier.h "Resident
   // sequences"): the sequences not listed stay where they are, in the placement that computed them.
   std::vector<SeqExtent> kv_seqs;
   bool kv_resident = false;
-  // Seesaw phases (scheduler.h PhaseMode): sequences whose KV leaves the ranks' stores for the CPU
+  // Seesaw phases (seesaw_tier.h PhaseMode): sequences whose KV leaves the ranks' stores for the CPU
   // tier before the step (swap-out, under the placement of the plan that computed it), and
   // sequences whose KV comes back from the tier under this step's plan (swap-in), with their lengths.
   // With asynchronous swaps (SchedulerConfig::async_swaps) both only start copies: a swapped-in
