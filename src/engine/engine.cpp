@@ -35,23 +35,31 @@ PolicyEnv policy_env(const ModelConfig& model, const EngineConfig& config) {
   return env;
 }
 
+SchedulerConfig scheduler_config(const EngineConfig& config, int scale, const KvPoolShape& pool,
+                                 const std::string& plan_name) {
+  if (pool.blocks_per_pool < 1)
+    fail("plan ", plan_name, ": the KV budget of some rank holds no block of ", config.block_size,
+         " tokens for its layers and KV heads; raise --kv-cache-bytes");
+  SchedulerConfig sc;
+  sc.max_num_seqs = config.max_num_seqs * scale;
+  sc.max_tokens_per_step = config.max_tokens_per_step * scale;
+  sc.block_size = config.block_size;
+  sc.max_model_len = config.max_model_len;
+  sc.enable_chunked_prefill = config.enable_chunked_prefill;
+  sc.pool_shapes = {pool};
+  sc.num_blocks = int(pool.total_blocks());
+  return sc;
+}
+
 EngineCore::EngineCore(RankEngine& rank, Communicator& world, const EngineConfig& config,
                        std::unique_ptr<LayoutPolicy> policy, int dp_scale)
     : rank_(rank) {
   exec_ = std::make_unique<PlanExecutor>(world, rank);
-  SchedulerConfig sc;
-  sc.max_num_seqs = config.max_num_seqs * dp_scale;
-  sc.max_tokens_per_step = config.max_tokens_per_step * dp_scale;
-  sc.block_size = config.block_size;
-  sc.max_model_len = config.max_model_len;
-  sc.enable_chunked_prefill = config.enable_chunked_prefill;
   std::vector<KvPoolShape> pools;
-  for (int id = 0; id < rank.plans().size(); ++id) {
-    pools.push_back(rank.pools(id));
-    if (rank.pools(id).blocks_per_pool < 1)
-      fail("plan ", rank.plans().name(id), ": the KV budget of some rank holds no block of ", config.block_size,
-           " tokens for its layers and KV heads; raise --kv-cache-bytes");
-  }
+  for (int id = 0; id < rank.plans().size(); ++id) pools.push_back(rank.pools(id));
+  SchedulerConfig sc = scheduler_config(config, dp_scale, pools[0], rank.plans().name(0));
+  for (int id = 1; id < rank.plans().size(); ++id)  // every plan's pool holds a block
+    (void)scheduler_config(config, dp_scale, pools[size_t(id)], rank.plans().name(id));
   sc.pool_shapes = pools;
   sc.num_blocks = int(pools[0].total_blocks());
   policy->configure(sc, policy_env(rank.model().config, config));

@@ -50,6 +50,12 @@ struct EngineConfig {
 // resolved (max_model_len set).
 PolicyEnv policy_env(const ModelConfig& model, const EngineConfig& config);
 
+// The scheduler limits of `config` (sequences and token budget times `scale`: a lockstep DP group
+// schedules for all its replicas at once) and the KV pool of `pool`. Throws loom::Error naming
+// --kv-cache-bytes when `pool` holds no block under `plan_name`.
+SchedulerConfig scheduler_config(const EngineConfig& config, int scale, const KvPoolShape& pool,
+                                 const std::string& plan_name);
+
 // What a live front end (the HTTP server) needs of an engine, single-rank, distributed or a
 // Nitsum pool of instances (cluster/pool.h): the loop and clock it drives, and the sizes it reports.
 class EngineHandle {

@@ -328,17 +328,8 @@ SidpReplicas::SidpReplicas(RankEngine& rank, std::vector<std::unique_ptr<Communi
   // Every replica's pool: the blocks one replica holds under the plan (every plan of the set has
   // one placement, plan_set.h).
   const KvPoolShape pool = rank.pools(0);
-  if (pool.blocks_per_pool < 1)
-    fail("plan ", plans.name(0), ": the KV budget of some rank holds no block of ", config.block_size,
-         " tokens for its layers and KV heads; raise --kv-cache-bytes");
-  SchedulerConfig sc;
-  sc.max_num_seqs = config.max_num_seqs;
-  sc.max_tokens_per_step = config.max_tokens_per_step;
-  sc.block_size = config.block_size;
-  sc.max_model_len = config.max_model_len;
-  sc.enable_chunked_prefill = config.enable_chunked_prefill;
-  sc.pool_shapes = {KvPoolShape{1, 1, pool.blocks_per_pool, 1}};
-  sc.num_blocks = pool.blocks_per_pool;
+  const SchedulerConfig sc =
+      scheduler_config(config, 1, KvPoolShape{1, 1, pool.blocks_per_pool, 1}, plans.name(0));
   channels_ = std::make_unique<Channels>(rank, std::move(channels), config.block_size, keepalive_s);
   SidpBackend* backend = channels_.get();
   if (pricer) {
