@@ -11,18 +11,16 @@ loom=$1 model=$2
 shift 2
 if [ ! -e "$model" ]; then echo "skip: $model is missing (../shared not beside the checkout)"; exit 77; fi
 tmp=$(mktemp -d)
+. "$(dirname "$0")/../mpi_rank_pid.sh"
 trap 'rm -rf "$tmp"' EXIT
-"$@" -np 2 "$loom" generate -m "$model" -n 480 --comm mpi --plan tp=2 \
+"$@" -x LOOM_TEST_TAG -np 2 "$loom" generate -m "$model" -n 480 --comm mpi --plan tp=2 \
   -p "Once upon a time" -p "Tom" -p "The sun was hot" -p "Lily and Ben" >"$tmp/out" 2>"$tmp/err" &
 job=$!
 victim=""
 for _ in $(seq 1 1200); do
   # More than the first prompt's text: a generated token is out.
   if [ "$(wc -c < "$tmp/out")" -gt 20 ]; then
-    for pid in $(pgrep -f "generate -m $model" 2>/dev/null); do
-      # rank 1: the loom process whose environment says so
-      if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=$pid; fi
-    done
+    victim=$(rank_pid "generate -m $model" 1)  # rank 1 of this job
     break
   fi
   kill -0 $job 2>/dev/null || break

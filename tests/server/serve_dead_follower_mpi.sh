@@ -10,8 +10,9 @@ shift 2
 if [ ! -e "$model" ]; then echo "skip: $model is missing (../shared not beside the checkout)"; exit 77; fi
 command -v curl >/dev/null 2>&1 || { echo "skip: no curl"; exit 77; }
 tmp=$(mktemp -d)
+. "$(dirname "$0")/../mpi_rank_pid.sh"
 export LOOM_COMM_TIMEOUT_S=5
-"$@" -x LOOM_COMM_TIMEOUT_S -np 2 "$loom" serve -m "$model" --comm mpi --plan tp=2 --port 0 \
+"$@" -x LOOM_COMM_TIMEOUT_S -x LOOM_TEST_TAG -np 2 "$loom" serve -m "$model" --comm mpi --plan tp=2 --port 0 \
   --kv-cache-bytes 8000000 >"$tmp/out" 2>"$tmp/err" &
 job=$!
 victim=""
@@ -28,9 +29,7 @@ req='{"prompt":"Once","max_tokens":5}'
 code=$(curl -s -o "$tmp/r1" -w '%{http_code}' -m 30 -H 'Content-Type: application/json' -d "$req" "http://127.0.0.1:$port/v1/completions")
 [ "$code" = 200 ] || { echo "FAIL: first completion got $code"; cat "$tmp/r1" "$tmp/err"; exit 1; }
 [ "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$port/health")" = 200 ] || { echo "FAIL: /health not 200"; exit 1; }
-for pid in $(pgrep -f "serve -m $model"); do
-  tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
-done
+victim=$(rank_pid "serve -m $model" 1)
 [ -n "$victim" ] || { echo "FAIL: rank 1 not found"; exit 1; }
 kill -STOP "$victim"
 start=$(date +%s)

@@ -11,6 +11,7 @@ shift 2
 if [ ! -e "$model" ]; then echo "skip: $model is missing (../shared not beside the checkout)"; exit 77; fi
 command -v curl >/dev/null 2>&1 || { echo "skip: no curl"; exit 77; }
 tmp=$(mktemp -d)
+. "$(dirname "$0")/../mpi_rank_pid.sh"
 one="" job=""
 cleanup() {
   [ -n "$one" ] && kill "$one" 2>/dev/null
@@ -48,7 +49,7 @@ ask_logprobs "$p1" one
 kill "$one"; wait "$one" 2>/dev/null; one=""
 # (--comm first: serve_dead_follower_mpi.sh, which may run beside this test, looks for its own
 # ranks by "serve -m MODEL".)
-"$@" -np 3 "$loom" serve --comm mpi -m "$model" --ranks 2 --policy nitsum --threads 1 --port 0 \
+"$@" -x LOOM_TEST_TAG -np 3 "$loom" serve --comm mpi -m "$model" --ranks 2 --policy nitsum --threads 1 --port 0 \
   --pool-layout prefill:tp1,decode:tp1 --pool-layout both:tp2 --window 0.005 >"$tmp/pool.out" 2>&1 &
 job=$!
 p2=$(port_of "$tmp/pool.out")
@@ -77,10 +78,7 @@ curl -s "http://127.0.0.1:$p2/metrics" > "$tmp/metrics"
 grep -Eq '^loom:plan_switches_total\{model_name="[^"]*",plan="tp2@0"\} [1-9]' "$tmp/metrics" ||
   fail "no regrouping into tp2@0: $(grep plan_ "$tmp/metrics")"
 # SIGTERM to the control plane (world rank 0) stops the server and every worker: the job exits 0.
-rank0=""
-for pid in $(pgrep -f "serve --comm mpi -m $model"); do
-  tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && rank0=$pid
-done
+rank0=$(rank_pid "serve --comm mpi -m $model" 0)
 [ -n "$rank0" ] || fail "world rank 0 not found"
 kill -TERM "$rank0"
 wait "$job" || fail "the pool exited non-zero after SIGTERM to its control plane: $(tail -5 "$tmp/pool.out")"
