@@ -64,7 +64,7 @@ struct StepMetrics {
   int kv_blocks_used = 0;  // after scheduling (what the step ran with)
   int num_preempted = 0;
   std::string plan;  // StepBatch::plan
-  // SiDP replicas (sidp_replicas.h) record one step per replica: the replica (-1: every other
+  // SiDP replicas (sidp_coordinator.h) record one step per replica: the replica (-1: every other
   // engine, whose steps are the whole group's) and whether it was its part of a lockstep step of the
   // group (CaS) rather than a step of its own (WaS).
   int replica = -1;

@@ -63,7 +63,7 @@ class LayoutPolicy {
   virtual ~LayoutPolicy() = default;
   virtual int choose(const StepBatch& batch) = 0;  // the plan id for this step
   virtual std::string describe() const = 0;        // "fixed", "shift(threshold=N)", "cycle:4", ...
-  // SiDP replicas stepping on their own (sidp_replicas.h): the plan for the whole group from one
+  // SiDP replicas stepping on their own (sidp_coordinator.h): the plan for the whole group from one
   // observation of its effective batch per replica (`prompt_chunks`: some replica's recent step
   // carried prompt chunks, so the observation does not count, as choose() skips such steps).
   // sidp: the same hysteresis state as choose(); the other policies: their first plan.

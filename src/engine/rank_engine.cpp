@@ -316,7 +316,7 @@ StepResult RankEngine::step_replica(const StepBatch& batch, const std::vector<Re
   LOOM_CHECK(my_replica >= 0, "rank ", me, " samples no replica under ", plans_.name(current_));
   int row = 0;
   for (const ScheduledSeq& s : batch.seqs) {
-    LOOM_CHECK(int(((s.seq_id % dp) + dp) % dp) == my_replica, "step ", batch.step_index, ": sequence ", s.seq_id,
+    LOOM_CHECK(replica_of(s.seq_id, dp) == my_replica, "step ", batch.step_index, ": sequence ", s.seq_id,
                " is not of replica ", my_replica);
     if (!s.sample) continue;
     LOOM_CHECK(row < n_rows, "step ", batch.step_index, ": ", n_rows, " logit rows for more samples");
@@ -371,7 +371,7 @@ StepResult RankEngine::sample(const StepBatch& batch, const std::vector<RequestI
   if (my_replica >= 0) {
     int row = 0;
     for (const ScheduledSeq& s : batch.seqs) {
-      if (!s.sample || int(((s.seq_id % dp) + dp) % dp) != my_replica) continue;
+      if (!s.sample || replica_of(s.seq_id, dp) != my_replica) continue;
       LOOM_CHECK(row < n_rows, "step ", batch.step_index, ": ", n_rows, " logit rows for more samples");
       const float* row_logits = logits_.data() + int64_t(row) * vocab;
       res.sampled.push_back(
@@ -400,7 +400,7 @@ StepResult RankEngine::sample(const StepBatch& batch, const std::vector<RequestI
     const int rep = in.sampler_replica[r];
     if (rep < 0) continue;
     for (const ScheduledSeq& s : batch.seqs)
-      if (s.sample && int(((s.seq_id % dp) + dp) % dp) == rep)
+      if (s.sample && replica_of(s.seq_id, dp) == rep)
         bytes[r] += sizeof(SampledToken) + logprob_bytes(s, vocab);
   }
   size_t my_tokens = 0;  // without a gather rank 0 keeps its tokens
@@ -453,14 +453,14 @@ StepResult RankEngine::sample(const StepBatch& batch, const std::vector<RequestI
     const int rep = in.sampler_replica[r];
     size_t n_tok = 0;
     for (const ScheduledSeq& s : batch.seqs)
-      if (s.sample && int(((s.seq_id % dp) + dp) % dp) == rep) ++n_tok;
+      if (s.sample && replica_of(s.seq_id, dp) == rep) ++n_tok;
     const size_t first = all.sampled.size();
     all.sampled.resize(first + n_tok);
     std::memcpy(all.sampled.data() + first, all_bytes.data() + at, n_tok * sizeof(SampledToken));
     const uint8_t* p = all_bytes.data() + at + n_tok * sizeof(SampledToken);
     size_t j = first;
     for (const ScheduledSeq& s : batch.seqs) {
-      if (!s.sample || int(((s.seq_id % dp) + dp) % dp) != rep) continue;
+      if (!s.sample || replica_of(s.seq_id, dp) != rep) continue;
       const SampledToken& t = all.sampled[j++];
       LOOM_CHECK(t.seq_id == s.seq_id, "step ", batch.step_index, ": rank ", r, " sent the token of ", t.seq_id,
                  " for ", s.seq_id);

@@ -1,5 +1,5 @@
 // Seesaw experiments (../shared/papers/004 §6, issue 13): the simulator runs loom's own
-// Scheduler in Seesaw's phases (engine/scheduler.h PhaseMode: prefill under c_p, decode under c_d,
+// Scheduler in Seesaw's phases (engine/seesaw_tier.h PhaseMode: prefill under c_p, decode under c_d,
 // the KV parked in the CPU tier, transitions only when the tier is full or empty) against every
 // fixed (DP, TP, PP) plan of the node, on the paper's PCIe nodes (Table 1 GPUs; "PCIe 4.0 8x,
 // providing 16 GiB/s", §6.1; 80 GiB of host memory per GPU for the tier). Offline: every request

@@ -266,8 +266,8 @@ SimResult run_small(const std::string& policy, int64_t threshold) {
   return Simulator(node_model("qwen3-32b", "h20"), cfg).run(small_job());
 }
 
-// The sidp policy over replicas stepping on their own (engine/sidp_replicas.h, mirrored by the
-// simulator): WaS own steps until the policy, observing once per round of 8 own steps, says CaS;
+// The sidp policy over replicas stepping on their own (engine/sidp_coordinator.h, the code the
+// engine runs too): WaS own steps until the policy, observing once per round of 8 own steps, says CaS;
 // then lockstep group steps, each one record per replica with a part (lockstep = true).
 TEST(SidpSimRun, PolicyRunsWasInTheBulkAndCasInTheTailAndRecordsEveryStepsMode) {
   const int64_t th = 4;  // sequences per replica
