@@ -540,14 +540,7 @@ class Control final : public PoolEngine, public LiveLoop {
   }
   LoopStats stats() const override {
     LoopStats s;
-    for (const auto& in : instances_) {
-      const LoopStats x = in->loop->stats();
-      s.num_running += x.num_running;
-      s.num_waiting += x.num_waiting;
-      s.kv_blocks_used += x.kv_blocks_used;
-      s.num_preemptions += x.num_preemptions;
-      s.num_steps += x.num_steps;
-    }
+    for (const auto& in : instances_) s += in->loop->stats();
     s.num_preemptions += retired_preemptions_;
     s.num_steps += retired_steps_;
     return s;

@@ -31,6 +31,16 @@ struct LoopStats {
   int kv_blocks_used = 0;
   int64_t num_preemptions = 0;
   int64_t num_steps = 0;
+
+  // Sums another loop's (several loops behind one front end: SiDP replicas, a pool's instances).
+  LoopStats& operator+=(const LoopStats& o) {
+    num_running += o.num_running;
+    num_waiting += o.num_waiting;
+    kv_blocks_used += o.kv_blocks_used;
+    num_preemptions += o.num_preemptions;
+    num_steps += o.num_steps;
+    return *this;
+  }
 };
 
 // What names each step's plan: the loop's plan control, given to EngineLoop at construction (the

@@ -86,14 +86,7 @@ void SidpCoordinator::set_stop_check(StopCheck check) {
 
 LoopStats SidpCoordinator::stats() const {
   LoopStats s;
-  for (const auto& r : replicas_) {
-    const LoopStats x = r->loop->stats();
-    s.num_running += x.num_running;
-    s.num_waiting += x.num_waiting;
-    s.kv_blocks_used += x.kv_blocks_used;
-    s.num_preemptions += x.num_preemptions;
-    s.num_steps += x.num_steps;
-  }
+  for (const auto& r : replicas_) s += r->loop->stats();
   return s;
 }
 
